@@ -1,0 +1,147 @@
+"""The `mcq` command line.
+
+Exit codes: 0 success; 1 a service or pipeline step failed; 2 bad usage or
+configuration (click's own convention); 3 `stack status` found a service down.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from mcq.config import ConfigError, Settings, load_settings
+from mcq.stack import Stack, StackError
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_DOWN = 3
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        err_console.print(f"mcq: {exc}")
+        sys.exit(EXIT_CONFIG)
+
+
+def _say(line: str) -> None:
+    console.print(line)
+
+
+@click.group()
+@click.version_option(package_name="meta-change-queue")
+def main() -> None:
+    """mcq: the Meta Change Queue on Kafka, Debezium and Spark."""
+
+
+# ------------------------------------------------------------------ stack
+
+
+@main.group()
+def stack() -> None:
+    """The local stack of real services (PostgreSQL, Kafka, Connect, registry, LDAP)."""
+
+
+@stack.command()
+def up() -> None:
+    """Start every service that is not running and wait until all are healthy."""
+    s = _settings()
+    try:
+        Stack(s).up(report=_say)
+    except StackError as exc:
+        err_console.print(f"mcq stack up: {exc}")
+        sys.exit(EXIT_FAILED)
+
+
+@stack.command()
+def down() -> None:
+    """Stop every service the stack started; no process is left behind."""
+    Stack(_settings()).down(report=_say)
+
+
+@stack.command()
+def status() -> None:
+    """Show each service, its address, pid and whether it is up (exit 3 if any is down)."""
+    rows = Stack(_settings()).status()
+    table = Table(title=f"mcq stack ({_settings().stack.home})")
+    for col in ("service", "address", "pid", "state", "detail"):
+        table.add_column(col)
+    for r in rows:
+        state = "[green]up[/green]" if r.up else "[red]down[/red]"
+        table.add_row(r.name, r.address, str(r.pid or "-"), state, r.detail)
+    console.print(table)
+    if not all(r.up for r in rows):
+        sys.exit(EXIT_DOWN)
+
+
+@stack.command()
+@click.argument("service", required=False)
+@click.option("-n", "--lines", default=40, show_default=True, help="Lines to show per log.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the log grows (one service).")
+def logs(service: str | None, lines: int, follow: bool) -> None:
+    """Show the last lines of a service's log (all services when none is named)."""
+    st = Stack(_settings())
+    try:
+        chosen = [st.service(service)] if service else list(st)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="SERVICE") from None
+    if follow and len(chosen) != 1:
+        raise click.UsageError("--follow needs one SERVICE")
+    for svc in chosen:
+        console.rule(f"{svc.name}: {svc.handle.log_file}")
+        for line in svc.handle.tail(lines):
+            console.print(line, markup=False)
+    if follow:
+        _follow(chosen[0].handle.log_file)
+
+
+def _follow(path: Path) -> None:
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        try:
+            while True:
+                chunk = fh.readline()
+                if chunk:
+                    console.print(chunk.decode(errors="replace").rstrip("\n"), markup=False)
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            return
+
+
+# ------------------------------------------------------------------ config
+
+
+@main.command("config")
+def show_config() -> None:
+    """Print the effective configuration (secrets masked)."""
+    console.print_json(_settings().model_dump_json(indent=2))
+
+
+# ------------------------------------------------------------------ smoke
+
+
+@main.command()
+def smoke() -> None:
+    """Run the smoke pipeline on the configured stack: capture, registry, Spark."""
+    from mcq.smoke import SmokeFailed, run_smoke
+
+    try:
+        run_smoke(_settings(), report=_say)
+    except SmokeFailed as exc:
+        err_console.print(f"mcq smoke: {exc}")
+        sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,268 @@
+"""Typed configuration, validated at the edge.
+
+Every address and Kafka security setting comes from (highest first): environment
+variables ``MCQ_<SECTION>__<FIELD>`` (for example ``MCQ_KAFKA__BOOTSTRAP_SERVERS``),
+a YAML file named by ``MCQ_CONFIG`` (default ``mcq.yaml`` in the working directory
+when present), then the defaults, which point at the local stack (`mcq stack up`).
+Point the same code at a real cluster by setting the addresses; nothing else changes.
+
+Secrets are :class:`pydantic.SecretStr`: they print as ``**********`` and are only
+revealed where a client library needs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOOPBACK = "127.0.0.1"
+
+
+class ConfigError(Exception):
+    """Configuration that cannot be used; the message says which setting and where."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StackPorts(_Section):
+    """Ports of the local stack: non-default so nothing collides with a real install."""
+
+    postgres: int = 55432
+    kafka: int = 59092
+    kafka_controller: int = 59093
+    connect: int = 58083
+    registry: int = 58081
+    ldap: int = 53389
+
+
+class StackSettings(_Section):
+    """Where the local stack keeps its state and how big its JVMs may grow."""
+
+    home: Path = Field(default_factory=lambda: Path(os.environ.get("MCQ_HOME", PROJECT_ROOT / ".mcq")))
+    jvm_cache: Path = PROJECT_ROOT / ".cache" / "jvm"
+    ports: StackPorts = StackPorts()
+    java: str = "java"
+    postgres_bin: Path = Path("/usr/lib/postgresql/15/bin")
+    postgres_os_user: str = "postgres"
+    """Unix user that runs PostgreSQL when mcq runs as root (PostgreSQL refuses root)."""
+    slapd: Path = Path("/usr/sbin/slapd")
+    ldap_schema_dir: Path = Path("/etc/ldap/schema")
+    ldap_module_dir: Path = Path("/usr/lib/ldap")
+    kafka_heap: str = "-Xms256m -Xmx768m"
+    connect_heap: str = "-Xms256m -Xmx768m"
+    registry_heap: str = "-Xms128m -Xmx512m"
+    start_timeout_s: float = 150.0
+
+
+class KafkaSettings(_Section):
+    """Kafka client settings, shared by producers, consumers, admin and Spark."""
+
+    bootstrap_servers: str = ""
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: Path | None = None
+    extra: dict[str, str] = {}
+    """Any other librdkafka property, passed through unchanged."""
+
+    def client_config(self) -> dict[str, Any]:
+        """The confluent-kafka (librdkafka) configuration for these settings."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = str(self.ssl_ca_location)
+        conf.update(self.extra)
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """The same settings as options of Spark's Kafka source/sink (``kafka.*``)."""
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            opts["kafka.sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username and self.sasl_password is not None:
+            module = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule"
+                if self.sasl_mechanism and self.sasl_mechanism.startswith("SCRAM")
+                else "org.apache.kafka.common.security.plain.PlainLoginModule"
+            )
+            secret = self.sasl_password.get_secret_value()
+            opts["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{self.sasl_username}" password="{secret}";'
+            )
+        if self.ssl_ca_location:
+            opts["kafka.ssl.truststore.type"] = "PEM"
+            opts["kafka.ssl.truststore.location"] = str(self.ssl_ca_location)
+        return opts
+
+
+class HttpServiceSettings(_Section):
+    """An HTTP service (Kafka Connect, the schema registry), optionally behind basic auth."""
+
+    url: str = ""
+    username: str | None = None
+    password: SecretStr | None = None
+
+    def auth(self) -> tuple[str, str] | None:
+        if self.username is None or self.password is None:
+            return None
+        return (self.username, self.password.get_secret_value())
+
+
+class RegistrySettings(HttpServiceSettings):
+    """The Confluent-API schema registry (Apicurio's ``ccompat`` API locally)."""
+
+    def client_config(self) -> dict[str, Any]:
+        """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf: dict[str, Any] = {"url": self.url}
+        auth = self.auth()
+        if auth:
+            conf["basic.auth.user.info"] = f"{auth[0]}:{auth[1]}"
+        return conf
+
+
+class DatabaseSettings(_Section):
+    """A PostgreSQL database (the capture source or the vendor target)."""
+
+    host: str = LOOPBACK
+    port: int = 0
+    dbname: str = ""
+    user: str = "mcq"
+    password: SecretStr = SecretStr("mcq-local")
+
+    def dsn(self) -> str:
+        """A libpq URI, password included: hand it to a driver, never to a log."""
+        pw = quote(self.password.get_secret_value(), safe="")
+        return f"postgresql://{quote(self.user, safe='')}:{pw}@{self.host}:{self.port}/{self.dbname}"
+
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}"
+
+    def __str__(self) -> str:  # what logs may show
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
+
+
+class LdapSettings(_Section):
+    """The LDAP directory target."""
+
+    url: str = ""
+    base_dn: str = "dc=mcq,dc=example"
+    bind_dn: str = ""
+    password: SecretStr = SecretStr("mcq-local")
+
+    @property
+    def people_dn(self) -> str:
+        return f"ou=people,{self.base_dn}"
+
+    @property
+    def groups_dn(self) -> str:
+        return f"ou=groups,{self.base_dn}"
+
+
+def _yaml_file() -> Path | None:
+    explicit = os.environ.get("MCQ_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"MCQ_CONFIG={explicit}: no such file")
+        return path
+    default = Path("mcq.yaml")
+    return default if default.is_file() else None
+
+
+class Settings(BaseSettings):
+    """All of mcq's settings. Empty addresses default to the local stack's."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MCQ_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    stack: StackSettings = StackSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    connect: HttpServiceSettings = HttpServiceSettings()
+    registry: RegistrySettings = RegistrySettings()
+    source: DatabaseSettings = DatabaseSettings(dbname="mcq_source")
+    vendor: DatabaseSettings = DatabaseSettings(dbname="mcq_vendor")
+    ldap: LdapSettings = LdapSettings()
+
+    @model_validator(mode="after")
+    def _default_to_local_stack(self) -> Settings:
+        ports = self.stack.ports
+        local = f"http://{LOOPBACK}"
+        # frozen models: fill the blanks through object.__setattr__ on fresh copies
+        fills = {
+            "kafka": self.kafka.model_copy(
+                update={"bootstrap_servers": self.kafka.bootstrap_servers or f"{LOOPBACK}:{ports.kafka}"}
+            ),
+            "connect": self.connect.model_copy(
+                update={"url": self.connect.url or f"{local}:{ports.connect}"}
+            ),
+            "registry": self.registry.model_copy(
+                update={"url": self.registry.url or f"{local}:{ports.registry}/apis/ccompat/v7"}
+            ),
+            "source": self.source.model_copy(update={"port": self.source.port or ports.postgres}),
+            "vendor": self.vendor.model_copy(update={"port": self.vendor.port or ports.postgres}),
+            "ldap": self.ldap.model_copy(
+                update={
+                    "url": self.ldap.url or f"ldap://{LOOPBACK}:{ports.ldap}",
+                    "bind_dn": self.ldap.bind_dn or f"cn=admin,{self.ldap.base_dn}",
+                }
+            ),
+        }
+        for name, value in fills.items():
+            object.__setattr__(self, name, value)
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        yaml_file = _yaml_file()
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings, turning pydantic's report into one :class:`ConfigError`."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        where = os.environ.get("MCQ_CONFIG") or ("mcq.yaml" if Path("mcq.yaml").is_file() else "environment")
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration ({where}): {problems}") from None

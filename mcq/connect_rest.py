@@ -1,0 +1,123 @@
+"""A small client for Kafka Connect's REST API (httpx), and the Debezium source config.
+
+Connect is driven over REST, as in production: ``PUT /connectors/<name>/config`` is
+idempotent, so applying the same connector twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mcq.config import PROJECT_ROOT, DatabaseSettings, HttpServiceSettings
+
+CONNECT_DIR = PROJECT_ROOT / "connect"
+
+
+class ConnectError(Exception):
+    """Connect refused a request or a connector did not reach RUNNING; the message says which."""
+
+
+def load_connector_json(role: str, directory: Path = CONNECT_DIR) -> dict[str, str]:
+    """The connector configuration of a role (``connect/<role>.json``)."""
+    path = directory / f"{role}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConnectError(f"{path}: no such connector file") from None
+    except json.JSONDecodeError as exc:
+        raise ConnectError(f"{path}:{exc.lineno}: {exc.msg}") from None
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def debezium_postgres_source(
+    db: DatabaseSettings,
+    *,
+    topic_prefix: str,
+    slot_name: str,
+    publication_name: str,
+    tables: list[str],
+    **overrides: str,
+) -> dict[str, str]:
+    """A Debezium PostgreSQL source config: the shared role file plus this source's parts."""
+    config = load_connector_json("source-postgres")
+    config.update(
+        {
+            "database.hostname": db.host,
+            "database.port": str(db.port),
+            "database.user": db.user,
+            "database.dbname": db.dbname,
+            "topic.prefix": topic_prefix,
+            "slot.name": slot_name,
+            "publication.name": publication_name,
+            "table.include.list": ",".join(tables),
+        }
+    )
+    config.update(overrides)
+    return config
+
+
+class ConnectClient:
+    """Kafka Connect's REST API."""
+
+    def __init__(self, settings: HttpServiceSettings, timeout_s: float = 30.0) -> None:
+        self.base = settings.url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base, auth=settings.auth(), timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ConnectClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ConnectError(f"{method} {self.base}{path}: {exc}") from None
+        if resp.status_code >= 400 and resp.status_code != 404:
+            raise ConnectError(f"{method} {self.base}{path}: {resp.status_code} {resp.text[:500]}")
+        return resp
+
+    def plugins(self) -> list[str]:
+        return [p["class"] for p in self._request("GET", "/connector-plugins").json()]
+
+    def connectors(self) -> list[str]:
+        return list(self._request("GET", "/connectors").json())
+
+    def put(self, name: str, config: dict[str, str]) -> dict[str, Any]:
+        """Create or update a connector (idempotent)."""
+        return dict(self._request("PUT", f"/connectors/{name}/config", json=config).json())
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        resp = self._request("GET", f"/connectors/{name}/status")
+        return None if resp.status_code == 404 else dict(resp.json())
+
+    def delete(self, name: str) -> bool:
+        return self._request("DELETE", f"/connectors/{name}").status_code != 404
+
+    def wait_running(self, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Wait until the connector and all its tasks are RUNNING; fail with the task's trace."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            last = self.status(name)
+            if last:
+                tasks = last.get("tasks", [])
+                failed = [t for t in tasks if t.get("state") == "FAILED"]
+                if failed or last["connector"].get("state") == "FAILED":
+                    trace = (failed[0] if failed else last["connector"]).get("trace", "")
+                    raise ConnectError(f"connector {name} FAILED: {trace.splitlines()[0] if trace else '?'}")
+                if last["connector"].get("state") == "RUNNING" and tasks and all(
+                    t.get("state") == "RUNNING" for t in tasks
+                ):
+                    return last
+            time.sleep(0.5)
+        raise ConnectError(f"connector {name} not RUNNING after {timeout_s:.0f} s: {last}")

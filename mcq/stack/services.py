@@ -1,0 +1,654 @@
+"""The services of the local stack: how each is prepared, started and checked.
+
+Every service is a real server: PostgreSQL and OpenLDAP from Debian's packages,
+Kafka, Kafka Connect (with Debezium) and Apicurio Registry from the JVM artifacts that
+``jvm/pom.xml`` resolves from Maven Central. A health check is a real round trip, not
+an open port: a produced-and-consumed record, a plugin listing, a registry answer, a bind.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+import httpx
+
+from mcq.config import LOOPBACK, Settings
+from mcq.stack.exceptions import MissingRuntime, ServiceFailed
+from mcq.stack.process import ProcessHandle
+
+DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+HEALTH_TOPIC = "_mcq.health"
+
+
+class NotReady(Exception):
+    """A health check that did not pass (yet); the message says why."""
+
+
+class Service(ABC):
+    """One server of the stack."""
+
+    name: ClassVar[str]
+    depends_on: ClassVar[tuple[str, ...]] = ()
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.stack.home
+        self.handle = ProcessHandle(
+            name=self.name,
+            pid_file=self.home / "run" / f"{self.name}.pid",
+            log_file=self.home / "logs" / f"{self.name}.log",
+            marker=self.marker,
+        )
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data" / self.name
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.home / "conf" / self.name
+
+    @property
+    @abstractmethod
+    def marker(self) -> str:
+        """A string of the command line that identifies this service's process."""
+
+    @property
+    @abstractmethod
+    def ports(self) -> tuple[int, ...]:
+        """Ports the service listens on (all on 127.0.0.1)."""
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where clients reach the service."""
+
+    def prepare(self) -> None:
+        """Create configuration and one-time state; safe to run on every start."""
+
+    @abstractmethod
+    def argv(self) -> list[str]:
+        """The command that runs the service in the foreground."""
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def run_as(self) -> str | None:
+        return None
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise :class:`NotReady` unless the service answers a real request."""
+
+    def after_start(self) -> None:
+        """Work that needs the running service (databases, base entries)."""
+
+    def start(self) -> int:
+        self.prepare()
+        return self.handle.spawn(self.argv(), self.env(), cwd=self.home, user=self.run_as())
+
+    def _require(self, path: Path, what: str) -> Path:
+        if not path.exists():
+            raise MissingRuntime(self.name, f"{what} not found at {path}; run `make install`", self.handle.log_file)
+        return path
+
+    def _run(self, argv: list[str], user: str | None = None) -> None:
+        """Run a preparation command, its output into the service log; fail in one line."""
+        self.handle.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.handle.log_file.open("ab") as log:
+            log.write(f"\n=== mcq: {' '.join(argv)}\n".encode())
+            log.flush()
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, user=user, check=False).returncode
+        if rc != 0:
+            raise ServiceFailed(self.name, f"`{Path(argv[0]).name}` exited with {rc}", self.handle.log_file)
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+class Postgres(Service):
+    """One PostgreSQL cluster (wal_level=logical) holding the source, the vendor
+    target and the schema registry's storage, each its own database."""
+
+    name = "postgres"
+    stop_signal = signal.SIGINT  # "fast" shutdown: roll back clients, checkpoint, exit
+
+    @property
+    def marker(self) -> str:
+        return str(self.data_dir)
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.settings.stack.ports.postgres,)
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.settings.stack.ports.postgres}"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.home / "run" / "postgres"
+
+    @property
+    def databases(self) -> list[str]:
+        return [self.settings.source.dbname, self.settings.vendor.dbname, "mcq_registry"]
+
+    def run_as(self) -> str | None:
+        # PostgreSQL refuses to run as root; as anyone else it runs as that user.
+        return self.settings.stack.postgres_os_user if os.geteuid() == 0 else None
+
+    def _own(self, *paths: Path) -> None:
+        user = self.run_as()
+        if user is None:
+            return
+        pw = pwd.getpwnam(user)
+        for path in paths:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    def _bin(self, prog: str) -> str:
+        return str(self._require(self.settings.stack.postgres_bin / prog, f"PostgreSQL's {prog}"))
+
+    def prepare(self) -> None:
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._own(self.socket_dir)
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)
+        self._own(self.data_dir)
+        pwfile = self.data_dir.parent / ".pg-initial-password"
+        pwfile.write_text(self.settings.source.password.get_secret_value() + "\n")
+        pwfile.chmod(0o600)
+        self._own(pwfile)
+        try:
+            self._run(
+                [
+                    self._bin("initdb"),
+                    "-D", str(self.data_dir),
+                    "-U", self.settings.source.user,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
+                ],
+                user=self.run_as(),
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        with (self.data_dir / "pg_hba.conf").open("a") as hba:
+            hba.write("host replication all 127.0.0.1/32 scram-sha-256\n")
+
+    def argv(self) -> list[str]:
+        s = self.settings.stack
+        conf = {
+            "listen_addresses": LOOPBACK,
+            "port": s.ports.postgres,
+            "unix_socket_directories": self.socket_dir,
+            "wal_level": "logical",
+            "max_wal_senders": 20,
+            "max_replication_slots": 40,
+            "max_connections": 200,
+            "shared_buffers": "128MB",
+            "logging_collector": "off",
+        }
+        flags = [f"--{k}={v}" for k, v in conf.items()]
+        return [self._bin("postgres"), "-D", str(self.data_dir), *flags]
+
+    def _connect(self, dbname: str) -> object:
+        import psycopg
+
+        db = self.settings.source
+        return psycopg.connect(
+            host=LOOPBACK,
+            port=self.settings.stack.ports.postgres,
+            dbname=dbname,
+            user=db.user,
+            password=db.password.get_secret_value(),
+            connect_timeout=3,
+            autocommit=True,
+        )
+
+    def after_start(self) -> None:
+        with self._connect("postgres") as conn:  # type: ignore[attr-defined]
+            existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+            for db in self.databases:
+                if db not in existing:
+                    conn.execute(f'CREATE DATABASE "{db}"')
+            vendor = self.settings.vendor
+            if vendor.user != self.settings.source.user:
+                if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (vendor.user,)).fetchone():
+                    conn.execute(
+                        f'CREATE ROLE "{vendor.user}" LOGIN PASSWORD '
+                        f"'{vendor.password.get_secret_value()}'"
+                    )
+                conn.execute(f'GRANT ALL ON DATABASE "{vendor.dbname}" TO "{vendor.user}"')
+
+    def check(self) -> None:
+        import psycopg
+
+        try:
+            with self._connect("postgres") as conn:  # type: ignore[attr-defined]
+                wal = conn.execute("SHOW wal_level").fetchone()[0]
+        except psycopg.OperationalError as exc:
+            raise NotReady(str(exc).strip().splitlines()[0]) from None
+        if wal != "logical":
+            raise NotReady(f"wal_level is {wal}, logical decoding needs 'logical'")
+
+
+# ---------------------------------------------------------------- OpenLDAP
+
+
+def _ssha(secret: str) -> str:
+    salt = secrets.token_bytes(8)
+    digest = hashlib.sha1(secret.encode() + salt).digest()
+    return "{SSHA}" + base64.b64encode(digest + salt).decode()
+
+
+class Ldap(Service):
+    """OpenLDAP's slapd with an mdb database for the base DN, people and groups."""
+
+    name = "ldap"
+    stop_signal = signal.SIGINT
+
+    @property
+    def marker(self) -> str:
+        return str(self.conf_dir)
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.settings.stack.ports.ldap,)
+
+    @property
+    def address(self) -> str:
+        return f"ldap://{LOOPBACK}:{self.settings.stack.ports.ldap}"
+
+    def prepare(self) -> None:
+        slapadd = self._require(self.settings.stack.slapd.parent / "slapadd", "OpenLDAP's slapadd")
+        self._require(self.settings.stack.slapd, "OpenLDAP's slapd")
+        if (self.conf_dir / "cn=config.ldif").exists():
+            return
+        ldap = self.settings.ldap
+        schema = self.settings.stack.ldap_schema_dir
+        run = self.home / "run"
+        shutil.rmtree(self.conf_dir, ignore_errors=True)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.conf_dir.mkdir(parents=True)
+        self.data_dir.mkdir(parents=True)
+        run.mkdir(parents=True, exist_ok=True)
+        includes = "".join(
+            f"include: file://{self._require(schema / f'{s}.ldif', f'LDAP schema {s}')}\n\n"
+            for s in ("core", "cosine", "nis", "inetorgperson")
+        )
+        config = f"""\
+dn: cn=config
+objectClass: olcGlobal
+cn: config
+olcPidFile: {run}/slapd.pid
+olcArgsFile: {run}/slapd.args
+
+dn: cn=module{{0}},cn=config
+objectClass: olcModuleList
+cn: module{{0}}
+olcModulePath: {self.settings.stack.ldap_module_dir}
+olcModuleLoad: back_mdb
+
+dn: cn=schema,cn=config
+objectClass: olcSchemaConfig
+cn: schema
+
+{includes}dn: olcDatabase={{-1}}frontend,cn=config
+objectClass: olcDatabaseConfig
+objectClass: olcFrontendConfig
+olcDatabase: {{-1}}frontend
+olcSizeLimit: unlimited
+
+dn: olcDatabase={{0}}config,cn=config
+objectClass: olcDatabaseConfig
+olcDatabase: {{0}}config
+olcAccess: {{0}}to * by * none
+
+dn: olcDatabase={{1}}mdb,cn=config
+objectClass: olcDatabaseConfig
+objectClass: olcMdbConfig
+olcDatabase: {{1}}mdb
+olcSuffix: {ldap.base_dn}
+olcRootDN: {ldap.bind_dn}
+olcRootPW: {_ssha(ldap.password.get_secret_value())}
+olcDbDirectory: {self.data_dir}
+olcDbMaxSize: 1073741824
+olcDbIndex: objectClass eq
+olcDbIndex: uid,cn,mail,memberUid eq
+olcAccess: {{0}}to * by anonymous auth by * read
+"""
+        (self.conf_dir.parent / "ldap-config.ldif").write_text(config)
+        first_rdn_value = ldap.base_dn.split(",")[0].split("=", 1)[1]
+        base = f"""\
+dn: {ldap.base_dn}
+objectClass: top
+objectClass: dcObject
+objectClass: organization
+o: {first_rdn_value}
+dc: {first_rdn_value}
+
+dn: {ldap.people_dn}
+objectClass: organizationalUnit
+ou: people
+
+dn: {ldap.groups_dn}
+objectClass: organizationalUnit
+ou: groups
+"""
+        (self.conf_dir.parent / "ldap-base.ldif").write_text(base)
+        try:
+            self._run([str(slapadd), "-n", "0", "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / "ldap-config.ldif")])
+            self._run([str(slapadd), "-n", "1", "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / "ldap-base.ldif")])
+        except ServiceFailed:
+            shutil.rmtree(self.conf_dir, ignore_errors=True)  # so the next `up` starts over
+            raise
+
+    def argv(self) -> list[str]:
+        # -d keeps slapd in the foreground (it would fork otherwise), level 0 = quiet
+        return [str(self.settings.stack.slapd), "-h", f"{self.address}/", "-F", str(self.conf_dir), "-d", "0"]
+
+    def check(self) -> None:
+        import ldap3
+        from ldap3.core.exceptions import LDAPException
+
+        ldap = self.settings.ldap
+        server = ldap3.Server(self.address, connect_timeout=3)
+        try:
+            conn = ldap3.Connection(
+                server, ldap.bind_dn, ldap.password.get_secret_value(), auto_bind=True, receive_timeout=5
+            )
+            found = conn.search(ldap.people_dn, "(objectClass=organizationalUnit)", search_scope=ldap3.BASE)
+            conn.unbind()
+        except LDAPException as exc:
+            raise NotReady(f"bind as {ldap.bind_dn}: {exc}") from None
+        if not found:
+            raise NotReady(f"{ldap.people_dn} is missing")
+
+
+# ---------------------------------------------------------------- JVM services
+
+
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.reflections.name = org.reflections
+logger.reflections.level = ERROR
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+class JvmService(Service, ABC):
+    """A Java server run from the Maven-resolved cache."""
+
+    heap: ClassVar[str]
+    main_class: ClassVar[str]
+
+    @property
+    def libs(self) -> Path:
+        return self.settings.stack.jvm_cache / "kafka"
+
+    @property
+    def marker(self) -> str:
+        return f"-Dmcq.service={self.name}"
+
+    def jvm_flags(self) -> list[str]:
+        return [
+            self.marker,
+            *getattr(self.settings.stack, self.heap).split(),
+            "-XX:+UseSerialGC",  # two cores: no parallel GC threads fighting the pipeline
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
+        ]
+
+    def prepare(self) -> None:
+        self._require(self.libs, "the JVM artifact cache (jvm/pom.xml)")
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "log4j2.properties").write_text(LOG4J2)
+
+    def argv(self) -> list[str]:
+        return [self.settings.stack.java, *self.jvm_flags(), "-cp", f"{self.libs}/*", self.main_class, *self.args()]
+
+    def args(self) -> list[str]:
+        return [str(self.conf_dir / f"{self.name}.properties")]
+
+
+def _properties(values: dict[str, object]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+class Kafka(JvmService):
+    """A single Kafka node in KRaft mode, broker and controller in one process."""
+
+    name = "kafka"
+    heap = "kafka_heap"
+    main_class = "kafka.Kafka"
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        p = self.settings.stack.ports
+        return (p.kafka, p.kafka_controller)
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.settings.stack.ports.kafka}"
+
+    def prepare(self) -> None:
+        super().prepare()
+        p = self.settings.stack.ports
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": 1,
+            "controller.quorum.voters": f"1@{LOOPBACK}:{p.kafka_controller}",
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka},CONTROLLER://{LOOPBACK}:{p.kafka_controller}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self.data_dir,
+            "num.partitions": 3,
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "auto.create.topics.enable": "true",
+            # compaction should be observable in minutes on a dev stack, not hours
+            "log.cleaner.backoff.ms": 5000,
+        }
+        conf = self.conf_dir / "kafka.properties"
+        conf.write_text(_properties(props))
+        if not (self.data_dir / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            self._run(
+                [self.settings.stack.java, "-cp", f"{self.libs}/*", "-Dlog4j2.configurationFile="
+                 f"{self.conf_dir / 'log4j2.properties'}", "kafka.tools.StorageTool",
+                 "format", "-t", cluster_id, "-c", str(conf)]
+            )
+
+    def check(self) -> None:
+        """Produce a record and read it back: the broker, its log and its fetch path work."""
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+        # log_level 0: a broker still starting would flood the terminal with connect errors
+        conf = {**self.settings.kafka.client_config(), "log_level": 0}
+        token = uuid.uuid4().hex.encode()
+        delivered: list[TopicPartition] = []
+        errors: list[str] = []
+
+        def on_delivery(err: object, msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered.append(TopicPartition(msg.topic(), msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+
+        try:
+            producer = Producer({**conf, "message.timeout.ms": 5000, "partitioner": "murmur2_random"})
+            producer.produce(HEALTH_TOPIC, key=b"health", value=token, on_delivery=on_delivery)
+            producer.flush(8)
+        except KafkaException as exc:
+            raise NotReady(f"produce: {exc}") from None
+        if not delivered:
+            raise NotReady(f"produce to {HEALTH_TOPIC}: {errors[0] if errors else 'no delivery report'}")
+        consumer = Consumer({**conf, "group.id": f"_mcq-health-{uuid.uuid4().hex}", "enable.auto.commit": False})
+        try:
+            consumer.assign(delivered)
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None and msg.value() == token:
+                    return
+            raise NotReady(f"consume from {HEALTH_TOPIC}: the record produced was not read back")
+        finally:
+            consumer.close()
+
+
+class Connect(JvmService):
+    """A Kafka Connect worker in distributed mode, Debezium on its plugin path."""
+
+    name = "connect"
+    depends_on = ("kafka", "postgres")
+    heap = "connect_heap"
+    main_class = "org.apache.kafka.connect.cli.ConnectDistributed"
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.settings.stack.ports.connect,)
+
+    @property
+    def address(self) -> str:
+        return f"http://{LOOPBACK}:{self.settings.stack.ports.connect}"
+
+    @property
+    def plugin_path(self) -> Path:
+        return self.settings.stack.jvm_cache / "connect-plugins"
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._require(self.plugin_path / "debezium-connector-postgres", "the Debezium connector plugin")
+        port = self.settings.stack.ports.connect
+        props = {
+            "bootstrap.servers": self.settings.kafka.bootstrap_servers,
+            "group.id": "mcq-connect",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "false",
+            "value.converter.schemas.enable": "false",
+            "config.storage.topic": "_mcq-connect-configs",
+            "offset.storage.topic": "_mcq-connect-offsets",
+            "status.storage.topic": "_mcq-connect-status",
+            "config.storage.replication.factor": 1,
+            "offset.storage.replication.factor": 1,
+            "status.storage.replication.factor": 1,
+            "offset.flush.interval.ms": 1000,
+            "listeners": f"http://{LOOPBACK}:{port}",
+            "rest.advertised.host.name": LOOPBACK,
+            "rest.advertised.port": port,
+            "plugin.path": self.plugin_path,
+            # connector JSON names secrets (${env:MCQ_SOURCE__PASSWORD}); the worker resolves them
+            "config.providers": "env,file",
+            "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+            "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+            "topic.creation.enable": "true",
+        }
+        (self.conf_dir / "connect.properties").write_text(_properties(props))
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["MCQ_SOURCE__PASSWORD"] = self.settings.source.password.get_secret_value()
+        return env
+
+    def check(self) -> None:
+        try:
+            resp = httpx.get(f"{self.address}/connector-plugins", timeout=5)
+        except httpx.HTTPError as exc:
+            raise NotReady(f"GET /connector-plugins: {exc}") from None
+        if resp.status_code != 200:
+            raise NotReady(f"GET /connector-plugins answered {resp.status_code}")
+        classes = {p.get("class") for p in resp.json()}
+        if DEBEZIUM_POSTGRES_CONNECTOR not in classes:
+            raise NotReady(f"{DEBEZIUM_POSTGRES_CONNECTOR} is not among the worker's plugins")
+
+
+class Registry(JvmService):
+    """Apicurio Registry 3 (Confluent-compatible ``ccompat`` API), stored in PostgreSQL."""
+
+    name = "registry"
+    depends_on = ("postgres",)
+    heap = "registry_heap"
+    main_class = ""
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.settings.stack.ports.registry,)
+
+    @property
+    def address(self) -> str:
+        return f"http://{LOOPBACK}:{self.settings.stack.ports.registry}/apis/ccompat/v7"
+
+    @property
+    def libs(self) -> Path:
+        return self.settings.stack.jvm_cache / "apicurio"
+
+    def runner(self) -> Path:
+        jars = sorted(self.libs.glob("apicurio-registry-app-*-runner.jar")) + sorted(self.libs.glob("quarkus-run.jar"))
+        if not jars:
+            raise MissingRuntime(self.name, f"no Apicurio runner jar in {self.libs}; run `make install`", self.handle.log_file)
+        return jars[0]
+
+    def argv(self) -> list[str]:
+        return [self.settings.stack.java, *self.jvm_flags(), "-jar", str(self.runner())]
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        db = self.settings.source
+        env.update(
+            {
+                "QUARKUS_HTTP_HOST": LOOPBACK,
+                "QUARKUS_HTTP_PORT": str(self.settings.stack.ports.registry),
+                "QUARKUS_LOG_CONSOLE_COLOR": "false",
+                "APICURIO_STORAGE_KIND": "sql",
+                "APICURIO_STORAGE_SQL_KIND": "postgresql",
+                "APICURIO_DATASOURCE_URL": f"jdbc:postgresql://{LOOPBACK}:{self.settings.stack.ports.postgres}/mcq_registry",
+                "APICURIO_DATASOURCE_USERNAME": db.user,
+                "APICURIO_DATASOURCE_PASSWORD": db.password.get_secret_value(),
+            }
+        )
+        return env
+
+    def check(self) -> None:
+        try:
+            resp = httpx.get(f"{self.address}/subjects", timeout=5)
+        except httpx.HTTPError as exc:
+            raise NotReady(f"GET /subjects: {exc}") from None
+        if resp.status_code != 200:
+            raise NotReady(f"GET /subjects answered {resp.status_code}")
+
+
+SERVICES: tuple[type[Service], ...] = (Postgres, Ldap, Kafka, Registry, Connect)

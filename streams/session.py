@@ -1,0 +1,60 @@
+"""The SparkSession every mcq job uses.
+
+pyspark's wheel has no Kafka source/sink and no spark-avro; ``jvm/spark`` resolves them
+from Maven Central (matching pyspark's Spark and Scala versions) into the JVM cache,
+and they are handed to Spark as ``spark.jars``. Nothing else is assumed about the
+driver's machine: the master comes from ``MCQ_SPARK_MASTER`` or the caller
+(Spark's ``local[*]`` by default), so the same job runs under ``spark-submit`` on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mcq.config import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SparkSetupError(Exception):
+    """Spark cannot be started as configured; the message says what is missing."""
+
+
+REQUIRED_JARS = ("spark-sql-kafka-0-10_", "spark-avro_", "spark-token-provider-kafka-0-10_", "kafka-clients-")
+
+
+def connector_jars(settings: Settings) -> list[Path]:
+    """The jars Spark needs for Kafka and Avro, from the Maven-resolved cache."""
+    directory = settings.stack.jvm_cache / "spark"
+    jars = sorted(directory.glob("*.jar"))
+    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise SparkSetupError(
+            f"{directory}: missing {', '.join(p.rstrip('_-') for p in missing)}; run `make install`"
+        )
+    return jars
+
+
+def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+    """A SparkSession with the Kafka and Avro connectors on its classpath."""
+    from pyspark.sql import SparkSession
+
+    jars = ",".join(str(j) for j in connector_jars(settings))
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.jars", jars)
+        .config("spark.sql.shuffle.partitions", os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    # Unset, Spark's own default applies: local[*] from plain python, the --master of
+    # spark-submit otherwise.
+    chosen = master or os.environ.get("MCQ_SPARK_MASTER")
+    if chosen:
+        builder = builder.master(chosen)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "WARN"))
+    return spark
