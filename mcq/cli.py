@@ -52,28 +52,50 @@ def stack() -> None:
     """The local stack of real services (PostgreSQL, Kafka, Connect, registry, LDAP)."""
 
 
-@stack.command()
-def up() -> None:
-    """Start every service that is not running and wait until all are healthy."""
-    s = _settings()
+def _only(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+ONLY = click.option(
+    "--only",
+    metavar="SERVICES",
+    help="Comma-separated subset: postgres, ldap, kafka, registry, connect.",
+)
+
+
+def _stack(only: str | None) -> Stack:
     try:
-        Stack(s).up(report=_say)
+        return Stack(_settings(), only=_only(only))
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="--only") from None
+
+
+@stack.command()
+@ONLY
+def up(only: str | None) -> None:
+    """Start every service that is not running and wait until all are healthy."""
+    st = _stack(only)
+    try:
+        st.up(report=_say)
     except StackError as exc:
         err_console.print(f"mcq stack up: {exc}")
         sys.exit(EXIT_FAILED)
 
 
 @stack.command()
-def down() -> None:
+@ONLY
+def down(only: str | None) -> None:
     """Stop every service the stack started; no process is left behind."""
-    Stack(_settings()).down(report=_say)
+    _stack(only).down(report=_say)
 
 
 @stack.command()
-def status() -> None:
+@ONLY
+def status(only: str | None) -> None:
     """Show each service, its address, pid and whether it is up (exit 3 if any is down)."""
-    rows = Stack(_settings()).status()
-    table = Table(title=f"mcq stack ({_settings().stack.home})")
+    st = _stack(only)
+    rows = st.status()
+    table = Table(title=f"mcq stack ({st.settings.stack.home})")
     for col in ("service", "address", "pid", "state", "detail"):
         table.add_column(col)
     for r in rows:

@@ -208,15 +208,15 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     connect: HttpServiceSettings = HttpServiceSettings()
     registry: RegistrySettings = RegistrySettings()
-    source: DatabaseSettings = DatabaseSettings(dbname="mcq_source")
-    vendor: DatabaseSettings = DatabaseSettings(dbname="mcq_vendor")
+    source: DatabaseSettings = DatabaseSettings()
+    vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
 
     @model_validator(mode="after")
     def _default_to_local_stack(self) -> Settings:
         ports = self.stack.ports
         local = f"http://{LOOPBACK}"
-        # frozen models: fill the blanks through object.__setattr__ on fresh copies
+        # the settings are frozen: blanks are filled on copies, set once, here
         fills = {
             "kafka": self.kafka.model_copy(
                 update={"bootstrap_servers": self.kafka.bootstrap_servers or f"{LOOPBACK}:{ports.kafka}"}
@@ -227,8 +227,12 @@ class Settings(BaseSettings):
             "registry": self.registry.model_copy(
                 update={"url": self.registry.url or f"{local}:{ports.registry}/apis/ccompat/v7"}
             ),
-            "source": self.source.model_copy(update={"port": self.source.port or ports.postgres}),
-            "vendor": self.vendor.model_copy(update={"port": self.vendor.port or ports.postgres}),
+            "source": self.source.model_copy(
+                update={"port": self.source.port or ports.postgres, "dbname": self.source.dbname or "mcq_source"}
+            ),
+            "vendor": self.vendor.model_copy(
+                update={"port": self.vendor.port or ports.postgres, "dbname": self.vendor.dbname or "mcq_vendor"}
+            ),
             "ldap": self.ldap.model_copy(
                 update={
                     "url": self.ldap.url or f"ldap://{LOOPBACK}:{ports.ldap}",

@@ -161,9 +161,24 @@ class Postgres(Service):
     def _bin(self, prog: str) -> str:
         return str(self._require(self.settings.stack.postgres_bin / prog, f"PostgreSQL's {prog}"))
 
+    def _check_reachable(self) -> None:
+        """As root, PostgreSQL runs as another user, who must be able to reach MCQ_HOME."""
+        user = self.run_as()
+        if user is None:
+            return
+        probe = subprocess.run(["test", "-x", str(self.home)], user=user, check=False)
+        if probe.returncode != 0:
+            raise ServiceFailed(
+                self.name,
+                f"user {user!r} (PostgreSQL refuses to run as root) cannot reach {self.home}; "
+                "choose an MCQ_HOME whose parent directories others may traverse (chmod o+x)",
+                self.handle.log_file,
+            )
+
     def prepare(self) -> None:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._check_reachable()
         self._own(self.socket_dir)
         if (self.data_dir / "PG_VERSION").exists():
             return

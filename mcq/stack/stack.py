@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from mcq.config import LOOPBACK, Settings
@@ -47,9 +47,16 @@ def _port_free(port: int) -> bool:
 class Stack:
     """The local stack's services, in start order."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, only: Iterable[str] | None = None) -> None:
+        """All services, or only those named (their dependencies must be among them)."""
         self.settings = settings
         self.services: list[Service] = [cls(settings) for cls in SERVICES]
+        if only is not None:
+            wanted = set(only)
+            unknown = wanted - {s.name for s in self.services}
+            if unknown:
+                raise KeyError(f"no service {sorted(unknown)}; services: {', '.join(s.name for s in self.services)}")
+            self.services = [s for s in self.services if s.name in wanted]
 
     def __iter__(self) -> Iterator[Service]:
         return iter(self.services)
@@ -109,7 +116,8 @@ class Stack:
         healthy: set[str] = set()
         pending = list(self.services)
         while pending:
-            wave = [s for s in pending if all(d in healthy for d in s.depends_on)]
+            chosen = {s.name for s in self.services}
+            wave = [s for s in pending if all(d in healthy or d not in chosen for d in s.depends_on)]
             if not wave:
                 raise ServiceFailed(pending[0].name, f"dependencies never became healthy: {pending[0].depends_on}")
             fresh = []

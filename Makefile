@@ -1,0 +1,54 @@
+# The two commands of the README:
+#   make run   install what is missing, bring the local stack up, run the main job
+#   make test  install what is missing, run the whole test suite on the real stack
+# Everything else here is what those two are made of.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+JVM_CACHE := .cache/jvm
+JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml)
+
+.PHONY: install system python jvm run test lint unit stack-up stack-down stack-status clean-stack
+
+install: system python jvm
+
+system:
+	@scripts/install-system-packages.sh
+
+python: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+jvm: $(JVM_CACHE)/.resolved
+$(JVM_CACHE)/.resolved: $(JVM_POMS)
+	mvn -q -f jvm/pom.xml package
+	@touch $@
+
+run: install
+	$(BIN)/mcq stack up
+	$(BIN)/mcq smoke
+
+lint: python
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: python
+	$(BIN)/pytest -m 'not integration'
+
+test: install lint
+	$(BIN)/pytest
+
+stack-up: install
+	$(BIN)/mcq stack up
+stack-down:
+	$(BIN)/mcq stack down
+stack-status:
+	$(BIN)/mcq stack status
+
+# Forget the stack's state (databases, topics, directory); the next `up` starts fresh.
+clean-stack: stack-down
+	rm -rf .mcq

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, what the local stack runs and mcq builds with:
+# PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 runtime, Maven, and
+# Python's venv module. Only what is missing is installed, so a second run is a no-op.
+set -euo pipefail
+
+need=()
+have_file() { [ -e "$1" ]; }
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+
+have_file /usr/lib/postgresql/15/bin/postgres || need+=(postgresql-15)
+have_file /usr/sbin/slapd || need+=(slapd)
+have_cmd ldapsearch || need+=(ldap-utils)
+have_cmd java || need+=(openjdk-17-jre-headless)
+have_cmd mvn || need+=(maven)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+
+if [ ${#need[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if have_cmd sudo; then sudo="sudo"; else
+    echo "system packages: missing ${need[*]} and not root (no sudo): install them, then rerun" >&2
+    exit 1
+  fi
+fi
+
+echo "system packages: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive  # slapd asks debconf questions otherwise
+# The package postinst scripts must not start system-wide servers: the stack runs its own.
+if ! $sudo apt-get install -y -q --no-install-recommends "${need[@]}"; then
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+fi

@@ -1,0 +1,80 @@
+"""Shared fixtures.
+
+The real stack is started once per test session (two cores: the JVMs start once) and
+reused when it is already running; it is stopped at the end only if this session
+started it. Tests isolate themselves by unique names: topic prefixes, group ids,
+subjects, database schemas.
+
+Where a Docker engine answers, testcontainers could provide these services; on our
+machines none does, so the process stack (`mcq stack`) is what runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mcq.config import Settings, load_settings
+from mcq.stack import Stack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings) -> Iterator[Stack]:
+    """The real local stack, up and healthy for the whole session."""
+    st = Stack(settings)
+    if st.is_up():
+        yield st
+        return
+    st.up(report=lambda line: print(f"[stack] {line}"))
+    try:
+        yield st
+    finally:
+        st.down(report=lambda line: print(f"[stack] {line}"))
+
+
+@pytest.fixture
+def token() -> str:
+    """A short unique token for names that must not collide with other tests."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def topic(token: str) -> str:
+    return f"test-{token}"
+
+
+@pytest.fixture
+def group_id(token: str) -> str:
+    return f"test-group-{token}"
+
+
+@pytest.fixture
+def pg_schema(stack: Stack, settings: Settings, token: str) -> Iterator[str]:
+    """A database schema of the source database of this test's own, dropped after."""
+    import psycopg
+
+    name = f"test_{token}"
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    yield name
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def kafka_conf(stack: Stack, settings: Settings) -> dict[str, Any]:
+    return settings.kafka.client_config()

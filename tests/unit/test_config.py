@@ -1,0 +1,132 @@
+"""Configuration: defaults point at the local stack, everything can be overridden,
+secrets never print."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from mcq.config import ConfigError, Settings, load_settings
+
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("MCQ_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)  # no stray mcq.yaml
+
+
+def test_defaults_point_at_the_local_stack() -> None:
+    s = load_settings()
+    assert s.kafka.bootstrap_servers == "127.0.0.1:59092"
+    assert s.connect.url == "http://127.0.0.1:58083"
+    assert s.registry.url == "http://127.0.0.1:58081/apis/ccompat/v7"
+    assert s.source.port == 55432 and s.source.dbname == "mcq_source"
+    assert s.vendor.dbname == "mcq_vendor"
+    assert s.ldap.url == "ldap://127.0.0.1:53389"
+    assert s.ldap.bind_dn == "cn=admin,dc=mcq,dc=example"
+
+
+def test_local_addresses_follow_the_stack_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCQ_STACK__PORTS__KAFKA", "61000")
+    monkeypatch.setenv("MCQ_STACK__PORTS__REGISTRY", "61001")
+    s = load_settings()
+    assert s.kafka.bootstrap_servers == "127.0.0.1:61000"
+    assert s.registry.url.startswith("http://127.0.0.1:61001/")
+
+
+def test_every_address_and_kafka_security_setting_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {
+        "MCQ_KAFKA__BOOTSTRAP_SERVERS": "broker-1.corp:9093,broker-2.corp:9093",
+        "MCQ_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+        "MCQ_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+        "MCQ_KAFKA__SASL_USERNAME": "mcq",
+        "MCQ_KAFKA__SASL_PASSWORD": SECRET,
+        "MCQ_KAFKA__SSL_CA_LOCATION": "/etc/ssl/corp-ca.pem",
+        "MCQ_CONNECT__URL": "https://connect.corp:8083",
+        "MCQ_REGISTRY__URL": "https://registry.corp/apis/ccompat/v7",
+        "MCQ_REGISTRY__USERNAME": "reg",
+        "MCQ_REGISTRY__PASSWORD": SECRET,
+        "MCQ_SOURCE__HOST": "db.corp",
+        "MCQ_SOURCE__PORT": "5432",
+        "MCQ_SOURCE__PASSWORD": SECRET,
+        "MCQ_LDAP__URL": "ldaps://ldap.corp",
+        "MCQ_LDAP__BASE_DN": "dc=corp,dc=example",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s = load_settings()
+    conf = s.kafka.client_config()
+    assert conf["bootstrap.servers"] == "broker-1.corp:9093,broker-2.corp:9093"
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["sasl.password"] == SECRET
+    assert conf["ssl.ca.location"] == "/etc/ssl/corp-ca.pem"
+    spark = s.kafka.spark_options()
+    assert "ScramLoginModule" in spark["kafka.sasl.jaas.config"]
+    assert spark["kafka.security.protocol"] == "SASL_SSL"
+    assert s.connect.url == "https://connect.corp:8083"
+    assert s.registry.client_config()["basic.auth.user.info"] == f"reg:{SECRET}"
+    assert s.source.dsn() == f"postgresql://mcq:{SECRET}@db.corp:5432/mcq_source"
+    assert s.ldap.url == "ldaps://ldap.corp"
+    assert s.ldap.bind_dn == "cn=admin,dc=corp,dc=example"
+    assert s.ldap.people_dn == "ou=people,dc=corp,dc=example"
+
+
+def test_a_yaml_file_named_by_mcq_config_is_read_and_env_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text("kafka:\n  bootstrap_servers: from-file:9092\nconnect:\n  url: http://from-file:8083\n")
+    monkeypatch.setenv("MCQ_CONFIG", str(cfg))
+    monkeypatch.setenv("MCQ_CONNECT__URL", "http://from-env:8083")
+    s = load_settings()
+    assert s.kafka.bootstrap_servers == "from-file:9092"
+    assert s.connect.url == "http://from-env:8083"
+
+
+def test_invalid_configuration_is_one_error_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCQ_KAFKA__SECURITY_PROTOCOL", "CARRIER_PIGEON")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "kafka.security_protocol" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MCQ_CONFIG", str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match="nope.yaml: no such file"):
+        load_settings()
+
+
+def test_secrets_never_print(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCQ_KAFKA__SASL_USERNAME", "mcq")
+    monkeypatch.setenv("MCQ_KAFKA__SASL_PASSWORD", SECRET)
+    monkeypatch.setenv("MCQ_SOURCE__PASSWORD", SECRET)
+    monkeypatch.setenv("MCQ_LDAP__PASSWORD", SECRET)
+    s = load_settings()
+    assert isinstance(s.source.password, SecretStr)
+    for text in (repr(s), str(s), s.model_dump_json(), str(s.model_dump()), str(s.source), repr(s.kafka)):
+        assert SECRET not in text
+    out = subprocess.run(
+        [sys.executable, "-m", "mcq.cli", "config"], capture_output=True, text=True, check=True
+    ).stdout
+    assert SECRET not in out
+    assert "**********" in out
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings()
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError for frozen models
+        s.kafka.bootstrap_servers = "elsewhere:9092"  # type: ignore[misc]

@@ -1,0 +1,62 @@
+"""Process handling of the stack: a stopped service leaves no process behind, and a
+recycled pid is never taken for ours."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from mcq.stack.process import ProcessHandle
+
+
+def _handle(tmp_path: Path, marker: str) -> ProcessHandle:
+    return ProcessHandle("demo", tmp_path / "run" / "demo.pid", tmp_path / "logs" / "demo.log", marker)
+
+
+def test_stop_kills_the_whole_process_group_including_children(tmp_path: Path) -> None:
+    marker = f"mcq-test-{os.getpid()}-{time.monotonic_ns()}"
+    handle = _handle(tmp_path, marker)
+    # a parent that ignores SIGTERM and a child that would outlive it
+    script = f"import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
+             f"subprocess.Popen(['sleep', '300']); time.sleep(300)  # {marker}"
+    pid = handle.spawn([sys.executable, "-c", script], os.environ, cwd=tmp_path)
+    time.sleep(0.5)
+    assert handle.pid() == pid
+    assert handle.stop(signal.SIGTERM, timeout_s=1.0) is True
+    assert handle.pid() is None
+    assert not handle.pid_file.exists()
+    leftovers = [
+        p.name for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _pgrp(p) == pid
+    ]
+    assert leftovers == []
+
+
+def _pgrp(proc: Path) -> int | None:
+    """The process group of a live process (a zombie has already exited: None)."""
+    try:
+        fields = (proc / "stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[2])
+
+
+def test_a_pid_file_naming_someone_elses_process_is_not_running(tmp_path: Path) -> None:
+    handle = _handle(tmp_path, "a-marker-no-process-has")
+    handle.pid_file.parent.mkdir(parents=True)
+    handle.pid_file.write_text(f"{os.getpid()}\n")  # alive, but not ours
+    assert handle.pid() is None
+    assert handle.stop(signal.SIGTERM) is False
+
+
+def test_output_goes_to_the_log_and_tail_reads_it_back(tmp_path: Path) -> None:
+    marker = f"mcq-log-{time.monotonic_ns()}"
+    handle = _handle(tmp_path, marker)
+    handle.spawn([sys.executable, "-c", f"print('hello from {marker}')"], os.environ, cwd=tmp_path)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any("hello from" in ln for ln in handle.tail()):
+        time.sleep(0.1)
+    assert any(f"hello from {marker}" in ln for ln in handle.tail())
