@@ -34,6 +34,7 @@ run: install
 
 lint: python
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 unit: python

@@ -111,9 +111,7 @@ class KafkaSettings(_Section):
                 else "org.apache.kafka.common.security.plain.PlainLoginModule"
             )
             secret = self.sasl_password.get_secret_value()
-            opts["kafka.sasl.jaas.config"] = (
-                f'{module} required username="{self.sasl_username}" password="{secret}";'
-            )
+            opts["kafka.sasl.jaas.config"] = f'{module} required username="{self.sasl_username}" password="{secret}";'
         if self.ssl_ca_location:
             opts["kafka.ssl.truststore.type"] = "PEM"
             opts["kafka.ssl.truststore.location"] = str(self.ssl_ca_location)
@@ -221,9 +219,7 @@ class Settings(BaseSettings):
             "kafka": self.kafka.model_copy(
                 update={"bootstrap_servers": self.kafka.bootstrap_servers or f"{LOOPBACK}:{ports.kafka}"}
             ),
-            "connect": self.connect.model_copy(
-                update={"url": self.connect.url or f"{local}:{ports.connect}"}
-            ),
+            "connect": self.connect.model_copy(update={"url": self.connect.url or f"{local}:{ports.connect}"}),
             "registry": self.registry.model_copy(
                 update={"url": self.registry.url or f"{local}:{ports.registry}/apis/ccompat/v7"}
             ),
@@ -266,7 +262,5 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         where = os.environ.get("MCQ_CONFIG") or ("mcq.yaml" if Path("mcq.yaml").is_file() else "environment")
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid configuration ({where}): {problems}") from None

@@ -115,8 +115,10 @@ class ConnectClient:
                 if failed or last["connector"].get("state") == "FAILED":
                     trace = (failed[0] if failed else last["connector"]).get("trace", "")
                     raise ConnectError(f"connector {name} FAILED: {trace.splitlines()[0] if trace else '?'}")
-                if last["connector"].get("state") == "RUNNING" and tasks and all(
-                    t.get("state") == "RUNNING" for t in tasks
+                if (
+                    last["connector"].get("state") == "RUNNING"
+                    and tasks
+                    and all(t.get("state") == "RUNNING" for t in tasks)
                 ):
                     return last
             time.sleep(0.5)

@@ -32,9 +32,7 @@ def connector_jars(settings: Settings) -> list[Path]:
     jars = sorted(directory.glob("*.jar"))
     missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
     if missing:
-        raise SparkSetupError(
-            f"{directory}: missing {', '.join(p.rstrip('_-') for p in missing)}; run `make install`"
-        )
+        raise SparkSetupError(f"{directory}: missing {', '.join(p.rstrip('_-') for p in missing)}; run `make install`")
     return jars
 
 

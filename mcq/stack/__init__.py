@@ -11,4 +11,4 @@ Debezium and Apicurio Registry, run as processes under ``MCQ_HOME``.
 from mcq.stack.exceptions import MissingRuntime, PortInUse, ServiceFailed, StackError
 from mcq.stack.stack import ServiceStatus, Stack
 
-__all__ = ["MissingRuntime", "PortInUse", "ServiceFailed", "Stack", "StackError", "ServiceStatus"]
+__all__ = ["MissingRuntime", "PortInUse", "ServiceFailed", "ServiceStatus", "Stack", "StackError"]

@@ -1,9 +1,9 @@
 """Errors of the local stack. Each message is one line: service, reason, log file.
 
-    StackError
-    ├── MissingRuntime      a binary or the JVM artifact cache is missing (run `make install`)
-    ├── PortInUse           another process holds a port the stack needs
-    └── ServiceFailed       a service exited, or did not become healthy in time
+StackError
+├── MissingRuntime      a binary or the JVM artifact cache is missing (run `make install`)
+├── PortInUse           another process holds a port the stack needs
+└── ServiceFailed       a service exited, or did not become healthy in time
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ A service runs in its own session so that stopping it signals the whole group
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -140,15 +141,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap(pid: int) -> None:
     """Collect the exit status when the service is our own child (mcq stack up in-process)."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

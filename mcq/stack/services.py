@@ -20,13 +20,16 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
 from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import MissingRuntime, ServiceFailed
 from mcq.stack.process import ProcessHandle
+
+if TYPE_CHECKING:
+    import psycopg
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 HEALTH_TOPIC = "_mcq.health"
@@ -76,7 +79,7 @@ class Service(ABC):
     def address(self) -> str:
         """Where clients reach the service."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - a hook: most services need no preparation
         """Create configuration and one-time state; safe to run on every start."""
 
     @abstractmethod
@@ -93,7 +96,7 @@ class Service(ABC):
     def check(self) -> None:
         """Raise :class:`NotReady` unless the service answers a real request."""
 
-    def after_start(self) -> None:
+    def after_start(self) -> None:  # noqa: B027 - a hook: most services need nothing after start
         """Work that needs the running service (databases, base entries)."""
 
     def start(self) -> int:
@@ -193,8 +196,10 @@ class Postgres(Service):
             self._run(
                 [
                     self._bin("initdb"),
-                    "-D", str(self.data_dir),
-                    "-U", self.settings.source.user,
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    self.settings.source.user,
                     f"--pwfile={pwfile}",
                     "--auth-local=trust",
                     "--auth-host=scram-sha-256",
@@ -224,7 +229,7 @@ class Postgres(Service):
         flags = [f"--{k}={v}" for k, v in conf.items()]
         return [self._bin("postgres"), "-D", str(self.data_dir), *flags]
 
-    def _connect(self, dbname: str) -> object:
+    def _connect(self, dbname: str) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
 
         db = self.settings.source
@@ -239,7 +244,7 @@ class Postgres(Service):
         )
 
     def after_start(self) -> None:
-        with self._connect("postgres") as conn:  # type: ignore[attr-defined]
+        with self._connect("postgres") as conn:
             existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
             for db in self.databases:
                 if db not in existing:
@@ -247,20 +252,18 @@ class Postgres(Service):
             vendor = self.settings.vendor
             if vendor.user != self.settings.source.user:
                 if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (vendor.user,)).fetchone():
-                    conn.execute(
-                        f'CREATE ROLE "{vendor.user}" LOGIN PASSWORD '
-                        f"'{vendor.password.get_secret_value()}'"
-                    )
+                    conn.execute(f"CREATE ROLE \"{vendor.user}\" LOGIN PASSWORD '{vendor.password.get_secret_value()}'")
                 conn.execute(f'GRANT ALL ON DATABASE "{vendor.dbname}" TO "{vendor.user}"')
 
     def check(self) -> None:
         import psycopg
 
         try:
-            with self._connect("postgres") as conn:  # type: ignore[attr-defined]
-                wal = conn.execute("SHOW wal_level").fetchone()[0]
+            with self._connect("postgres") as conn:
+                row = conn.execute("SHOW wal_level").fetchone()
         except psycopg.OperationalError as exc:
             raise NotReady(str(exc).strip().splitlines()[0]) from None
+        wal = row[0] if row else None
         if wal != "logical":
             raise NotReady(f"wal_level is {wal}, logical decoding needs 'logical'")
 
@@ -370,8 +373,8 @@ ou: groups
 """
         (self.conf_dir.parent / "ldap-base.ldif").write_text(base)
         try:
-            self._run([str(slapadd), "-n", "0", "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / "ldap-config.ldif")])
-            self._run([str(slapadd), "-n", "1", "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / "ldap-base.ldif")])
+            for db, ldif in (("0", "ldap-config.ldif"), ("1", "ldap-base.ldif")):
+                self._run([str(slapadd), "-n", db, "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / ldif)])
         except ServiceFailed:
             shutil.rmtree(self.conf_dir, ignore_errors=True)  # so the next `up` starts over
             raise
@@ -502,14 +505,23 @@ class Kafka(JvmService):
         if not (self.data_dir / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             self._run(
-                [self.settings.stack.java, "-cp", f"{self.libs}/*", "-Dlog4j2.configurationFile="
-                 f"{self.conf_dir / 'log4j2.properties'}", "kafka.tools.StorageTool",
-                 "format", "-t", cluster_id, "-c", str(conf)]
+                [
+                    self.settings.stack.java,
+                    "-cp",
+                    f"{self.libs}/*",
+                    f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(conf),
+                ]
             )
 
     def check(self) -> None:
         """Produce a record and read it back: the broker, its log and its fetch path work."""
-        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
         # log_level 0: a broker still starting would flood the terminal with connect errors
         conf = {**self.settings.kafka.client_config(), "log_level": 0}
@@ -517,11 +529,11 @@ class Kafka(JvmService):
         delivered: list[TopicPartition] = []
         errors: list[str] = []
 
-        def on_delivery(err: object, msg: object) -> None:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 errors.append(str(err))
             else:
-                delivered.append(TopicPartition(msg.topic(), msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+                delivered.append(TopicPartition(msg.topic() or HEALTH_TOPIC, msg.partition() or 0, msg.offset() or 0))
 
         try:
             producer = Producer({**conf, "message.timeout.ms": 5000, "partitioner": "murmur2_random"})
@@ -632,9 +644,11 @@ class Registry(JvmService):
         return self.settings.stack.jvm_cache / "apicurio"
 
     def runner(self) -> Path:
-        jars = sorted(self.libs.glob("apicurio-registry-app-*-runner.jar")) + sorted(self.libs.glob("quarkus-run.jar"))
+        jars = [*sorted(self.libs.glob("apicurio-registry-app-*-runner.jar")), *self.libs.glob("quarkus-run.jar")]
         if not jars:
-            raise MissingRuntime(self.name, f"no Apicurio runner jar in {self.libs}; run `make install`", self.handle.log_file)
+            raise MissingRuntime(
+                self.name, f"no Apicurio runner jar in {self.libs}; run `make install`", self.handle.log_file
+            )
         return jars[0]
 
     def argv(self) -> list[str]:

@@ -77,7 +77,7 @@ class Stack:
         return True, "ok"
 
     def is_up(self) -> bool:
-        """True when every service is running and healthy."""
+        """True when every service is running (started from this MCQ_HOME) and healthy."""
         return all(s.up for s in self.status())
 
     def status(self) -> list[ServiceStatus]:
@@ -147,7 +147,9 @@ class Stack:
             for name, svc in list(waiting.items()):
                 if svc.handle.pid() is None:
                     last = next((ln for ln in reversed(svc.handle.tail(30)) if ln.strip()), "no output")
-                    raise ServiceFailed(name, f"exited while starting; last log line: {last.strip()[:300]}", svc.handle.log_file)
+                    raise ServiceFailed(
+                        name, f"exited while starting; last log line: {last.strip()[:300]}", svc.handle.log_file
+                    )
                 ok, why = self.healthy(svc)
                 if ok:
                     report(f"{name}: healthy at {svc.address} after {time.monotonic() - t0:.1f} s")

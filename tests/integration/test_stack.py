@@ -12,11 +12,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import httpx
 import ldap3
 import psycopg
+import pytest
 
 from mcq.config import Settings
 from mcq.stack import Stack
@@ -85,7 +84,9 @@ def test_connect_lists_the_debezium_postgres_plugin(stack: Stack, settings: Sett
 
 def test_ldap_binds_and_has_people_and_groups(stack: Stack, settings: Settings) -> None:
     conn = ldap3.Connection(
-        ldap3.Server(settings.ldap.url), settings.ldap.bind_dn, settings.ldap.password.get_secret_value(),
+        ldap3.Server(settings.ldap.url),
+        settings.ldap.bind_dn,
+        settings.ldap.password.get_secret_value(),
         auto_bind=True,
     )
     assert conn.search(settings.ldap.base_dn, "(objectClass=organizationalUnit)", attributes=["ou"])
@@ -130,18 +131,22 @@ def test_up_then_down_leaves_no_process_behind(world_readable_home: Path) -> Non
     tmp_path = world_readable_home
     ports = {n: _free_port() for n in ("postgres", "ldap")}
     env = _isolated_env(tmp_path, ports)
-    up = subprocess.run([*MCQ, "stack", "up", "--only", "postgres,ldap"], capture_output=True, text=True, env=env,
-                        timeout=180)
+    up = subprocess.run(
+        [*MCQ, "stack", "up", "--only", "postgres,ldap"], capture_output=True, text=True, env=env, timeout=180
+    )
     assert up.returncode == 0, up.stdout + up.stderr
     assert "stack up in" in up.stdout
     assert len(_processes_mentioning(str(tmp_path))) >= 2
-    status = subprocess.run([*MCQ, "stack", "status", "--only", "postgres,ldap"], capture_output=True, text=True,
-                            env=env)
+    status = subprocess.run(
+        [*MCQ, "stack", "status", "--only", "postgres,ldap"], capture_output=True, text=True, env=env
+    )
     assert status.returncode == 0, status.stdout
-    down = subprocess.run([*MCQ, "stack", "down", "--only", "postgres,ldap"], capture_output=True, text=True, env=env,
-                          timeout=120)
+    down = subprocess.run(
+        [*MCQ, "stack", "down", "--only", "postgres,ldap"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert down.returncode == 0
     assert _processes_mentioning(str(tmp_path)) == []
-    status = subprocess.run([*MCQ, "stack", "status", "--only", "postgres,ldap"], capture_output=True, text=True,
-                            env=env)
+    status = subprocess.run(
+        [*MCQ, "stack", "status", "--only", "postgres,ldap"], capture_output=True, text=True, env=env
+    )
     assert status.returncode == 3

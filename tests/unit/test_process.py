@@ -20,18 +20,17 @@ def test_stop_kills_the_whole_process_group_including_children(tmp_path: Path) -
     marker = f"mcq-test-{os.getpid()}-{time.monotonic_ns()}"
     handle = _handle(tmp_path, marker)
     # a parent that ignores SIGTERM and a child that would outlive it
-    script = f"import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
-             f"subprocess.Popen(['sleep', '300']); time.sleep(300)  # {marker}"
+    script = (
+        f"import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"subprocess.Popen(['sleep', '300']); time.sleep(300)  # {marker}"
+    )
     pid = handle.spawn([sys.executable, "-c", script], os.environ, cwd=tmp_path)
     time.sleep(0.5)
     assert handle.pid() == pid
     assert handle.stop(signal.SIGTERM, timeout_s=1.0) is True
     assert handle.pid() is None
     assert not handle.pid_file.exists()
-    leftovers = [
-        p.name for p in Path("/proc").iterdir()
-        if p.name.isdigit() and _pgrp(p) == pid
-    ]
+    leftovers = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _pgrp(p) == pid]
     assert leftovers == []
 
 
