@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mcq.config import ConfigError, Settings, load_settings
+from mcq.registry import Registry, RegistryError, load_registry
+from mcq.registry.store import RegistryStore
 from mcq.stack import Stack, StackError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -139,6 +141,91 @@ def _follow(path: Path) -> None:
                     time.sleep(0.5)
         except KeyboardInterrupt:
             return
+
+
+# ------------------------------------------------------------------ registry
+
+
+@main.group()
+def registry() -> None:
+    """The registry: tables/subtypes, listeners and interests (see examples/campus.yaml)."""
+
+
+REGISTRY_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def _load_registry_file(file: Path) -> Registry:
+    try:
+        return load_registry(file)
+    except RegistryError as exc:
+        err_console.print(str(exc), markup=False)
+        sys.exit(EXIT_FAILED)
+
+
+@registry.command()
+@REGISTRY_FILE
+def validate(file: Path) -> None:
+    """Check a registry file; every problem is one line with file:line (exit 1)."""
+    reg = _load_registry_file(file)
+    console.print(
+        f"{file}: valid: {len(reg.sources)} sources, {len(reg.tables)} tables/subtypes, "
+        f"{len(reg.listeners)} listeners, {len(reg.interests)} interests"
+    )
+
+
+def _store() -> RegistryStore:
+    return RegistryStore(_settings())
+
+
+@registry.command("apply")
+@REGISTRY_FILE
+def registry_apply(file: Path) -> None:
+    """Publish a registry file to the shared store; running processes pick it up."""
+    reg = _load_registry_file(file)
+    try:
+        change = _store().apply(reg)
+    except RegistryError as exc:
+        err_console.print(f"mcq registry apply: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+    for line in change.lines() or ["no change"]:
+        console.print(line, markup=False)
+
+
+@registry.command("diff")
+@REGISTRY_FILE
+def registry_diff(file: Path) -> None:
+    """Show what `apply FILE` would change (exit 0 either way)."""
+    change = _store().diff(_load_registry_file(file))
+    for line in change.lines() or ["no change"]:
+        console.print(line, markup=False)
+
+
+@registry.command("show")
+def registry_show() -> None:
+    """Show the registry as running processes see it, with first-seen provenance."""
+    store = _store()
+    reg = store.read()
+    provenance = {p.ref: p for p in store.provenance()}
+    tables = Table(title="tables / subtypes")
+    for col in ("table/subtype", "topic", "fed by", "first seen"):
+        tables.add_column(col)
+    for t in reg.tables:
+        p = provenance.get(t.ref)
+        tables.add_row(
+            t.ref, t.topic, ", ".join(f.table for f in t.feeds) or "(explicit log)",
+            f"{p.origin} at {p.first_seen}" if p else "-",
+        )
+    console.print(tables)
+    listeners = Table(title="listeners")
+    for col in ("listener", "schedule", "adapter", "owner", "interests"):
+        listeners.add_column(col)
+    for lst in reg.listeners:
+        interests = [
+            (i.tname if i.subtype is None else f"{i.tname}/{i.subtype}") + (f" [{i.rule}]" if i.rule else "")
+            for i in reg.interests_of(lst.name)
+        ]
+        listeners.add_row(lst.name, lst.schedule, lst.adapter.type, lst.owner, "\n".join(interests))
+    console.print(listeners)
 
 
 # ------------------------------------------------------------------ config

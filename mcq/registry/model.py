@@ -1,0 +1,252 @@
+"""The registry as data: sources, logical tables, listeners and interests.
+
+This is the Meta Change Queue's Meta_Change_Tables (Table 3), Meta_Change_Listeners
+(Table 4) and Meta_Change_Interests (Table 6), plus what capture needs to know about
+the source databases. Models are frozen and validated on construction; cross-references
+(an interest naming an unknown table, a key mapped to a column that is not captured)
+are checked by :meth:`Registry.problems` so that the loader can point at file:line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from mcq.registry.exceptions import RuleSyntaxError
+from mcq.registry.rules import Rule, parse_rule
+
+KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
+"""The key fields of a change record (the paper's Table 1)."""
+
+CHANGE_FIELDS = ("tname", "subtype", "change_type", *KEY_FIELDS)
+"""The change fields a content rule can read besides the row's columns."""
+
+ALL_SUBTYPES = "*"
+
+Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=63)]
+KeyField = Literal["person_id", "pkey_string", "pkey_number", "aux_string"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Model):
+    """A database whose changes are captured (one Debezium connector each)."""
+
+    name: Identifier
+    database: Literal["source"] = "source"
+    """Which configured database (``MCQ_SOURCE__*``) this is."""
+    schemas: tuple[Identifier, ...] = ("public",)
+    publication: Identifier | None = None
+    slot: Identifier | None = None
+    comment: str = ""
+
+    @property
+    def publication_name(self) -> str:
+        return self.publication or f"mcq_{self.name}"
+
+    @property
+    def slot_name(self) -> str:
+        return self.slot or f"mcq_{self.name}"
+
+
+class Feed(_Model):
+    """One source table feeding a logical table: where each key field comes from,
+    which columns are captured, and which of them are of interest."""
+
+    source: Identifier
+    table: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")]
+    """``schema.table`` in the source database."""
+    keys: dict[KeyField, Identifier]
+    columns: tuple[Identifier, ...]
+    """The captured columns (key columns included)."""
+    watch: tuple[Identifier, ...] | None = None
+    """Columns of interest; an update that changes none of them is housekeeping. Default: all captured."""
+
+    @property
+    def watched(self) -> tuple[str, ...]:
+        return self.watch if self.watch is not None else self.columns
+
+    @property
+    def schema_name(self) -> str:
+        return self.table.split(".", 1)[0]
+
+    @property
+    def table_name(self) -> str:
+        return self.table.split(".", 1)[1]
+
+
+class LogicalTable(_Model):
+    """A TNAME and optional subtype: TNAME is where the key comes from, the subtype says
+    which aspect changed (PERSON/Telephone is fed by ``directory_telephone``)."""
+
+    tname: Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=32)]
+    subtype: Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", max_length=32)] | None = None
+    comment: str = ""
+    feeds: tuple[Feed, ...] = ()
+    """Source tables feeding it; empty for a table only logged explicitly (mcq_log_*)."""
+    partitions: int = Field(default=3, ge=1, le=1024)
+
+    @property
+    def ref(self) -> str:
+        """``TNAME`` or ``TNAME/Subtype``."""
+        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+
+    @property
+    def topic(self) -> str:
+        """The compacted logical topic of this table/subtype."""
+        return f"mcq.{self.tname.lower()}" + (f".{self.subtype.lower()}" if self.subtype else "")
+
+    def columns(self) -> frozenset[str]:
+        return frozenset(c for f in self.feeds for c in f.columns)
+
+
+class Adapter(_Model):
+    type: Identifier
+    settings: dict[str, Any] = {}
+
+
+class Listener(_Model):
+    """A downstream system: its consumer group, owner and schedule (the paper's Table 4)."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
+    comment: str = ""
+    owner: str
+    role: str | None = None
+    schedule: str = "realtime"
+    """``realtime``, or a cron expression for a batch catch-up run."""
+    adapter: Adapter
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        if value != "realtime" and not croniter.is_valid(value):
+            raise ValueError(f"schedule must be 'realtime' or a cron expression, not {value!r}")
+        return value
+
+    @property
+    def group_id(self) -> str:
+        return f"mcq.{self.name}"
+
+
+class Interest(_Model):
+    """A listener's interest in a table/subtype (or all its subtypes), with an optional rule."""
+
+    listener: str
+    tname: str
+    subtype: str | None = ALL_SUBTYPES
+    """A subtype, ``*`` for all subtypes of TNAME, or null for the table without subtype."""
+    rule: str | None = None
+    comment: str = ""
+
+    @field_validator("rule")
+    @classmethod
+    def _rule_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_rule(value)
+            except RuleSyntaxError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def parsed_rule(self) -> Rule | None:
+        return parse_rule(self.rule) if self.rule else None
+
+    def covers(self, table: LogicalTable) -> bool:
+        if table.tname != self.tname:
+            return False
+        return self.subtype == ALL_SUBTYPES or self.subtype == table.subtype
+
+
+class Registry(_Model):
+    """The whole registry."""
+
+    sources: tuple[Source, ...] = ()
+    tables: tuple[LogicalTable, ...] = ()
+    listeners: tuple[Listener, ...] = ()
+    interests: tuple[Interest, ...] = ()
+
+    def table(self, tname: str, subtype: str | None) -> LogicalTable | None:
+        return next((t for t in self.tables if t.tname == tname and t.subtype == subtype), None)
+
+    def listener(self, name: str) -> Listener | None:
+        return next((listener for listener in self.listeners if listener.name == name), None)
+
+    def interests_of(self, listener: str) -> list[Interest]:
+        return [i for i in self.interests if i.listener == listener]
+
+    def tables_of(self, listener: str) -> list[LogicalTable]:
+        """The logical tables a listener is interested in (the topics it subscribes to)."""
+        interests = self.interests_of(listener)
+        return [t for t in self.tables if any(i.covers(t) for i in interests)]
+
+    def feeds_of(self, source: str) -> list[tuple[LogicalTable, Feed]]:
+        return [(t, f) for t in self.tables for f in t.feeds if f.source == source]
+
+    def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-reference problems, each with the path of the definition at fault."""
+        out: list[tuple[tuple[str | int, ...], str]] = []
+        out += _duplicates("sources", [s.name for s in self.sources], "source")
+        out += _duplicates("tables", [t.ref for t in self.tables], "table/subtype")
+        out += _duplicates("listeners", [x.name for x in self.listeners], "listener")
+        sources = {s.name: s for s in self.sources}
+        for ti, table in enumerate(self.tables):
+            for fi, feed in enumerate(table.feeds):
+                here: tuple[str | int, ...] = ("tables", ti, "feeds", fi)
+                source = sources.get(feed.source)
+                if source is None:
+                    out.append(((*here, "source"), f"unknown source {feed.source!r}; define it under sources:"))
+                elif feed.schema_name not in source.schemas:
+                    out.append(
+                        ((*here, "table"), f"schema {feed.schema_name!r} is not among source {source.name!r}'s schemas")
+                    )
+                for key, column in feed.keys.items():
+                    if column not in feed.columns:
+                        out.append(
+                            (
+                                (*here, "keys", key),
+                                f"key field {key} is mapped to {column!r}, which is not a captured column of "
+                                f"{feed.table} (columns: {', '.join(feed.columns)})",
+                            )
+                        )
+                for column in feed.watch or ():
+                    if column not in feed.columns:
+                        out.append(((*here, "watch"), f"watched column {column!r} is not captured from {feed.table}"))
+                if not feed.keys:
+                    out.append(((*here, "keys"), f"{feed.table} maps no key field; map at least one of {KEY_FIELDS}"))
+        names = {x.name for x in self.listeners}
+        for ii, interest in enumerate(self.interests):
+            here = ("interests", ii)
+            if interest.listener not in names:
+                out.append(((*here, "listener"), f"unknown listener {interest.listener!r}"))
+            covered = [t for t in self.tables if interest.covers(t)]
+            if not covered:
+                what = interest.tname if interest.subtype in (None, ALL_SUBTYPES) else f"{interest.tname}/{interest.subtype}"
+                out.append(((*here, "tname"), f"unknown table {what}; define it under tables:"))
+            rule = interest.parsed_rule()
+            if rule and covered:
+                known = set(CHANGE_FIELDS) | {c for t in covered for c in t.columns()}
+                known |= {f"{side}.{c}" for side in ("before", "after") for c in known}
+                unknown = sorted(rule.fields() - known)
+                if unknown:
+                    out.append(((*here, "rule"), f"rule reads {', '.join(unknown)}, which no covered table has"))
+        return out
+
+
+def _duplicates(section: str, names: list[str], what: str) -> list[tuple[tuple[str | int, ...], str]]:
+    seen: dict[str, int] = {}
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, name in enumerate(names):
+        if name in seen:
+            out.append(((section, i), f"duplicate {what} {name!r} (first defined as item {seen[name] + 1})"))
+        else:
+            seen[name] = i
+    return out
+
+
+def is_identifier(text: str) -> bool:
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None

@@ -1,0 +1,246 @@
+"""The registry's run-time home: a compacted Kafka topic, as Connect and schema
+registries keep theirs.
+
+One record per definition, keyed ``<kind>/<id>`` (``table/PERSON/Telephone``,
+``listener/LDAP``, ``interest/LDAP|PERSON|*``), value the definition as JSON; a removed
+definition is a tombstone. Compaction keeps the last state of each, so a process that
+reads the topic from the beginning has the whole registry, and one that keeps reading
+sees changes as they are applied — no redeploy. ``provenance/<TNAME>[/<subtype>]``
+records the first-seen origin of each table/subtype (the paper's call-stack column).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mcq.config import Settings
+from mcq.registry.exceptions import RegistryStoreError
+from mcq.registry.model import Interest, Listener, LogicalTable, Registry, Source
+
+REGISTRY_TOPIC = "_mcq.registry"
+
+_KINDS: dict[str, type[Source] | type[LogicalTable] | type[Listener] | type[Interest]] = {
+    "source": Source,
+    "table": LogicalTable,
+    "listener": Listener,
+    "interest": Interest,
+}
+
+
+def definition_key(item: Source | LogicalTable | Listener | Interest) -> str:
+    if isinstance(item, Source):
+        return f"source/{item.name}"
+    if isinstance(item, LogicalTable):
+        return f"table/{item.ref}"
+    if isinstance(item, Listener):
+        return f"listener/{item.name}"
+    return f"interest/{item.listener}|{item.tname}|{item.subtype if item.subtype is not None else ''}"
+
+
+def definitions(registry: Registry) -> dict[str, dict[str, Any]]:
+    """Every definition of a registry by its store key, as JSON-ready dicts."""
+    items = [*registry.sources, *registry.tables, *registry.listeners, *registry.interests]
+    return {definition_key(i): i.model_dump(mode="json") for i in items}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a table/subtype was first seen: which source table or explicit-log caller, when."""
+
+    ref: str
+    origin: str
+    first_seen: str
+
+
+@dataclass(frozen=True)
+class RegistryDiff:
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.changed or self.removed)
+
+    def lines(self) -> list[str]:
+        return [f"+ {k}" for k in self.added] + [f"~ {k}" for k in self.changed] + [f"- {k}" for k in self.removed]
+
+
+def diff_definitions(current: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> RegistryDiff:
+    return RegistryDiff(
+        added=sorted(k for k in wanted if k not in current),
+        changed=sorted(k for k in wanted if k in current and current[k] != wanted[k]),
+        removed=sorted(k for k in current if k not in wanted),
+    )
+
+
+def assemble(records: dict[str, dict[str, Any]]) -> Registry:
+    """A Registry from store records (definitions only), in a stable order."""
+    parts: dict[str, list[Any]] = {kind: [] for kind in _KINDS}
+    for key in sorted(records):
+        kind = key.split("/", 1)[0]
+        if kind in _KINDS:
+            parts[kind].append(_KINDS[kind].model_validate(records[key]))
+    return Registry(
+        sources=tuple(parts["source"]),
+        tables=tuple(parts["table"]),
+        listeners=tuple(parts["listener"]),
+        interests=tuple(parts["interest"]),
+    )
+
+
+class RegistryStore:
+    """Read and write the registry topic."""
+
+    def __init__(self, settings: Settings, topic: str = REGISTRY_TOPIC) -> None:
+        self.settings = settings
+        self.topic = topic
+        self._conf = settings.kafka.client_config()
+
+    def ensure_topic(self) -> None:
+        admin = AdminClient(self._conf)
+        if self.topic in admin.list_topics(timeout=10).topics:
+            return
+        spec = NewTopic(
+            self.topic,
+            num_partitions=1,  # one partition: a reader sees definitions in the order applied
+            replication_factor=-1,  # the cluster's default
+            config={"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"},
+        )
+        try:
+            admin.create_topics([spec], operation_timeout=30)[self.topic].result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise RegistryStoreError(f"cannot create registry topic {self.topic}: {exc}") from None
+
+    # ---------------------------------------------------------------- reading
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """The current record of every key (tombstones applied), read from the beginning."""
+        self.ensure_topic()
+        reader = RegistryReader(self.settings, self.topic)
+        try:
+            reader.catch_up()
+            return dict(reader.records)
+        finally:
+            reader.close()
+
+    def read(self) -> Registry:
+        return assemble(self.records())
+
+    def provenance(self) -> list[Provenance]:
+        return [
+            Provenance(ref=k.split("/", 1)[1], origin=v["origin"], first_seen=v["first_seen"])
+            for k, v in sorted(self.records().items())
+            if k.startswith("provenance/")
+        ]
+
+    # ---------------------------------------------------------------- writing
+
+    def _produce(self, items: dict[str, dict[str, Any] | None]) -> None:
+        producer = Producer({**self._conf, "enable.idempotence": True, "acks": "all"})
+        failures: list[str] = []
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append(f"{msg.key()!r}: {err}")
+
+        for key, value in items.items():
+            payload = None if value is None else json.dumps(value, sort_keys=True).encode()
+            producer.produce(self.topic, key=key.encode(), value=payload, on_delivery=report)
+        remaining = producer.flush(30)
+        if failures or remaining:
+            raise RegistryStoreError(f"writing {self.topic}: {failures or f'{remaining} records undelivered'}")
+
+    def diff(self, registry: Registry) -> RegistryDiff:
+        current = {k: v for k, v in self.records().items() if k.split("/", 1)[0] in _KINDS}
+        return diff_definitions(current, definitions(registry))
+
+    def apply(self, registry: Registry) -> RegistryDiff:
+        """Make the store hold exactly this registry; return what changed."""
+        wanted = definitions(registry)
+        change = self.diff(registry)
+        updates: dict[str, dict[str, Any] | None] = {k: wanted[k] for k in change.added + change.changed}
+        updates.update({k: None for k in change.removed})
+        if updates:
+            self._produce(updates)
+        return change
+
+    def record_first_seen(self, ref: str, origin: str, at: datetime | None = None) -> Provenance:
+        """Record where a table/subtype was first seen, unless it already has a record."""
+        key = f"provenance/{ref}"
+        existing = self.records().get(key)
+        if existing:
+            return Provenance(ref, existing["origin"], existing["first_seen"])
+        stamp = (at or datetime.now(UTC)).isoformat()
+        self._produce({key: {"origin": origin, "first_seen": stamp}})
+        return Provenance(ref, origin, stamp)
+
+
+class RegistryReader:
+    """A long-lived reader: catches up once, then :meth:`poll` applies new records, so a
+    running listener sees an interest added later without restarting."""
+
+    def __init__(self, settings: Settings, topic: str = REGISTRY_TOPIC) -> None:
+        self.topic = topic
+        self.records: dict[str, dict[str, Any]] = {}
+        self._consumer = Consumer(
+            {
+                **settings.kafka.client_config(),
+                "group.id": f"_mcq-registry-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+
+    def _apply(self, timeout_s: float) -> bool:
+        msg = self._consumer.poll(timeout_s)
+        if msg is None:
+            return False
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return False
+            raise RegistryStoreError(f"reading {self.topic}: {err}")
+        key = (msg.key() or b"").decode()
+        value = msg.value()
+        if value is None:
+            self.records.pop(key, None)
+        else:
+            self.records[key] = json.loads(value)
+        return True
+
+    def catch_up(self, timeout_s: float = 30.0) -> None:
+        """Read up to the end of the topic as it is now."""
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            position = self._consumer.position([TopicPartition(self.topic, 0)])[0].offset
+            if position >= high or (position < 0 and high == 0):
+                return
+            if time.monotonic() > deadline:
+                raise RegistryStoreError(f"reading {self.topic}: not at offset {high} after {timeout_s:.0f} s")
+            self._apply(0.5)
+
+    def poll(self, timeout_s: float = 1.0) -> bool:
+        """Apply whatever arrived; True when something changed."""
+        changed = False
+        while self._apply(timeout_s):
+            changed = True
+            timeout_s = 0
+        return changed
+
+    def registry(self) -> Registry:
+        return assemble(self.records)
+
+    def close(self) -> None:
+        self._consumer.close()
