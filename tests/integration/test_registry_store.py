@@ -1,0 +1,74 @@
+"""The registry at run time: a compacted topic that running readers follow."""
+
+from __future__ import annotations
+
+import time
+
+from mcq.config import PROJECT_ROOT, Settings
+from mcq.registry import Interest, load_registry
+from mcq.registry.store import RegistryReader, RegistryStore
+from mcq.stack import Stack
+
+CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
+
+
+def test_apply_then_read_gives_back_the_same_registry_and_a_second_apply_changes_nothing(
+    stack: Stack, settings: Settings, topic: str
+) -> None:
+    store = RegistryStore(settings, topic=topic)
+    reg = load_registry(CAMPUS)
+    first = store.apply(reg)
+    assert len(first.added) == 1 + 16 + 7 + 30 and not first.changed and not first.removed
+    assert store.apply(reg).empty
+    back = store.read()
+    assert {t.ref for t in back.tables} == {t.ref for t in reg.tables}
+    assert set(back.interests) == set(reg.interests)
+    assert back.listener("LDAP") == reg.listener("LDAP")
+
+
+def test_an_interest_added_later_reaches_a_running_reader_without_restart(
+    stack: Stack, settings: Settings, topic: str
+) -> None:
+    store = RegistryStore(settings, topic=topic)
+    reg = load_registry(CAMPUS)
+    store.apply(reg)
+    reader = RegistryReader(settings, topic)
+    try:
+        reader.catch_up()
+        assert {t.ref for t in reader.registry().tables_of("Unity")} == {"UNITY_VMAIL", "LOGINS", "PERSON/Telephone"}
+        more = reg.model_copy(
+            update={"interests": (*reg.interests, Interest(listener="Unity", tname="PERSON", subtype="Status"))}
+        )
+        change = store.apply(more)
+        assert change.added == ["interest/Unity|PERSON|Status"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "PERSON/Status" not in {t.ref for t in reader.registry().tables_of("Unity")}:
+            reader.poll(0.5)
+        assert "PERSON/Status" in {t.ref for t in reader.registry().tables_of("Unity")}
+        # and removing it again is a tombstone the reader also follows
+        store.apply(reg)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "PERSON/Status" in {t.ref for t in reader.registry().tables_of("Unity")}:
+            reader.poll(0.5)
+        assert "PERSON/Status" not in {t.ref for t in reader.registry().tables_of("Unity")}
+    finally:
+        reader.close()
+
+
+def test_diff_shows_what_apply_would_change(stack: Stack, settings: Settings, topic: str) -> None:
+    store = RegistryStore(settings, topic=topic)
+    reg = load_registry(CAMPUS)
+    store.apply(reg)
+    fewer = reg.model_copy(update={"listeners": tuple(x for x in reg.listeners if x.name != "CMMS"),
+                                   "interests": tuple(i for i in reg.interests if i.listener != "CMMS")})
+    change = store.diff(fewer)
+    assert "listener/CMMS" in change.removed and not change.added
+    assert all(line.startswith("- ") for line in change.lines())
+
+
+def test_first_seen_provenance_is_kept_from_the_first_caller(stack: Stack, settings: Settings, topic: str) -> None:
+    store = RegistryStore(settings, topic=topic)
+    first = store.record_first_seen("PERSON/Telephone", "source table campus.directory_telephone")
+    again = store.record_first_seen("PERSON/Telephone", "mcq_log_update() from refresh_transfer_students")
+    assert again == first
+    assert [p.origin for p in store.provenance()] == ["source table campus.directory_telephone"]

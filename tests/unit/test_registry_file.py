@@ -1,0 +1,140 @@
+"""Registry files: the sample validates; each kind of mistake is its own one-line error
+with file:line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcq.config import PROJECT_ROOT
+from mcq.registry import RegistryInvalid, load_registry
+from mcq.registry.exceptions import RegistryFileError
+
+CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
+TABLE_2 = {
+    "BUILDINGS", "DEPARTMENT", "GROUPS", "GROUP_MEM", "INSITE_FLOOR", "INSITE_SITE", "LOCATIONS", "LOGINS",
+    "PERSON/Address", "PERSON/Dir_Orgn", "PERSON/Merge", "PERSON/PEOPLE", "PERSON/Status", "PERSON/Telephone",
+    "PERSON/UDI", "UNITY_VMAIL",
+}  # fmt: skip
+TABLE_5 = {"ADSI", "Applix", "BEST", "CMMS", "Insite", "LDAP", "Unity"}
+
+
+def test_the_campus_sample_registers_the_papers_tables_and_listeners() -> None:
+    reg = load_registry(CAMPUS)
+    assert {t.ref for t in reg.tables} == TABLE_2
+    assert {x.name for x in reg.listeners} == TABLE_5
+    assert reg.table("PERSON", "Telephone").feeds[0].table == "campus.directory_telephone"  # type: ignore[union-attr]
+    assert {t.ref for t in reg.tables_of("Unity")} == {"UNITY_VMAIL", "LOGINS", "PERSON/Telephone"}
+    assert len(reg.tables_of("LDAP")) == 11  # all seven PERSON subtypes + LOGINS, GROUPS, GROUP_MEM, DEPARTMENT
+
+
+def test_mcq_registry_validate_passes_on_the_sample() -> None:
+    out = subprocess.run([sys.executable, "-m", "mcq.cli", "registry", "validate", str(CAMPUS)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert "16 tables/subtypes, 7 listeners" in out.stdout
+
+
+def _broken(tmp_path: Path, old: str, new: str, count: int = 1) -> tuple[Path, int]:
+    text = CAMPUS.read_text()
+    assert old in text, old
+    broken = text.replace(old, new, count)
+    line = text[: text.index(old)].count("\n") + 1
+    path = tmp_path / "campus.yaml"
+    path.write_text(broken)
+    return path, line
+
+
+def _one_problem(path: Path) -> str:
+    with pytest.raises(RegistryInvalid) as err:
+        load_registry(path)
+    assert len(err.value.problems) == 1, err.value.problems
+    problem = err.value.problems[0]
+    assert "\n" not in problem
+    return problem
+
+
+def _line_of(problem: str, path: Path) -> int:
+    match = re.match(rf"{re.escape(str(path))}:(\d+): ", problem)
+    assert match, problem
+    return int(match.group(1))
+
+
+def test_an_interest_in_an_unknown_table_names_file_and_line(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "{listener: Unity, tname: UNITY_VMAIL,", "{listener: Unity, tname: UNITY_FAX,")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line
+    assert "unknown table UNITY_FAX" in problem and "define it under tables" in problem
+
+
+def test_an_interest_of_an_unknown_listener_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "{listener: CMMS, tname: BUILDINGS,", "{listener: CMS, tname: BUILDINGS,")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line and "unknown listener 'CMS'" in problem
+
+
+def test_a_duplicate_listener_name_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "  - name: Unity\n", "  - name: LDAP\n")
+    with pytest.raises(RegistryInvalid) as err:
+        load_registry(path)
+    dupes = [p for p in err.value.problems if "duplicate listener 'LDAP'" in p]
+    assert len(dupes) == 1 and _line_of(dupes[0], path) == line
+
+
+def test_a_duplicate_table_subtype_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "    subtype: UDI\n", "    subtype: Status\n")
+    problem = _one_problem(path)
+    assert "duplicate table/subtype 'PERSON/Status'" in problem
+    assert _line_of(problem, path) == line - 1  # the item starts at its tname line
+
+
+def test_a_key_field_mapped_to_a_missing_column_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "keys: {person_id: person_id, aux_string: tele_type}",
+                         "keys: {person_id: person_id, aux_string: phone_type}")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line
+    assert "aux_string is mapped to 'phone_type'" in problem and "campus.directory_telephone" in problem
+
+
+def test_a_rule_that_does_not_parse_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"tele_type = = 'campus'\"")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line
+    assert "rule does not parse at column" in problem
+
+
+def test_a_rule_reading_a_column_no_covered_table_has_is_refused(tmp_path: Path) -> None:
+    path, _ = _broken(tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"extension = '1234'\"")
+    assert "rule reads extension" in _one_problem(path)
+
+
+def test_a_bad_cron_schedule_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, 'schedule: "*/3 * * * *"', 'schedule: "every three minutes"')
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line and "cron expression" in problem
+
+
+def test_an_unknown_setting_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "    owner: telecom@campus.example\n",
+                         "    owner: telecom@campus.example\n    pager: 555-1234\n")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line + 1 and "unknown setting 'pager'" in problem
+
+
+def test_mcq_registry_validate_prints_each_problem_on_its_own_line(tmp_path: Path) -> None:
+    path, _ = _broken(tmp_path, "{listener: Unity, tname: UNITY_VMAIL,", "{listener: Unity, tname: UNITY_FAX,")
+    out = subprocess.run([sys.executable, "-m", "mcq.cli", "registry", "validate", str(path)], capture_output=True,
+                         text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip().startswith(f"{path}:") and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_yaml_that_does_not_parse_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("sources:\n  - name: campus\n    schemas: [campus\n")
+    with pytest.raises(RegistryFileError, match=rf"{re.escape(str(path))}:\d+: not valid YAML"):
+        load_registry(path)
