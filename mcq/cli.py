@@ -6,6 +6,7 @@ configuration (click's own convention); 3 `stack status` found a service down.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -15,7 +16,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from mcq.capture.apply import CaptureError
 from mcq.config import ConfigError, Settings, load_settings
+from mcq.connect_rest import ConnectClient, ConnectError
 from mcq.registry import Registry, RegistryError, load_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack, StackError
@@ -212,7 +215,9 @@ def registry_show() -> None:
     for t in reg.tables:
         p = provenance.get(t.ref)
         tables.add_row(
-            t.ref, t.topic, ", ".join(f.table for f in t.feeds) or "(explicit log)",
+            t.ref,
+            t.topic,
+            ", ".join(f.table for f in t.feeds) or "(explicit log)",
             f"{p.origin} at {p.first_seen}" if p else "-",
         )
     console.print(tables)
@@ -226,6 +231,95 @@ def registry_show() -> None:
         ]
         listeners.add_row(lst.name, lst.schedule, lst.adapter.type, lst.owner, "\n".join(interests))
     console.print(listeners)
+
+
+# ------------------------------------------------------------------ connect
+
+
+@main.group("connect")
+def connect_group() -> None:
+    """Capture: Debezium connectors generated from the registry, driven over Connect's REST API."""
+
+
+FROM_FILE = click.option(
+    "--registry",
+    "registry_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Registry file to use instead of the shared registry store.",
+)
+
+
+def _current_registry(registry_file: Path | None) -> Registry:
+    if registry_file is not None:
+        return _load_registry_file(registry_file)
+    try:
+        return _store().read()
+    except RegistryError as exc:
+        err_console.print(f"mcq: reading the registry store: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+
+
+@connect_group.command("render")
+@FROM_FILE
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write <connector>.json files here.")
+def connect_render(registry_file: Path | None, out: Path | None) -> None:
+    """Print (or write) the connector configuration generated from the registry."""
+    from mcq.capture.connector import render
+
+    configs = render(_current_registry(registry_file), _settings())
+    if out is None:
+        console.print_json(json.dumps(configs))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name, config in configs.items():
+        (out / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
+        console.print(f"wrote {out / f'{name}.json'}")
+
+
+@connect_group.command("apply")
+@FROM_FILE
+def connect_apply(registry_file: Path | None) -> None:
+    """Install the outbox functions and create/update every source connector; wait until RUNNING."""
+    from mcq.capture.apply import apply_capture
+
+    try:
+        apply_capture(_current_registry(registry_file), _settings(), report=_say)
+    except (ConnectError, CaptureError) as exc:
+        err_console.print(f"mcq connect apply: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+
+
+@connect_group.command("status")
+def connect_status() -> None:
+    """Show every connector and task state (exit 3 when one is not RUNNING)."""
+    settings = _settings()
+    table = Table(title=f"connectors at {settings.connect.url}")
+    for col in ("connector", "state", "tasks", "trace"):
+        table.add_column(col)
+    healthy = True
+    with ConnectClient(settings.connect) as client:
+        for name in sorted(client.connectors()):
+            st = client.status(name) or {"connector": {"state": "GONE"}, "tasks": []}
+            tasks = st.get("tasks", [])
+            states = [st["connector"]["state"], *(t.get("state") for t in tasks)]
+            healthy &= all(s == "RUNNING" for s in states)
+            trace = next((t.get("trace", "").splitlines()[0] for t in tasks if t.get("trace")), "")
+            table.add_row(name, st["connector"]["state"], ", ".join(str(t.get("state")) for t in tasks), trace)
+    console.print(table)
+    if not healthy:
+        sys.exit(EXIT_DOWN)
+
+
+@connect_group.command("restart")
+@click.argument("name", required=False)
+def connect_restart(name: str | None) -> None:
+    """Restart a connector and its tasks (all mcq connectors when NAME is omitted)."""
+    with ConnectClient(_settings().connect) as client:
+        names = [name] if name else [n for n in client.connectors() if n.startswith("mcq-source-")]
+        for n in names:
+            client.restart(n)
+            client.wait_running(n)
+            console.print(f"{n}: restarted, RUNNING")
 
 
 # ------------------------------------------------------------------ config

@@ -100,6 +100,10 @@ class ConnectClient:
         resp = self._request("GET", f"/connectors/{name}/status")
         return None if resp.status_code == 404 else dict(resp.json())
 
+    def restart(self, name: str) -> None:
+        """Restart the connector and all its tasks."""
+        self._request("POST", f"/connectors/{name}/restart", params={"includeTasks": "true"})
+
     def delete(self, name: str) -> bool:
         return self._request("DELETE", f"/connectors/{name}").status_code != 404
 

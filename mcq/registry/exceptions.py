@@ -1,10 +1,10 @@
 """Errors of the registry. Each names where the problem is (file:line) and what to do.
 
-    RegistryError
-    ├── RegistryFileError     the YAML cannot be read or parsed at all
-    ├── RegistryInvalid       one or more definitions are wrong (each problem: file:line: message)
-    ├── RuleSyntaxError       a content rule does not parse (column of the rule given)
-    └── RegistryStoreError    the shared store (a compacted Kafka topic) cannot be read or written
+RegistryError
+├── RegistryFileError     the YAML cannot be read or parsed at all
+├── RegistryInvalid       one or more definitions are wrong (each problem: file:line: message)
+├── RuleSyntaxError       a content rule does not parse (column of the rule given)
+└── RegistryStoreError    the shared store (a compacted Kafka topic) cannot be read or written
 """
 
 from __future__ import annotations

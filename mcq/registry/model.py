@@ -9,7 +9,6 @@ are checked by :meth:`Registry.problems` so that the loader can point at file:li
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from croniter import croniter
@@ -70,6 +69,13 @@ class Feed(_Model):
     @property
     def watched(self) -> tuple[str, ...]:
         return self.watch if self.watch is not None else self.columns
+
+    def touches_interest(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
+        """False for an update whose changed columns are all outside the watched ones
+        (housekeeping); inserts and deletes always matter."""
+        if before is None or after is None:
+            return True
+        return any(before.get(c) != after.get(c) for c in self.watched)
 
     @property
     def schema_name(self) -> str:
@@ -225,7 +231,11 @@ class Registry(_Model):
                 out.append(((*here, "listener"), f"unknown listener {interest.listener!r}"))
             covered = [t for t in self.tables if interest.covers(t)]
             if not covered:
-                what = interest.tname if interest.subtype in (None, ALL_SUBTYPES) else f"{interest.tname}/{interest.subtype}"
+                what = (
+                    interest.tname
+                    if interest.subtype in (None, ALL_SUBTYPES)
+                    else f"{interest.tname}/{interest.subtype}"
+                )
                 out.append(((*here, "tname"), f"unknown table {what}; define it under tables:"))
             rule = interest.parsed_rule()
             if rule and covered:
@@ -246,7 +256,3 @@ def _duplicates(section: str, names: list[str], what: str) -> list[tuple[tuple[s
         else:
             seen[name] = i
     return out
-
-
-def is_identifier(text: str) -> bool:
-    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) is not None

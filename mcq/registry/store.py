@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
 from mcq.registry.exceptions import RegistryStoreError
@@ -47,7 +48,12 @@ def definition_key(item: Source | LogicalTable | Listener | Interest) -> str:
 
 def definitions(registry: Registry) -> dict[str, dict[str, Any]]:
     """Every definition of a registry by its store key, as JSON-ready dicts."""
-    items = [*registry.sources, *registry.tables, *registry.listeners, *registry.interests]
+    items: list[Source | LogicalTable | Listener | Interest] = [
+        *registry.sources,
+        *registry.tables,
+        *registry.listeners,
+        *registry.interests,
+    ]
     return {definition_key(i): i.model_dump(mode="json") for i in items}
 
 

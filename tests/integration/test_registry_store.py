@@ -42,7 +42,9 @@ def test_an_interest_added_later_reaches_a_running_reader_without_restart(
         change = store.apply(more)
         assert change.added == ["interest/Unity|PERSON|Status"]
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "PERSON/Status" not in {t.ref for t in reader.registry().tables_of("Unity")}:
+        while time.monotonic() < deadline and "PERSON/Status" not in {
+            t.ref for t in reader.registry().tables_of("Unity")
+        }:
             reader.poll(0.5)
         assert "PERSON/Status" in {t.ref for t in reader.registry().tables_of("Unity")}
         # and removing it again is a tombstone the reader also follows
@@ -59,8 +61,12 @@ def test_diff_shows_what_apply_would_change(stack: Stack, settings: Settings, to
     store = RegistryStore(settings, topic=topic)
     reg = load_registry(CAMPUS)
     store.apply(reg)
-    fewer = reg.model_copy(update={"listeners": tuple(x for x in reg.listeners if x.name != "CMMS"),
-                                   "interests": tuple(i for i in reg.interests if i.listener != "CMMS")})
+    fewer = reg.model_copy(
+        update={
+            "listeners": tuple(x for x in reg.listeners if x.name != "CMMS"),
+            "interests": tuple(i for i in reg.interests if i.listener != "CMMS"),
+        }
+    )
     change = store.diff(fewer)
     assert "listener/CMMS" in change.removed and not change.added
     assert all(line.startswith("- ") for line in change.lines())

@@ -33,8 +33,9 @@ def test_the_campus_sample_registers_the_papers_tables_and_listeners() -> None:
 
 
 def test_mcq_registry_validate_passes_on_the_sample() -> None:
-    out = subprocess.run([sys.executable, "-m", "mcq.cli", "registry", "validate", str(CAMPUS)], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mcq.cli", "registry", "validate", str(CAMPUS)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "16 tables/subtypes, 7 listeners" in out.stdout
 
@@ -93,8 +94,11 @@ def test_a_duplicate_table_subtype_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_key_field_mapped_to_a_missing_column_is_refused(tmp_path: Path) -> None:
-    path, line = _broken(tmp_path, "keys: {person_id: person_id, aux_string: tele_type}",
-                         "keys: {person_id: person_id, aux_string: phone_type}")
+    path, line = _broken(
+        tmp_path,
+        "keys: {person_id: person_id, aux_string: tele_type}",
+        "keys: {person_id: person_id, aux_string: phone_type}",
+    )
     problem = _one_problem(path)
     assert _line_of(problem, path) == line
     assert "aux_string is mapped to 'phone_type'" in problem and "campus.directory_telephone" in problem
@@ -119,16 +123,18 @@ def test_a_bad_cron_schedule_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_unknown_setting_is_refused(tmp_path: Path) -> None:
-    path, line = _broken(tmp_path, "    owner: telecom@campus.example\n",
-                         "    owner: telecom@campus.example\n    pager: 555-1234\n")
+    path, line = _broken(
+        tmp_path, "    owner: telecom@campus.example\n", "    owner: telecom@campus.example\n    pager: 555-1234\n"
+    )
     problem = _one_problem(path)
     assert _line_of(problem, path) == line + 1 and "unknown setting 'pager'" in problem
 
 
 def test_mcq_registry_validate_prints_each_problem_on_its_own_line(tmp_path: Path) -> None:
     path, _ = _broken(tmp_path, "{listener: Unity, tname: UNITY_VMAIL,", "{listener: Unity, tname: UNITY_FAX,")
-    out = subprocess.run([sys.executable, "-m", "mcq.cli", "registry", "validate", str(path)], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mcq.cli", "registry", "validate", str(path)], capture_output=True, text=True
+    )
     assert out.returncode == 1
     assert out.stderr.strip().startswith(f"{path}:") and len(out.stderr.strip().splitlines()) == 1
 

@@ -1,0 +1,45 @@
+"""Connector configuration generated from the registry."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from mcq.capture.connector import OUTBOX_TABLE, captured_columns, render
+from mcq.config import PROJECT_ROOT, load_settings
+from mcq.registry import load_registry
+
+CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
+
+
+@pytest.fixture
+def config() -> dict[str, str]:
+    for key in [k for k in os.environ if k.startswith("MCQ_")]:
+        os.environ.pop(key)
+    return render(load_registry(CAMPUS), load_settings())["mcq-source-campus"]
+
+
+def test_the_committed_connector_json_is_what_the_registry_renders(config: dict[str, str]) -> None:
+    committed = json.loads((PROJECT_ROOT / "connect" / "mcq-source-campus.json").read_text())
+    assert committed == config, "run: mcq connect render --registry examples/campus.yaml --out connect/"
+
+
+def test_every_feed_table_and_the_outbox_are_captured_with_exactly_their_columns(config: dict[str, str]) -> None:
+    tables = config["table.include.list"].split(",")
+    assert "campus\\.directory_telephone" in tables and "mcq\\.change_log" in tables
+    assert len(tables) == 16 + 1
+    columns = config["column.include.list"].split(",")
+    assert "campus\\.logins\\.last_login" in columns  # captured (needed to see it changed) but not watched
+    assert not any(c.startswith("campus\\.people\\.") and "ssn" in c for c in columns)
+    cols = captured_columns(load_registry(CAMPUS), load_registry(CAMPUS).sources[0])
+    assert cols["campus.directory_telephone"] == ["person_id", "tele_type", "phone_number", "updated_at"]
+    assert OUTBOX_TABLE in cols
+
+
+def test_before_images_are_requested_and_the_password_is_a_reference(config: dict[str, str]) -> None:
+    assert "campus.directory_telephone:FULL" in config["replica.identity.autoset.values"].split(",")
+    assert config["database.password"] == "${env:MCQ_SOURCE__PASSWORD}"
+    assert config["slot.name"] == "mcq_campus" and config["publication.name"] == "mcq_campus"
+    assert config["heartbeat.interval.ms"] and config["snapshot.mode"] == "initial"
