@@ -322,6 +322,27 @@ def connect_restart(name: str | None) -> None:
             console.print(f"{n}: restarted, RUNNING")
 
 
+# ------------------------------------------------------------------ topics
+
+
+@main.group()
+def topics() -> None:
+    """Kafka topics: one compacted topic per logical table/subtype, plus system topics."""
+
+
+@topics.command("apply")
+@FROM_FILE
+def topics_apply(registry_file: Path | None) -> None:
+    """Create missing topics; report drift from the registry without changing it (exit 3 on drift)."""
+    from mcq.topics import apply_topics, plan_topics
+
+    reg = _current_registry(registry_file)
+    result = apply_topics(_settings(), plan_topics(reg), report=_say)
+    console.print(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
+    if result.drift:
+        sys.exit(EXIT_DOWN)
+
+
 # ------------------------------------------------------------------ config
 
 

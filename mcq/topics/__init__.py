@@ -1,0 +1,7 @@
+"""Topics: one compacted topic per logical table/subtype plus mcq's system topics,
+created idempotently; drift between the registry and the cluster is reported, never
+silently changed."""
+
+from mcq.topics.plan import TopicSpec, apply_topics, plan_topics
+
+__all__ = ["TopicSpec", "apply_topics", "plan_topics"]

@@ -1,0 +1,94 @@
+"""Plan, create and compare the topics the registry calls for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.cimpl import NewTopic
+
+from mcq.config import Settings
+from mcq.registry.model import Registry
+from mcq.registry.store import REGISTRY_TOPIC
+
+# Compaction keeps the last state per key; a tombstone must outlive a slow listener's
+# catch-up (a day) so it learns of the delete before compaction forgets the key.
+LOGICAL_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": str(60_000),
+    "delete.retention.ms": str(24 * 3600 * 1000),
+    "segment.ms": str(3600 * 1000),
+}
+SYSTEM_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    purpose: str = ""
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    created: list[str]
+    unchanged: list[str]
+    drift: list[str]
+    """One line per difference: topic, setting, registry value, cluster value."""
+
+
+def plan_topics(registry: Registry, replication_factor: int = -1) -> list[TopicSpec]:
+    """Every topic the registry needs, logical ones first."""
+    specs = [
+        TopicSpec(t.topic, t.partitions, dict(LOGICAL_CONFIG), f"logical changes of {t.ref}") for t in registry.tables
+    ]
+    specs.append(TopicSpec(REGISTRY_TOPIC, 1, dict(SYSTEM_CONFIG), "the registry store"))
+    return specs
+
+
+def apply_topics(
+    settings: Settings, specs: list[TopicSpec], report: Callable[[str], None] = lambda _: None
+) -> TopicReport:
+    """Create missing topics; compare existing ones and report drift without changing them."""
+    admin = AdminClient(settings.kafka.client_config())
+    existing = admin.list_topics(timeout=15).topics
+    missing = [s for s in specs if s.name not in existing]
+    created: list[str] = []
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=-1, config=s.config) for s in missing],
+            operation_timeout=30,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.append(name)
+                report(f"created {name}")
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    drift: list[str] = []
+    unchanged: list[str] = []
+    present = [s for s in specs if s.name in existing]
+    if present:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in present]
+        configs = {r.name: f.result() for r, f in admin.describe_configs(resources).items()}
+        for spec in present:
+            lines = []
+            partitions = len(existing[spec.name].partitions)
+            if partitions != spec.partitions:
+                lines.append(f"{spec.name}: partitions: registry {spec.partitions}, cluster {partitions}")
+            actual = configs[spec.name]
+            for key, value in spec.config.items():
+                have = actual[key].value if key in actual else None
+                if have != value:
+                    lines.append(f"{spec.name}: {key}: registry {value}, cluster {have}")
+            drift.extend(lines)
+            if not lines:
+                unchanged.append(spec.name)
+        for line in drift:
+            report(f"drift {line}")
+    return TopicReport(created=created, unchanged=unchanged, drift=drift)

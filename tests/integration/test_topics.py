@@ -1,0 +1,59 @@
+"""mcq topics apply: compacted logical topics created idempotently; drift reported, not fixed."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from mcq.config import Settings
+from mcq.registry import parse_registry
+from mcq.smoke import delete_topics
+from mcq.stack import Stack
+from mcq.topics import apply_topics, plan_topics
+
+
+def _registry(token: str) -> str:
+    return f"""
+sources: [{{name: src, schemas: [s]}}]
+tables:
+  - tname: T{token.upper()}
+    subtype: Telephone
+    partitions: 4
+    feeds: [{{source: src, table: s.t, keys: {{person_id: id}}, columns: [id, phone]}}]
+"""
+
+
+def test_topics_are_created_compacted_once_and_drift_is_reported_not_changed(
+    stack: Stack, settings: Settings, token: str
+) -> None:
+    reg = parse_registry(_registry(token))
+    specs = [s for s in plan_topics(reg) if s.name.startswith("mcq.t")]
+    topic = specs[0].name
+    assert topic == f"mcq.t{token}.telephone"
+    try:
+        first = apply_topics(settings, specs)
+        assert first.created == [topic] and not first.drift
+        second = apply_topics(settings, specs)
+        assert second.created == [] and second.unchanged == [topic]
+
+        admin = AdminClient(settings.kafka.client_config())
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+        config = next(iter(described.values())).result()
+        assert config["cleanup.policy"].value == "compact"
+        assert config["min.compaction.lag.ms"].value == "60000"
+        assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4
+
+        # someone changes the topic behind the registry's back
+        change = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry("delete.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        next(iter(admin.incremental_alter_configs([change]).values())).result()
+        third = apply_topics(settings, specs)
+        assert third.drift == [f"{topic}: delete.retention.ms: registry 86400000, cluster 1000"]
+        after = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values())).result()
+        assert after["delete.retention.ms"].value == "1000"  # reported, not silently reverted
+    finally:
+        delete_topics(settings, [topic])
