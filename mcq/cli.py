@@ -343,6 +343,39 @@ def topics_apply(registry_file: Path | None) -> None:
         sys.exit(EXIT_DOWN)
 
 
+# ------------------------------------------------------------------ schemas
+
+
+@main.group()
+def schemas() -> None:
+    """Avro schemas of the change key and record in the schema registry."""
+
+
+@schemas.command("apply")
+@FROM_FILE
+@click.option(
+    "--compatibility",
+    type=click.Choice(["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]),
+    default="BACKWARD",
+    show_default=True,
+)
+def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
+    """Register key and value schemas for every logical topic (topic name strategy)."""
+    from mcq.contract import SchemaRefused, register_topic, registry_client
+
+    client = registry_client(_settings())
+    failed = False
+    for table in _current_registry(registry_file).tables:
+        try:
+            key_id, value_id = register_topic(client, table.topic, compatibility)  # type: ignore[arg-type]
+            console.print(f"{table.topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
+        except SchemaRefused as exc:
+            err_console.print(f"mcq schemas apply: {exc}", markup=False)
+            failed = True
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
 # ------------------------------------------------------------------ config
 
 

@@ -1,0 +1,74 @@
+"""The change contract: Avro schemas for the change key and record (``schemas/``),
+registered with the topic name strategy (``<topic>-key``, ``<topic>-value``) and a
+compatibility mode the registry enforces.
+
+Registry errors are wrapped here, at the serializer boundary, into
+:class:`SchemaRefused` naming the subject and the registry's reason.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from mcq.config import PROJECT_ROOT, Settings
+
+SCHEMA_DIR = PROJECT_ROOT / "schemas"
+Compatibility = Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]
+DEFAULT_COMPATIBILITY: Compatibility = "BACKWARD"
+
+
+class SchemaRefused(Exception):
+    """The registry refused a schema (incompatible, invalid, unreachable)."""
+
+
+@cache
+def schema_text(name: str, directory: Path = SCHEMA_DIR) -> str:
+    """The Avro schema ``schemas/<name>.avsc``, normalised JSON."""
+    path = directory / f"{name}.avsc"
+    try:
+        return json.dumps(json.loads(path.read_text()), separators=(",", ":"))
+    except json.JSONDecodeError as exc:
+        raise SchemaRefused(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+
+
+def registry_client(settings: Settings) -> SchemaRegistryClient:
+    return SchemaRegistryClient(settings.registry.client_config())
+
+
+def register(
+    client: SchemaRegistryClient,
+    subject: str,
+    schema: str,
+    compatibility: Compatibility = DEFAULT_COMPATIBILITY,
+) -> int:
+    """Register a schema under a subject whose compatibility mode is set first; return its id.
+
+    An incompatible evolution is refused by the registry and raised as SchemaRefused.
+    """
+    try:
+        client.set_compatibility(subject_name=subject, level=compatibility)
+        return int(client.register_schema(subject, Schema(schema, "AVRO")))
+    except SchemaRegistryError as exc:
+        raise SchemaRefused(
+            f"subject {subject}: the registry refused the schema ({compatibility}): "
+            f"{exc.error_message} (HTTP {exc.http_status_code}, code {exc.error_code})"
+        ) from None
+
+
+def register_topic(
+    client: SchemaRegistryClient, topic: str, compatibility: Compatibility = DEFAULT_COMPATIBILITY
+) -> tuple[int, int]:
+    """Register the change key and record schemas for a logical topic (topic name strategy)."""
+    key_id = register(client, f"{topic}-key", schema_text("change_key"), compatibility)
+    value_id = register(client, f"{topic}-value", schema_text("change_record"), compatibility)
+    return key_id, value_id
+
+
+def parsed(name: str) -> dict[str, Any]:
+    return dict(json.loads(schema_text(name)))
