@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import ConfigResource, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
 from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
