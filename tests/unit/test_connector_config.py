@@ -15,9 +15,9 @@ CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 
 
 @pytest.fixture
-def config() -> dict[str, str]:
+def config(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     for key in [k for k in os.environ if k.startswith("MCQ_")]:
-        os.environ.pop(key)
+        monkeypatch.delenv(key)  # the committed file is rendered with the local defaults
     return render(load_registry(CAMPUS), load_settings())["mcq-source-campus"]
 
 
