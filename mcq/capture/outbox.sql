@@ -33,6 +33,7 @@ DECLARE
     new_id bigint;
 BEGIN
     GET DIAGNOSTICS stack = PG_CONTEXT;
+    stack := regexp_replace(stack, '^[^\n]*\n', '');  -- drop this function's own frame
     INSERT INTO mcq.change_log (tname, subtype, change_type, person_id, pkey_string, pkey_number, aux_string, call_stack)
     VALUES (upper(tname), subtype, p_change_type, person_id, pkey_string, pkey_number, aux_string, stack)
     RETURNING log_id INTO new_id;
@@ -43,20 +44,26 @@ $$;
 CREATE OR REPLACE FUNCTION public.mcq_log_insert(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL
-) RETURNS bigint LANGUAGE sql AS $$
-    SELECT mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string)
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION public.mcq_log_update(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL
-) RETURNS bigint LANGUAGE sql AS $$
-    SELECT mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string)
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string);
+END
 $$;
 
 CREATE OR REPLACE FUNCTION public.mcq_log_delete(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL
-) RETURNS bigint LANGUAGE sql AS $$
-    SELECT mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string)
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string);
+END
 $$;
