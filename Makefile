@@ -28,8 +28,15 @@ $(JVM_CACHE)/.resolved: $(JVM_POMS)
 	mvn -q -f jvm/pom.xml package
 	@touch $@
 
+# The main job: the campus world captured end to end, then the smoke pipeline.
 run: install
 	$(BIN)/mcq stack up
+	$(BIN)/mcq world load --people 3000
+	$(BIN)/mcq registry apply examples/campus.yaml
+	$(BIN)/mcq topics apply
+	$(BIN)/mcq schemas apply
+	$(BIN)/mcq connect apply
+	$(BIN)/mcq connect status
 	$(BIN)/mcq smoke
 
 lint: python
