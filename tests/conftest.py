@@ -39,10 +39,10 @@ def stack(settings: Settings) -> Iterator[Stack]:
     if st.is_up():
         yield st
         return
-    st.up(report=lambda line: print(f"[stack] {line}"))
     try:
+        st.up(report=lambda line: print(f"[stack] {line}"))
         yield st
-    finally:
+    finally:  # also after a failed start: leave no process behind
         st.down(report=lambda line: print(f"[stack] {line}"))
 
 

@@ -12,11 +12,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
-@dataclass(frozen=True)
+@dataclass
 class ProcessHandle:
     """Where one service's pid and log live, and what its command line must contain."""
 
@@ -25,9 +25,15 @@ class ProcessHandle:
     log_file: Path
     marker: str
     """A string of the service's command line, so a recycled pid is not taken for ours."""
+    _child: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    """The process when this handle started it: its liveness is then known for sure
+    (a JVM's command line can be unreadable for an instant while its launcher re-executes)."""
+
 
     def pid(self) -> int | None:
         """The pid of the running service, or None when it is not running."""
+        if self._child is not None:
+            return self._child.pid if self._child.poll() is None else None
         try:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
@@ -58,11 +64,8 @@ class ProcessHandle:
                 start_new_session=True,
             )
         self.pid_file.write_text(f"{proc.pid}\n")
+        self._child = proc
         return proc.pid
-
-    def exited(self) -> bool:
-        """True when a pid file names a process that is gone."""
-        return self.pid_file.exists() and self.pid() is None
 
     def stop(self, sig: signal.Signals, timeout_s: float = 30.0) -> bool:
         """Signal the service's process group, wait, then kill what remains.
@@ -84,6 +87,7 @@ class ProcessHandle:
                 time.sleep(0.1)
         _reap(pid)
         self.pid_file.unlink(missing_ok=True)
+        self._child = None
         return True
 
     def tail(self, lines: int = 20) -> list[str]:
