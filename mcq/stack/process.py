@@ -29,7 +29,6 @@ class ProcessHandle:
     """The process when this handle started it: its liveness is then known for sure
     (a JVM's command line can be unreadable for an instant while its launcher re-executes)."""
 
-
     def pid(self) -> int | None:
         """The pid of the running service, or None when it is not running."""
         if self._child is not None:
