@@ -216,7 +216,7 @@ def registry_show() -> None:
         p = provenance.get(t.ref)
         tables.add_row(
             t.ref,
-            t.topic,
+            t.topic(_settings().topic_prefix),
             ", ".join(f.table for f in t.feeds) or "(explicit log)",
             f"{p.origin} at {p.first_seen}" if p else "-",
         )
@@ -337,7 +337,7 @@ def topics_apply(registry_file: Path | None) -> None:
     from mcq.topics import apply_topics, plan_topics
 
     reg = _current_registry(registry_file)
-    result = apply_topics(_settings(), plan_topics(reg), report=_say)
+    result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
     console.print(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
     if result.drift:
         sys.exit(EXIT_DOWN)
@@ -367,8 +367,9 @@ def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
     failed = False
     for table in _current_registry(registry_file).tables:
         try:
-            key_id, value_id = register_topic(client, table.topic, compatibility)  # type: ignore[arg-type]
-            console.print(f"{table.topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
+            topic = table.topic(_settings().topic_prefix)
+            key_id, value_id = register_topic(client, topic, compatibility)  # type: ignore[arg-type]
+            console.print(f"{topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
         except SchemaRefused as exc:
             err_console.print(f"mcq schemas apply: {exc}", markup=False)
             failed = True

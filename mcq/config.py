@@ -209,6 +209,8 @@ class Settings(BaseSettings):
     source: DatabaseSettings = DatabaseSettings()
     vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
+    topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
 
     @model_validator(mode="after")
     def _default_to_local_stack(self) -> Settings:

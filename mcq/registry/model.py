@@ -102,10 +102,9 @@ class LogicalTable(_Model):
         """``TNAME`` or ``TNAME/Subtype``."""
         return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
 
-    @property
-    def topic(self) -> str:
-        """The compacted logical topic of this table/subtype."""
-        return f"mcq.{self.tname.lower()}" + (f".{self.subtype.lower()}" if self.subtype else "")
+    def topic(self, prefix: str = "mcq") -> str:
+        """The compacted logical topic of this table/subtype (``<prefix>.person.telephone``)."""
+        return f"{prefix}.{self.tname.lower()}" + (f".{self.subtype.lower()}" if self.subtype else "")
 
     def columns(self) -> frozenset[str]:
         return frozenset(c for f in self.feeds for c in f.columns)

@@ -22,7 +22,14 @@ LOGICAL_CONFIG = {
     "delete.retention.ms": str(24 * 3600 * 1000),
     "segment.ms": str(3600 * 1000),
 }
+# Refresh requests (mcq_log_* for a table that has source feeds) are work items, not
+# state: kept a week, never compacted.
+REFRESH_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 SYSTEM_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
+
+
+def refresh_topic(prefix: str = "mcq") -> str:
+    return f"{prefix}._refresh"
 
 
 @dataclass(frozen=True)
@@ -41,11 +48,13 @@ class TopicReport:
     """One line per difference: topic, setting, registry value, cluster value."""
 
 
-def plan_topics(registry: Registry, replication_factor: int = -1) -> list[TopicSpec]:
+def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
     """Every topic the registry needs, logical ones first."""
     specs = [
-        TopicSpec(t.topic, t.partitions, dict(LOGICAL_CONFIG), f"logical changes of {t.ref}") for t in registry.tables
+        TopicSpec(t.topic(prefix), t.partitions, dict(LOGICAL_CONFIG), f"logical changes of {t.ref}")
+        for t in registry.tables
     ]
+    specs.append(TopicSpec(refresh_topic(prefix), 3, dict(REFRESH_CONFIG), "explicit refresh requests (bulk lane)"))
     specs.append(TopicSpec(REGISTRY_TOPIC, 1, dict(SYSTEM_CONFIG), "the registry store"))
     return specs
 

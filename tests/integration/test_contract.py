@@ -55,7 +55,7 @@ def test_a_change_record_round_trips_through_the_schema() -> None:
         "tname": "PERSON", "subtype": "Telephone", "change_type": "UPDATE", "person_id": 42,
         "pkey_string": None, "pkey_number": None, "aux_string": "campus",
         "entry_time": datetime(2026, 11, 22, 13, 30, tzinfo=UTC),
-        "source": {"commit_lsn": 100, "lsn": 96, "order_in_tx": 0, "txid": 7, "table": "campus.directory_telephone"},
+        "source": {"last_commit_lsn": 100, "lsn": 196, "txid": 7, "table": "campus.directory_telephone"},
         "after": {"phone_number": "+1 518 276 0002", "tele_type": "campus"},
         "before": {"phone_number": "+1 518 276 0001", "tele_type": "campus"},
         "provenance": {"origin": "table campus.directory_telephone", "call_stack": None},
