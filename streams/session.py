@@ -46,7 +46,16 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # our jobs log a line per batch instead
         .config("spark.sql.session.timeZone", "UTC")
+        # Spark 4.1's micro-batch Kafka source (V2) fails a restarted query whose last
+        # batch was cut short: its progress metrics read offsets that a re-run batch never
+        # fetched (NPE in KafkaMicroBatchStream.metrics, SPARK-55271 / SPARK-57438). The V1
+        # source reads the same topics with the same checkpoint semantics and has no such path.
+        .config(
+            "spark.sql.streaming.disabledV2MicroBatchReaders",
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+        )
     )
     # Unset, Spark's own default applies: local[*] from plain python, the --master of
     # spark-submit otherwise.

@@ -3,128 +3,30 @@ Kafka with what the normaliser needs, and nothing is lost while Connect is down.
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer
 
-from mcq.capture.apply import apply_capture
-from mcq.capture.connector import connector_name, raw_topic
+from mcq.capture.connector import connector_name
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.connect_rest import ConnectClient
-from mcq.registry import Registry, parse_registry
-from mcq.registry.model import Source
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
-from mcq.world import create_schema, generate, load
+from tests.integration.worlds import Captured, captured_world, read_json_events
 
-CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 NEW_PERSON = 9_000_001
-
-
-@dataclass(frozen=True)
-class Captured:
-    registry: Registry
-    source: Source
-    schema: str
-
-    def topic(self, table: str) -> str:
-        return raw_topic(self.source, table)
-
-
-def _registry_for(schema: str, token: str) -> Registry:
-    """examples/campus.yaml moved onto a schema, source, slot and publication of the test's own."""
-    text = (
-        CAMPUS.read_text()
-        .replace("schemas: [campus]", f"schemas: [{schema}]")
-        .replace("table: campus.", f"table: {schema}.")
-        .replace("mcq_campus", f"mcq_t{token}")
-        .replace("name: campus", f"name: t{token}")
-        .replace("source: campus", f"source: t{token}")
-    )
-    return parse_registry(text, "campus-test.yaml")
 
 
 @pytest.fixture(scope="module")
 def captured(stack: Stack, settings: Settings) -> Iterator[Captured]:
-    token = uuid.uuid4().hex[:8]
-    schema = f"w_{token}"
-    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-        create_schema(conn, schema)
-        load(conn, schema, generate(60, seed=7))
-    registry = _registry_for(schema, token)
-    source = registry.sources[0]
-    apply_capture(registry, settings, report=lambda _: None)
-    _wait_slot_active(settings, source.slot_name)
-    cap = Captured(registry, source, schema)
-    try:
+    with captured_world(settings) as cap:
         yield cap
-    finally:
-        with ConnectClient(settings.connect) as client:
-            client.delete(connector_name(source))
-        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-            _drop_slot(conn, source.slot_name)
-            conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication_name}"')
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        tables = [f.table for t in registry.tables for f in t.feeds] + ["mcq.change_log"]
-        delete_topics(settings, [cap.topic(t) for t in tables])
-
-
-def _wait_slot_active(settings: Settings, slot: str) -> None:
-    deadline = time.monotonic() + 90
-    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.5)
-    raise AssertionError(f"slot {slot} never became active")
-
-
-def _drop_slot(conn: psycopg.Connection[Any], slot: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-        if row is None:
-            return
-        if not row[0]:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
-        time.sleep(0.5)
 
 
 def _events(settings: Settings, topic: str, want: Any, expect: int, timeout_s: float = 90) -> list[dict[str, Any]]:
-    """Read a raw topic from the beginning; keep the records (tombstones as None) `want` selects."""
-    consumer = Consumer(
-        {
-            **settings.kafka.client_config(),
-            "group.id": f"test-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
-    )
-    found: list[dict[str, Any]] = []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while len(found) < expect and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            key = json.loads(msg.key() or b"null")
-            value = json.loads(msg.value()) if msg.value() is not None else None
-            if want(key, value):
-                found.append({"key": key, **(value or {"op": None})})
-    finally:
-        consumer.close()
-    return found
+    return read_json_events(settings, topic, want, expect, timeout_s)
 
 
 def _sql(settings: Settings, *statements: str) -> None:

@@ -1,0 +1,525 @@
+"""``mcq streams normalize``: raw Debezium topics -> compacted logical change topics.
+
+Per micro-batch (``foreachBatch``, all DataFrame operations, nothing collected but counts):
+
+1. parse each raw record's envelope generically (before/after as ``map<string,string>``),
+   with its source position: Debezium's ``sequence`` = [last commit LSN, LSN];
+2. project every feed: map the row to its logical (TNAME, subtype) and key fields; an
+   insert or snapshot read is INSERT, a delete is DELETE followed by a tombstone, an
+   update whose logical key changed is DELETE of the old key then INSERT of the new, and
+   an update touching none of the watched columns is dropped as housekeeping;
+3. explicit log entries (the outbox) go to their logical topic or the refresh topic;
+4. serialise key and value with the Avro schemas in Confluent's wire format (magic byte,
+   registry schema id, Avro body) — what confluent-kafka's deserialisers read;
+5. repartition by key and sort within partitions by (key, last commit LSN, LSN, raw
+   offset), so every key's records reach its Kafka partition in source commit order,
+   even when they came from different source tables in the same micro-batch.
+
+The checkpoint makes a restart resume after the last committed batch; a batch cut short
+is written again whole (at-least-once), which a compacted, idempotently applied topic
+absorbs: the last record per key is still the newest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client, schema_text
+from mcq.registry.model import Registry
+from mcq.registry.store import RegistryStore
+from mcq.topics.plan import apply_topics, plan_topics
+from streams.plan import FeedPlan, NormalizePlan, plan_normalize
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+Report = Callable[[str], None]
+
+ENVELOPE = (
+    "op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, "
+    "source STRUCT<lsn BIGINT, txId BIGINT, sequence STRING, ts_ms BIGINT, ts_us BIGINT, schema STRING, "
+    "`table` STRING, snapshot STRING>, ts_ms BIGINT"
+)
+
+
+KEY_TYPE = (
+    "struct<tname:string,subtype:string,person_id:bigint,pkey_string:string,pkey_number:bigint,aux_string:string>"
+)
+RECORDS_TYPE = (
+    f"array<struct<topic:string,key:{KEY_TYPE},change_type:string,after:map<string,string>,"
+    "before:map<string,string>,origin:string,call_stack:string,tombstone:boolean>>"
+)
+
+
+@dataclass
+class BatchStats:
+    """What one micro-batch did; the job logs one line per batch."""
+
+    batch_id: int
+    rows_in: int = 0
+    records_out: int = 0
+    tombstones: int = 0
+    housekeeping: int = 0
+    refresh: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (
+            f"batch {self.batch_id}: in {self.rows_in}, out {self.records_out} (+{self.tombstones} tombstones, "
+            f"{self.refresh} refresh requests), dropped as housekeeping {self.housekeeping}, {self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class NormalizeJob:
+    """One normaliser: its plan, schema ids, and the Spark stream that runs it."""
+
+    settings: Settings
+    registry: Registry
+    checkpoint: Path
+    report: Report = print
+    max_offsets_per_trigger: int | None = None
+    plan: NormalizePlan = field(init=False)
+    schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
+    history: list[BatchStats] = field(init=False, default_factory=list)
+    _known_refs: set[str] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.plan = plan_normalize(self.registry, self.settings.topic_prefix)
+
+    # ------------------------------------------------------------------ set-up
+
+    def prepare(self) -> None:
+        """Create missing output topics, register their schemas, load known provenance."""
+        report = apply_topics(self.settings, plan_topics(self.registry, self.settings.topic_prefix))
+        for line in report.drift:
+            self.report(f"normalize: topic drift (left as it is): {line}")
+        client = registry_client(self.settings)
+        for topic in [*self.plan.logical_topics, self.plan.refresh_topic]:
+            self.schema_ids[topic] = register_topic(client, topic)
+        store = RegistryStore(self.settings)
+        self._known_refs = {p.ref for p in store.provenance()}
+        self.report(f"normalize: reading {len(self.plan.raw_topics)} raw topics: {', '.join(self.plan.raw_topics)}")
+        self.report(
+            f"normalize: writing {len(self.plan.logical_topics)} logical topics: {', '.join(self.plan.logical_topics)}"
+            f" (refresh requests to {self.plan.refresh_topic})"
+        )
+        self.report(f"normalize: checkpoint {self.checkpoint}")
+
+    # ------------------------------------------------------------------ transformation
+
+    def parse(self, raw: DataFrame) -> DataFrame:
+        """Kafka rows -> parsed envelopes with source position (raw tombstones dropped)."""
+        from pyspark.sql import functions as F
+
+        seq = F.from_json(F.col("e.source.sequence"), "ARRAY<STRING>")
+        return (
+            raw.where(F.col("value").isNotNull())
+            .select(
+                F.col("topic").alias("raw_topic"),
+                F.col("partition").alias("raw_partition"),
+                F.col("offset").alias("raw_offset"),
+                F.from_json(F.col("value").cast("string"), ENVELOPE).alias("e"),
+            )
+            .where(F.col("e").isNotNull())
+            .withColumn("last_commit_lsn", F.coalesce(seq.getItem(0).cast("long"), F.lit(0)))
+            .withColumn("lsn", F.coalesce(F.col("e.source.lsn"), seq.getItem(1).cast("long"), F.lit(0)))
+            .withColumn(
+                "entry_time",
+                F.coalesce(
+                    F.timestamp_micros(F.col("e.source.ts_us")),
+                    F.timestamp_millis(F.col("e.source.ts_ms")),
+                    F.timestamp_millis(F.col("e.ts_ms")),
+                    F.current_timestamp(),
+                ),
+            )
+        )
+
+    def _key(self, feed: FeedPlan, state: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        def field_(name: str, typ: str) -> Column:
+            column = feed.key_column(name)
+            value = state.getItem(column) if column else F.lit(None)
+            if typ == "long":  # numeric keys may arrive as "42" or "42.0" (decimal.handling.mode=string)
+                value = value.cast("decimal(38,0)").cast("long")
+            return value.cast(typ).alias(name)
+
+        return F.struct(
+            F.lit(feed.tname).alias("tname"),
+            F.lit(feed.subtype).cast("string").alias("subtype"),
+            field_("person_id", "long"),
+            field_("pkey_string", "string"),
+            field_("pkey_number", "long"),
+            field_("aux_string", "string"),
+        )
+
+    def _record(
+        self,
+        topic: Column,
+        key: Column,
+        change_type: str,
+        after: Column,
+        before: Column,
+        origin: Column,
+        call_stack: Column,
+        tombstone: bool,
+    ) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.struct(
+            topic.alias("topic"),
+            key.alias("key"),
+            F.lit(change_type).alias("change_type"),
+            after.alias("after"),
+            before.alias("before"),
+            origin.alias("origin"),
+            call_stack.alias("call_stack"),
+            F.lit(tombstone).alias("tombstone"),
+        )
+
+    def project_feed(self, feed: FeedPlan) -> tuple[Column, Column]:
+        """One feed's logical records of a raw row (several where a key moved, or a delete),
+        and whether the row is a housekeeping-only update; empty for other raw topics."""
+        from pyspark.sql import functions as F
+
+        before, after, op = F.col("e.before"), F.col("e.after"), F.col("e.op")
+        null_map = F.lit(None).cast("map<string,string>")
+        origin = F.lit(f"table {feed.source_table}")
+        no_stack = F.lit(None).cast("string")
+        old_key, new_key = self._key(feed, before), self._key(feed, after)
+        touches = F.lit(True) if not feed.watch else F.lit(False)
+        for column in feed.watch:
+            touches = touches | ~before.getItem(column).eqNullSafe(after.getItem(column))
+        touches = before.isNull() | touches  # without a before-image every update counts
+
+        def rec(key: Column, change_type: str, a: Column, b: Column, tomb: bool = False) -> Column:
+            return self._record(F.lit(feed.topic), key, change_type, a, b, origin, no_stack, tomb)
+
+        moved = before.isNotNull() & ~old_key.eqNullSafe(new_key)
+        mine = F.col("raw_topic") == feed.raw_topic
+        outputs = (
+            F.when(~mine, F.array().cast(RECORDS_TYPE))
+            .when(op.isin("c", "r"), F.array(rec(new_key, "INSERT", after, null_map)))
+            .when(
+                op == "d",
+                F.array(rec(old_key, "DELETE", null_map, before), rec(old_key, "DELETE", null_map, before, True)),
+            )
+            .when(
+                (op == "u") & moved,
+                F.array(
+                    rec(old_key, "DELETE", null_map, before),
+                    rec(old_key, "DELETE", null_map, before, True),
+                    rec(new_key, "INSERT", after, null_map),
+                ),
+            )
+            .when((op == "u") & touches, F.array(rec(new_key, "UPDATE", after, before)))
+            .otherwise(F.array().cast(RECORDS_TYPE))
+        )
+        housekeeping = mine & (op == "u") & ~moved & ~touches
+        return outputs, housekeeping
+
+    def project_outbox(self) -> Column:
+        """Explicit log entries: their own logical topic, or the refresh topic."""
+        from pyspark.sql import functions as F
+
+        row = F.col("e.after")
+        key = F.struct(
+            F.upper(row.getItem("tname")).alias("tname"),
+            row.getItem("subtype").alias("subtype"),
+            row.getItem("person_id").cast("long").alias("person_id"),
+            row.getItem("pkey_string").alias("pkey_string"),
+            row.getItem("pkey_number").cast("decimal(38,0)").cast("long").alias("pkey_number"),
+            row.getItem("aux_string").alias("aux_string"),
+        )
+        topic = F.lit(self.plan.refresh_topic)
+        for tname, subtype, logical in self.plan.explicit_topics:
+            same_subtype = row.getItem("subtype").isNull() if subtype is None else row.getItem("subtype") == subtype
+            topic = F.when((F.upper(row.getItem("tname")) == tname) & same_subtype, F.lit(logical)).otherwise(topic)
+        change_type = F.upper(row.getItem("change_type"))
+        null_map = F.lit(None).cast("map<string,string>")
+        origin = F.concat(F.lit("explicit mcq_log_"), row.getItem("change_type"))
+        stack = row.getItem("call_stack")
+        plain = self._record(topic, key, "X", null_map, null_map, origin, stack, False).withField(
+            "change_type", change_type
+        )
+        mine = F.col("raw_topic").isin(*self.plan.outbox_topics) & F.col("e.op").isin("c", "r")
+        return (
+            F.when(~mine, F.array().cast(RECORDS_TYPE))
+            .when(
+                # an explicit-only table's delete ends in a tombstone; a refresh request never does
+                (change_type == "DELETE") & (topic != F.lit(self.plan.refresh_topic))
+                if self.plan.explicit_topics
+                else F.lit(False),
+                F.array(plain, plain.withField("tombstone", F.lit(True))),
+            )
+            .otherwise(F.array(plain))
+        )
+
+    def transform(self, parsed: DataFrame) -> DataFrame:
+        """All logical records of a batch, with what the sink and the counters need.
+
+        One projection per raw topic, holding only that topic's feeds: a single projection
+        of every feed outgrows the JVM's 64 KB method limit for generated code."""
+        from pyspark.sql import functions as F
+
+        by_topic: dict[str, list[FeedPlan]] = {}
+        for feed in self.plan.feeds:
+            by_topic.setdefault(feed.raw_topic, []).append(feed)
+        parts: list[DataFrame] = []
+        for raw_topic, feeds in sorted(by_topic.items()):
+            outputs: list[Column] = []
+            housekeeping: Column = F.lit(False)
+            for feed in feeds:
+                records, hk = self.project_feed(feed)
+                outputs.append(records)
+                housekeeping = housekeeping | hk
+            parts.append(
+                parsed.where(F.col("raw_topic") == raw_topic).select(
+                    "*", housekeeping.alias("housekeeping"), F.posexplode_outer(F.concat(*outputs)).alias("pos", "r")
+                )
+            )
+        if self.plan.outbox_topics:
+            parts.append(
+                parsed.where(F.col("raw_topic").isin(*self.plan.outbox_topics)).select(
+                    "*", F.lit(False).alias("housekeeping"), F.posexplode_outer(self.project_outbox()).alias("pos", "r")
+                )
+            )
+        out = parts[0]
+        for part in parts[1:]:
+            out = out.unionByName(part)
+        # each part keeps every raw partition (mostly empty after its filter): merge them
+        # without a shuffle rather than schedule topics x partitions tasks
+        partitions = max(1, int(parsed.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))
+        return out.coalesce(partitions).withColumn("topic", F.col("r.topic"))
+
+    def serialize(self, records: DataFrame) -> DataFrame:
+        """Key and value in Confluent's wire format, ordered per key by source position."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        r = F.col("r")
+        # Spark sees every field of the exploded record as nullable; the Avro schema's
+        # required fields get a non-null expression so the serializer can trust them
+        tname = F.coalesce(r.getField("key").getField("tname"), F.lit("?"))
+        key = r.getField("key").withField("tname", tname)
+        value = F.struct(
+            tname.alias("tname"),
+            key.getField("subtype").alias("subtype"),
+            F.coalesce(r.getField("change_type"), F.lit("UPDATE")).alias("change_type"),
+            key.getField("person_id").alias("person_id"),
+            key.getField("pkey_string").alias("pkey_string"),
+            key.getField("pkey_number").alias("pkey_number"),
+            key.getField("aux_string").alias("aux_string"),
+            F.col("entry_time").alias("entry_time"),
+            F.struct(
+                F.col("last_commit_lsn").alias("last_commit_lsn"),
+                F.col("lsn").alias("lsn"),
+                F.col("e.source.txId").alias("txid"),
+                F.coalesce(
+                    F.concat_ws(".", F.col("e.source.schema"), F.col("e.source.table")), F.col("raw_topic")
+                ).alias("table"),
+            ).alias("source"),
+            r.getField("after").alias("after"),
+            r.getField("before").alias("before"),
+            F.struct(
+                F.coalesce(r.getField("origin"), F.lit("unknown")).alias("origin"),
+                r.getField("call_stack").alias("call_stack"),
+            ).alias("provenance"),
+        )
+
+        def header(kind: int) -> Column:
+            ids = F.lit(None).cast("int")
+            for topic, pair in self.schema_ids.items():
+                ids = F.when(F.col("topic") == topic, F.lit(pair[kind])).otherwise(ids)
+            return F.concat(F.unhex(F.lit("00")), F.unhex(F.lpad(F.hex(ids), 8, "0")))
+
+        key_bytes = F.concat(header(0), to_avro(key, schema_text("change_key")))
+        value_bytes = F.when(r.getField("tombstone"), F.lit(None).cast("binary")).otherwise(
+            F.concat(header(1), to_avro(value, schema_text("change_record")))
+        )
+        partitions = max(1, int(records.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))
+        return (
+            records.where(r.isNotNull())
+            .select(
+                F.col("topic"),
+                key_bytes.alias("key"),
+                value_bytes.alias("value"),
+                "last_commit_lsn",
+                "lsn",
+                "raw_offset",
+                "pos",
+            )
+            .repartition(partitions, "key")
+            .sortWithinPartitions("key", "last_commit_lsn", "lsn", "raw_offset", "pos")
+            .select("topic", "key", "value")
+        )
+
+    # ------------------------------------------------------------------ the stream
+
+    def process_batch(self, raw: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        stats = BatchStats(batch_id)
+        refresh = F.col("topic") == self.plan.refresh_topic
+        tombstone = F.coalesce(F.col("r.tombstone"), F.lit(False))
+
+        def count(condition: Column) -> Column:
+            return F.sum(F.when(condition, 1).otherwise(0))
+
+        # cached, counted (which fills the cache), then written from the cache: two Spark
+        # jobs per batch. (An Observation would save one, but Spark never reports observed
+        # metrics for a write to the Kafka sink: its get() waits for ever.)
+        records = self.transform(self.parse(raw)).persist()
+        try:
+            counts = records.agg(
+                count(F.col("pos").isNull() | (F.col("pos") == 0)).alias("rows_in"),
+                count(F.col("r").isNotNull() & ~tombstone & ~refresh).alias("out"),
+                count(tombstone).alias("tombstones"),
+                count(F.col("housekeeping")).alias("housekeeping"),
+                count(refresh).alias("refresh"),
+                count(~refresh & F.col("r").isNotNull() & F.col("r.call_stack").isNotNull()).alias("explicit"),
+            ).first()
+            assert counts is not None
+            stats.rows_in = int(counts["rows_in"] or 0)
+            stats.records_out = int(counts["out"] or 0)
+            stats.tombstones = int(counts["tombstones"] or 0)
+            stats.housekeeping = int(counts["housekeeping"] or 0)
+            stats.refresh = int(counts["refresh"] or 0)
+            if stats.records_out + stats.tombstones + stats.refresh:
+                self.serialize(records).write.format("kafka").options(**self.settings.kafka.spark_options()).save()
+            if stats.records_out and (self._unseen_feed_refs() or counts["explicit"]):
+                self._record_provenance(records)
+        finally:
+            records.unpersist()
+        stats.seconds = time.monotonic() - started
+        self.history.append(stats)
+        self.report(stats.line())
+
+    def _unseen_feed_refs(self) -> bool:
+        return any(f.ref not in self._known_refs for f in self.plan.feeds)
+
+    def _record_provenance(self, records: DataFrame) -> None:
+        """First-seen provenance of each table/subtype (the paper's call-stack column)."""
+        from pyspark.sql import functions as F
+
+        seen = (
+            records.where(F.col("r").isNotNull())
+            .groupBy(F.col("r.key.tname").alias("tname"), F.col("r.key.subtype").alias("subtype"))
+            .agg(F.min_by(F.concat_ws(": ", F.col("r.origin"), F.col("r.call_stack")), F.col("lsn")).alias("origin"))
+            .collect()
+        )
+        store = None
+        for row in seen:
+            ref = f"{row['tname']}/{row['subtype']}" if row["subtype"] else row["tname"]
+            if ref in self._known_refs:
+                continue
+            store = store or RegistryStore(self.settings)
+            store.record_first_seen(ref, row["origin"])
+            self._known_refs.add(ref)
+            self.report(f"provenance: {ref} first seen from {row['origin'].splitlines()[0]}")
+
+    def start(self, spark: SparkSession, once: bool, trigger: str = "5 seconds") -> Any:
+        """Start the streaming query (returns pyspark's StreamingQuery)."""
+        reader = (
+            spark.readStream.format("kafka")
+            .options(**self.settings.kafka.spark_options())
+            # a pattern, not a list: a raw topic appears only once Debezium has a change
+            # for its table (an empty table, the outbox before its first entry), and Spark
+            # reads a topic that appears later from its beginning
+            .option("subscribePattern", "^(" + "|".join(re.escape(t) for t in self.plan.raw_topics) + ")$")
+            .option("startingOffsets", "earliest")
+            # raw topics are never compacted or truncated under us: a gap means lost changes, so stop
+            .option("failOnDataLoss", "true")
+        )
+        if self.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        writer = (
+            reader.load()
+            .writeStream.queryName("mcq-normalize")
+            .option("checkpointLocation", str(self.checkpoint))
+            .foreachBatch(self.process_batch)
+        )
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=trigger)
+        return writer.start()
+
+
+def lag_line(progress: dict[str, Any]) -> str | None:
+    """How far the query is behind the raw topics, from a StreamingQueryProgress as JSON."""
+    behind = 0
+    for source in progress.get("sources", []):
+        end, latest = source.get("endOffset"), source.get("latestOffset")
+        if not end or not latest:
+            continue
+        end_d = json.loads(end) if isinstance(end, str) else end
+        latest_d = json.loads(latest) if isinstance(latest, str) else latest
+        for topic, parts in latest_d.items():
+            for part, offset in parts.items():
+                behind += max(0, int(offset) - int(end_d.get(topic, {}).get(part, 0)))
+    rows = progress.get("numInputRows", 0)
+    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind}"
+
+
+def run_normalize(
+    settings: Settings,
+    registry: Registry,
+    *,
+    once: bool,
+    trigger: str = "5 seconds",
+    checkpoint: Path | None = None,
+    master: str | None = None,
+    max_offsets_per_trigger: int | None = None,
+    report: Report = print,
+) -> NormalizeJob:
+    """Run the normaliser: until caught up (``once``), or until stopped."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    from streams.session import spark_session
+
+    job = NormalizeJob(
+        settings,
+        registry,
+        checkpoint or settings.stack.home / "checkpoints" / f"normalize-{settings.topic_prefix}",
+        report,
+        max_offsets_per_trigger,
+    )
+    job.prepare()
+    spark = spark_session(settings, "mcq-normalize", master)
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            line = lag_line(json.loads(event.progress.json))
+            if line:
+                report(line)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    listener = Progress()
+    spark.streams.addListener(listener)
+    try:
+        query = job.start(spark, once=once, trigger=trigger)
+        try:
+            query.awaitTermination()
+        finally:
+            if query.isActive:
+                query.stop()
+    finally:
+        # before Python goes away: the JVM would call back into a closed py4j gateway
+        spark.streams.removeListener(listener)
+        spark.stop()
+    return job

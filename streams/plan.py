@@ -1,0 +1,76 @@
+"""What the normaliser reads and writes, derived from the registry (pure, no Spark).
+
+Each *feed* (a source table feeding a logical table/subtype) becomes one projection of
+its raw Debezium topic; the outbox ``mcq.change_log`` of each source is read too.
+Explicit log entries for a logical table that has no source feed *are* its changes and
+go to its logical topic; for a table fed by source tables they are refresh requests and
+go to the refresh topic (a compacted logical topic must only ever hold real state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mcq.capture.connector import OUTBOX_TABLE, raw_topic
+from mcq.registry.model import KEY_FIELDS, Registry
+from mcq.topics.plan import refresh_topic
+
+
+@dataclass(frozen=True)
+class FeedPlan:
+    raw_topic: str
+    source_table: str
+    tname: str
+    subtype: str | None
+    topic: str
+    keys: tuple[tuple[str, str], ...]
+    """(key field, source column) pairs."""
+    watch: tuple[str, ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+
+    def key_column(self, field: str) -> str | None:
+        return dict(self.keys).get(field)
+
+
+@dataclass(frozen=True)
+class NormalizePlan:
+    feeds: tuple[FeedPlan, ...]
+    outbox_topics: tuple[str, ...]
+    explicit_topics: tuple[tuple[str, str | None, str], ...]
+    """(tname, subtype, logical topic) of tables whose changes come only from the explicit log."""
+    refresh_topic: str
+
+    @property
+    def raw_topics(self) -> list[str]:
+        return sorted({f.raw_topic for f in self.feeds} | set(self.outbox_topics))
+
+    @property
+    def logical_topics(self) -> list[str]:
+        return sorted({f.topic for f in self.feeds} | {t for _, _, t in self.explicit_topics})
+
+
+def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
+    """The normaliser's plan for a registry and a logical topic prefix."""
+    sources = {s.name: s for s in registry.sources}
+    feeds = tuple(
+        FeedPlan(
+            raw_topic=raw_topic(sources[feed.source], feed.table),
+            source_table=feed.table,
+            tname=table.tname,
+            subtype=table.subtype,
+            topic=table.topic(prefix),
+            keys=tuple((k, feed.keys[k]) for k in KEY_FIELDS if k in feed.keys),  # type: ignore[index]
+            watch=feed.watched,
+        )
+        for table in registry.tables
+        for feed in table.feeds
+    )
+    return NormalizePlan(
+        feeds=feeds,
+        outbox_topics=tuple(raw_topic(s, OUTBOX_TABLE) for s in registry.sources),
+        explicit_topics=tuple((t.tname, t.subtype, t.topic(prefix)) for t in registry.tables if not t.feeds),
+        refresh_topic=refresh_topic(prefix),
+    )

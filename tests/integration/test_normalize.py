@@ -1,0 +1,532 @@
+"""The PySpark normaliser on the real stack: raw Debezium topics of a captured campus
+world -> compacted logical topics, checked key by key against the source database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from mcq.config import Settings
+from mcq.contract import registry_client
+from mcq.registry import Registry, parse_registry
+from mcq.registry.model import KEY_FIELDS
+from mcq.stack import Stack
+from mcq.topics.plan import TopicSpec, apply_topics
+from streams.normalize import run_normalize
+from streams.plan import FeedPlan, plan_normalize
+from tests.integration.worlds import Captured, captured_world, read_topic_to_end
+
+# changes the kill test makes at most (about 25/s): it must outlast a few micro-batches
+LIMIT = 3_000
+PA = 9_100_001  # a person the test inserts: parent of its other rows
+KeyT = tuple[Any, ...]
+
+# A logical table fed by two source tables with the same key: (person, type) from both
+# directory_telephone and addresses ("campus" and "home" exist in both).
+CONTACT = """
+  - tname: CONTACT
+    comment: test only - one key fed by two source tables
+    feeds:
+      - source: {src}
+        table: {schema}.directory_telephone
+        keys: {{person_id: person_id, aux_string: tele_type}}
+        columns: [person_id, tele_type, phone_number, updated_at]
+        watch: [phone_number]
+      - source: {src}
+        table: {schema}.addresses
+        keys: {{person_id: person_id, aux_string: addr_type}}
+        columns: [person_id, addr_type, street, city, state, postal_code, country, updated_at]
+        watch: [street]
+"""
+
+
+@pytest.fixture(scope="module")
+def world(stack: Stack, settings: Settings) -> Iterator[Captured]:
+    with captured_world(settings, people=80) as cap:
+        yield cap
+
+
+@pytest.fixture(scope="module")
+def registry(world: Captured) -> Registry:
+    text = world.registry_yaml.replace(
+        "\nlisteners:", CONTACT.format(src=world.source.name, schema=world.schema) + "\nlisteners:", 1
+    )
+    return parse_registry(text, "campus-normalize-test.yaml")
+
+
+@pytest.fixture(scope="module")
+def nsettings(settings: Settings) -> Settings:
+    """Settings whose logical topics are this module's own."""
+    return settings.model_copy(update={"topic_prefix": f"tn{uuid.uuid4().hex[:8]}"})
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("normalize-checkpoint")
+
+
+def normalize_once(nsettings: Settings, registry: Registry, checkpoint: Path) -> list[str]:
+    lines: list[str] = []
+    run_normalize(nsettings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+    return lines
+
+
+def sql(settings: Settings, *statements: str) -> None:
+    """Each statement its own transaction."""
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)
+
+
+def decode_topic(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(key, value) of every record, in offset order within each partition."""
+    des = AvroDeserializer(registry_client(settings))
+    out = []
+    for key, value, _, _ in read_topic_to_end(settings, topic):
+        k = des(key, SerializationContext(topic, MessageField.KEY))
+        v = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
+        out.append((k, v))
+    return out
+
+
+def key_tuple(key: dict[str, Any]) -> KeyT:
+    return tuple(key[f] for f in ("tname", "subtype", *KEY_FIELDS))
+
+
+def last_state(records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[KeyT, dict[str, Any]]:
+    state: dict[KeyT, dict[str, Any]] = {}
+    for k, v in records:
+        if v is None or v["change_type"] == "DELETE":
+            state.pop(key_tuple(k), None)
+        else:
+            state[key_tuple(k)] = v
+    return state
+
+
+def db_state(settings: Settings, feed: FeedPlan) -> dict[KeyT, dict[str, Any]]:
+    """The source rows of a feed by logical key (values as text, as the change record carries them)."""
+    with psycopg.connect(settings.source.dsn()) as conn:
+        cur = conn.execute(f"SELECT * FROM {feed.source_table}")
+        names = [d.name for d in cur.description or []]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    state = {}
+    for row in rows:
+        key = {
+            "tname": feed.tname,
+            "subtype": feed.subtype,
+            **{f: None for f in KEY_FIELDS},
+            **{f: row[c] for f, c in feed.keys},
+        }
+        for f in ("person_id", "pkey_number"):
+            key[f] = int(key[f]) if key[f] is not None else None
+        for f in ("pkey_string", "aux_string"):
+            key[f] = str(key[f]) if key[f] is not None else None
+        state[key_tuple(key)] = row
+    return state
+
+
+TEXT_TYPES = (str, int)
+
+
+def assert_topic_equals_source(nsettings: Settings, feed: FeedPlan) -> None:
+    logical = last_state([r for r in decode_topic(nsettings, feed.topic) if r[0]["tname"] == feed.tname])
+    mine = {k: v for k, v in logical.items() if v["source"]["table"] == feed.source_table or feed.tname != "CONTACT"}
+    source = db_state(nsettings, feed)
+    assert set(mine) == set(source), f"{feed.ref} from {feed.source_table}: keys differ"
+    for key, row in source.items():
+        after = mine[key]["after"]
+        for column in feed.watch:
+            if isinstance(row[column], TEXT_TYPES):
+                assert after[column] == str(row[column]), (feed.ref, key, column)
+
+
+# Per table: the logical key the test drives, and insert / update / delete statements.
+# Each table gets: insert v1, update v2, delete, insert v3, update v4.
+def dml(s: str) -> dict[str, tuple[str, str, str]]:
+    first_dept = f"(SELECT min(dept_id) FROM {s}.departments)"
+    return {
+        "people": (
+            f"INSERT INTO {s}.people (person_id, first_name, last_name) VALUES (9100002, {{v}}, 'Doe')",
+            f"UPDATE {s}.people SET first_name = {{v}} WHERE person_id = 9100002",
+            f"DELETE FROM {s}.people WHERE person_id = 9100002",
+        ),
+        "person_status": (
+            f"INSERT INTO {s}.person_status (person_id, status) VALUES ({PA}, {{v}})",
+            f"UPDATE {s}.person_status SET status = {{v}} WHERE person_id = {PA}",
+            f"DELETE FROM {s}.person_status WHERE person_id = {PA}",
+        ),
+        "directory_telephone": (
+            f"INSERT INTO {s}.directory_telephone (person_id, tele_type, phone_number) VALUES ({PA}, 'fax', {{v}})",
+            f"UPDATE {s}.directory_telephone SET phone_number = {{v}} WHERE person_id = {PA} AND tele_type = 'fax'",
+            f"DELETE FROM {s}.directory_telephone WHERE person_id = {PA} AND tele_type = 'fax'",
+        ),
+        "addresses": (
+            f"INSERT INTO {s}.addresses (person_id, addr_type, street) VALUES ({PA}, 'mailing', {{v}})",
+            f"UPDATE {s}.addresses SET street = {{v}} WHERE person_id = {PA} AND addr_type = 'mailing'",
+            f"DELETE FROM {s}.addresses WHERE person_id = {PA} AND addr_type = 'mailing'",
+        ),
+        "departments": (
+            f"INSERT INTO {s}.departments (dept_id, name) VALUES (9001, {{v}})",
+            f"UPDATE {s}.departments SET name = {{v}} WHERE dept_id = 9001",
+            f"DELETE FROM {s}.departments WHERE dept_id = 9001",
+        ),
+        "directory_orgn": (
+            f"INSERT INTO {s}.directory_orgn (person_id, dept_id, title) VALUES ({PA}, {first_dept}, {{v}})",
+            f"UPDATE {s}.directory_orgn SET title = {{v}} WHERE person_id = {PA}",
+            f"DELETE FROM {s}.directory_orgn WHERE person_id = {PA}",
+        ),
+        "udi": (
+            f"INSERT INTO {s}.udi (person_id, email) VALUES ({PA}, {{v}})",
+            f"UPDATE {s}.udi SET email = {{v}} WHERE person_id = {PA}",
+            f"DELETE FROM {s}.udi WHERE person_id = {PA}",
+        ),
+        "logins": (
+            f"INSERT INTO {s}.logins (username, owner, unixuid, shell) VALUES ('zztest', {PA}, 990001, {{v}})",
+            f"UPDATE {s}.logins SET shell = {{v}} WHERE username = 'zztest'",
+            f"DELETE FROM {s}.logins WHERE username = 'zztest'",
+        ),
+        "unix_groups": (
+            f"INSERT INTO {s}.unix_groups (group_name, gid, description) VALUES ('zzgroup', 990001, {{v}})",
+            f"UPDATE {s}.unix_groups SET description = {{v}} WHERE group_name = 'zzgroup'",
+            f"DELETE FROM {s}.unix_groups WHERE group_name = 'zzgroup'",
+        ),
+        "sites": (
+            f"INSERT INTO {s}.sites (site_id, name) VALUES (9001, {{v}})",
+            f"UPDATE {s}.sites SET name = {{v}} WHERE site_id = 9001",
+            f"DELETE FROM {s}.sites WHERE site_id = 9001",
+        ),
+        "buildings": (
+            f"INSERT INTO {s}.buildings (building_id, site_id, name, code) "
+            f"VALUES (9001, (SELECT min(site_id) FROM {s}.sites), {{v}}, 'ZZ9')",
+            f"UPDATE {s}.buildings SET name = {{v}} WHERE building_id = 9001",
+            f"DELETE FROM {s}.buildings WHERE building_id = 9001",
+        ),
+        "floors": (
+            f"INSERT INTO {s}.floors (building_id, floor_code, description) "
+            f"VALUES ((SELECT min(building_id) FROM {s}.buildings), 'Z9', {{v}})",
+            f"UPDATE {s}.floors SET description = {{v}} WHERE floor_code = 'Z9'",
+            f"DELETE FROM {s}.floors WHERE floor_code = 'Z9'",
+        ),
+        "rooms": (
+            f"INSERT INTO {s}.rooms (room_id, building_id, floor_code, room_number) "
+            f"SELECT 990001, building_id, floor_code, {{v}} FROM {s}.floors ORDER BY 1, 2 LIMIT 1",
+            f"UPDATE {s}.rooms SET room_number = {{v}} WHERE room_id = 990001",
+            f"DELETE FROM {s}.rooms WHERE room_id = 990001",
+        ),
+        "vmail_commands": (
+            f"INSERT INTO {s}.vmail_commands (command_id, person_id, mailbox, command) OVERRIDING SYSTEM VALUE "
+            f"VALUES (990001, {PA}, '69999', {{v}})",
+            f"UPDATE {s}.vmail_commands SET command = {{v}} WHERE command_id = 990001",
+            f"DELETE FROM {s}.vmail_commands WHERE command_id = 990001",
+        ),
+        "person_merges": (
+            f"INSERT INTO {s}.person_merges (merge_id, old_person_id, new_person_id, merged_at) "
+            f"OVERRIDING SYSTEM VALUE VALUES (990001, 9199999, {PA}, {{v}}::timestamptz)",
+            f"UPDATE {s}.person_merges SET merged_at = {{v}}::timestamptz WHERE merge_id = 990001",
+            f"DELETE FROM {s}.person_merges WHERE merge_id = 990001",
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def driven(world: Captured, registry: Registry, nsettings: Settings, checkpoint: Path) -> dict[str, Any]:
+    """Every source table changed (insert, update, delete, insert, update), plus housekeeping
+    updates and the group membership moves; then one normaliser run."""
+    s = world.schema
+    sql(nsettings, f"INSERT INTO {s}.people (person_id, first_name, last_name) VALUES ({PA}, 'Ada', 'Park')")
+    values: dict[str, list[str]] = {}
+    for table, (ins, upd, dele) in dml(s).items():
+        vs = (
+            [f"2001-01-0{i} 00:00:00+00" for i in range(1, 5)]
+            if table == "person_merges"
+            else [f"{table[:6]}-{i}" for i in range(1, 5)]
+        )
+        values[table] = vs
+        sql(
+            nsettings,
+            ins.format(v=f"'{vs[0]}'"),
+            upd.format(v=f"'{vs[1]}'"),
+            dele,
+            ins.format(v=f"'{vs[2]}'"),
+            upd.format(v=f"'{vs[3]}'"),
+        )
+    # a membership whose key moves: (g, u1) -> (g, u2), deleted, inserted and moved again
+    with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+        u1, u2 = [r[0] for r in conn.execute(f"SELECT username FROM {s}.logins ORDER BY 1 LIMIT 2")]
+    g = "zzgroup"  # created (and kept) by the unix_groups steps above
+    sql(
+        nsettings,
+        f"INSERT INTO {s}.group_members VALUES ('{g}', '{u1}')",
+        f"UPDATE {s}.group_members SET username = '{u2}' WHERE group_name = '{g}'",
+        f"DELETE FROM {s}.group_members WHERE group_name = '{g}'",
+        f"INSERT INTO {s}.group_members VALUES ('{g}', '{u1}')",
+        f"UPDATE {s}.group_members SET username = '{u2}' WHERE group_name = '{g}'",
+    )
+    # housekeeping only: nothing of interest changes
+    sql(
+        nsettings,
+        f"UPDATE {s}.people SET updated_at = updated_at + interval '1 hour', updated_by = 'cron' "
+        f"WHERE person_id = {PA}",
+        f"UPDATE {s}.logins SET last_login = now() WHERE username = 'zztest'",
+    )
+    time.sleep(3)  # let Debezium deliver the last transactions before the batch is planned
+    lines = normalize_once(nsettings, registry, checkpoint)
+    return {"values": values, "lines": lines, "members": (g, u1, u2)}
+
+
+def _records_of(nsettings: Settings, topic: str, match: dict[str, Any]) -> list[dict[str, Any] | None]:
+    return [v for k, v in decode_topic(nsettings, topic) if all(k[f] == x for f, x in match.items())]
+
+
+def test_each_source_table_yields_insert_update_delete_in_order(
+    registry: Registry, nsettings: Settings, driven: dict[str, Any], world: Captured
+) -> None:
+    plan = plan_normalize(registry, nsettings.topic_prefix)
+    feeds = {f.source_table.split(".")[1]: f for f in plan.feeds if f.tname != "CONTACT"}
+    expected_types = ["INSERT", "UPDATE", "DELETE", None, "INSERT", "UPDATE"]
+    for table, vs in driven["values"].items():
+        feed = feeds[table]
+        driven_columns = {"first_name", "status", "phone_number", "street", "name", "title", "email", "shell",
+                          "description", "room_number", "command", "merged_at"}  # fmt: skip
+        watched = next(c for c in feed.watch if c in driven_columns)
+        records = decode_topic(nsettings, feed.topic)
+        keyed: dict[KeyT, list[dict[str, Any] | None]] = {}
+        for k, v in records:
+            keyed.setdefault(key_tuple(k), []).append(v)
+        driven_keys = [
+            k for k, seq in keyed.items()
+            if any(v and v["after"] and v["after"].get(watched) and vs[0][:10] in v["after"][watched] for v in seq)
+        ]  # fmt: skip
+        assert len(driven_keys) == 1, (table, driven_keys)
+        seq = keyed[driven_keys[0]]
+        tail = seq[-len(expected_types) :]
+        assert [v["change_type"] if v else None for v in tail] == expected_types, (table, seq)
+        if table != "person_merges":
+            assert tail[-1]["after"][watched] == vs[3]  # type: ignore[index]
+            assert tail[-1]["before"][watched] == vs[2]  # type: ignore[index]
+        assert tail[2]["after"] is None and tail[2]["before"] is not None  # type: ignore[index]
+        assert tail[0]["provenance"]["origin"] == f"table {feed.source_table}"  # type: ignore[index]
+
+
+def test_a_moved_key_is_a_delete_of_the_old_key_and_an_insert_of_the_new(
+    registry: Registry, nsettings: Settings, driven: dict[str, Any]
+) -> None:
+    g, u1, u2 = driven["members"]
+    topic = registry.table("GROUP_MEM", None).topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    old = _records_of(nsettings, topic, {"pkey_string": g, "aux_string": u1})
+    new = _records_of(nsettings, topic, {"pkey_string": g, "aux_string": u2})
+    assert [v["change_type"] if v else None for v in old] == ["INSERT", "DELETE", None, "INSERT", "DELETE", None]
+    assert [v["change_type"] if v else None for v in new] == ["INSERT", "DELETE", None, "INSERT"]
+
+
+def test_a_housekeeping_only_update_produces_nothing(
+    registry: Registry, nsettings: Settings, driven: dict[str, Any]
+) -> None:
+    people = registry.table("PERSON", "PEOPLE").topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    assert [v["change_type"] for v in _records_of(nsettings, people, {"person_id": PA})] == ["INSERT"]  # type: ignore[index]
+    logins = registry.table("LOGINS", None).topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    zz = _records_of(nsettings, logins, {"pkey_string": "zztest"})
+    assert len(zz) == 6  # the driven sequence only; the last_login update was dropped
+    assert any("dropped as housekeeping 2" in line for line in driven["lines"]), driven["lines"]
+
+
+def test_every_logical_topic_ends_equal_to_the_source(
+    registry: Registry, nsettings: Settings, driven: dict[str, Any]
+) -> None:
+    for feed in plan_normalize(registry, nsettings.topic_prefix).feeds:
+        if feed.tname != "CONTACT":
+            assert_topic_equals_source(nsettings, feed)
+
+
+def test_one_key_fed_by_two_tables_in_one_transaction_ends_with_the_newest(
+    world: Captured, registry: Registry, nsettings: Settings, checkpoint: Path, driven: dict[str, Any]
+) -> None:
+    """Two updates to one logical key from two source tables committed in one transaction,
+    and many interleaved updates across keys: the newest state is last for every key."""
+    s = world.schema
+    with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+        people = [r[0] for r in conn.execute(
+            f"SELECT t.person_id FROM {s}.directory_telephone t JOIN {s}.addresses a "
+            "ON a.person_id = t.person_id AND a.addr_type = t.tele_type ORDER BY 1 LIMIT 6"
+        )]  # fmt: skip
+        types = {p: conn.execute(
+            f"SELECT t.tele_type FROM {s}.directory_telephone t JOIN {s}.addresses a "
+            "ON a.person_id = t.person_id AND a.addr_type = t.tele_type WHERE t.person_id = %s LIMIT 1", (p,)
+        ).fetchone()[0] for p in people}  # type: ignore[index]  # fmt: skip
+    assert len(people) >= 3, "the generated world has too few shared (person, type) keys"
+    expected: dict[tuple[int, str], tuple[str, str]] = {}
+    with psycopg.connect(nsettings.source.dsn()) as conn:
+        # one transaction: telephone first, then address, for the same logical key
+        p = people[0]
+        conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = 'tx-phone' WHERE person_id = %s "
+                     "AND tele_type = %s", (p, types[p]))  # fmt: skip
+        conn.execute(f"UPDATE {s}.addresses SET street = 'tx-street' WHERE person_id = %s AND addr_type = %s",
+                     (p, types[p]))  # fmt: skip
+        conn.commit()
+        expected[(p, types[p])] = ("addresses", "tx-street")
+        # interleaved: many small transactions alternating tables and keys
+        for i in range(60):
+            p = people[i % len(people)]
+            if (i // len(people)) % 2 == 0:
+                conn.execute(f"UPDATE {s}.addresses SET street = %s WHERE person_id = %s AND addr_type = %s",
+                             (f"street-{i}", p, types[p]))  # fmt: skip
+                expected[(p, types[p])] = ("addresses", f"street-{i}")
+            else:
+                conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s "
+                             "AND tele_type = %s", (f"phone-{i}", p, types[p]))  # fmt: skip
+                expected[(p, types[p])] = ("directory_telephone", f"phone-{i}")
+            conn.commit()
+    time.sleep(3)
+    normalize_once(nsettings, registry, checkpoint)
+    topic = registry.table("CONTACT", None).topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    last: dict[tuple[int, str], dict[str, Any]] = {}
+    for k, v in decode_topic(nsettings, topic):
+        if v is not None:
+            last[(k["person_id"], k["aux_string"])] = v
+    for key, (table, value) in expected.items():
+        got = last[key]
+        assert got["source"]["table"] == f"{s}.{table}", (key, got["source"])
+        column = "street" if table == "addresses" else "phone_number"
+        assert got["after"][column] == value, (key, got["after"])
+
+
+def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
+    world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
+) -> None:
+    s = world.schema
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(world.registry_yaml)
+    chk = tmp_path / "checkpoint"
+    prefix = f"tk{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
+    ksettings = nsettings.model_copy(update={"topic_prefix": prefix})
+    with psycopg.connect(nsettings.source.dsn()) as conn:
+        keys = [tuple(r) for r in conn.execute(
+            f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2 LIMIT 40")]  # fmt: skip
+    written: list[str] = []
+    stop = threading.Event()
+
+    def change_continuously() -> None:
+        with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+            i = 0
+            while not stop.is_set() and i < LIMIT:
+                p, t = keys[i % len(keys)]
+                value = f"kill-{i}"
+                conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s "
+                             "AND tele_type = %s", (value, p, t))  # fmt: skip
+                written.append(value)
+                i += 1
+                time.sleep(0.02)
+
+    log = (tmp_path / "normalize.log").open("w")
+    job = subprocess.Popen(
+        [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+         "--checkpoint", str(chk), "--trigger", "1 second", "--max-offsets-per-trigger", "200"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    writer = threading.Thread(target=change_continuously)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and "batch 1:" not in (tmp_path / "normalize.log").read_text():
+            assert job.poll() is None, (tmp_path / "normalize.log").read_text()[-3000:]
+            time.sleep(0.5)
+        writer.start()
+        # a few micro-batches into the stream of changes, while changes keep coming
+        batches_before = (tmp_path / "normalize.log").read_text().count("\nbatch ")
+        while time.monotonic() < deadline and (
+            (tmp_path / "normalize.log").read_text().count("\nbatch ") < batches_before + 2
+        ):
+            assert job.poll() is None, (tmp_path / "normalize.log").read_text()[-3000:]
+            time.sleep(0.3)
+        assert writer.is_alive(), "the changes ended before the kill: nothing was mid-stream"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    finally:
+        stop.set()
+        if writer.is_alive() or writer.ident is not None:
+            writer.join(60)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        log.close()
+    assert len(written) < LIMIT  # killed while the source was still changing
+    time.sleep(3)
+    normalize_once(ksettings, parse_registry(world.registry_yaml), chk)  # restart from the checkpoint
+
+    topic = registry.table("PERSON", "Telephone").topic(prefix)  # type: ignore[union-attr]
+    records = decode_topic(ksettings, topic)
+    seen_values = {v["after"]["phone_number"] for _, v in records if v and v["after"]}
+    assert set(written) <= seen_values  # every committed change arrived
+    feed = next(f for f in plan_normalize(registry, prefix).feeds if f.topic == topic and f.tname != "CONTACT")
+    assert_topic_equals_source(ksettings, feed)  # the last record per key is the source's state
+
+
+def test_after_compaction_a_topic_holds_one_record_per_live_key(
+    world: Captured, registry: Registry, settings: Settings, tmp_path: Path
+) -> None:
+    prefix = f"tc{uuid.uuid4().hex[:8]}"
+    csettings = settings.model_copy(update={"topic_prefix": prefix})
+    topic = registry.table("PERSON", "Telephone").topic(prefix)  # type: ignore[union-attr]
+    # compaction within seconds instead of hours: small segments, no lag, tombstones dropped at once
+    eager = {
+        "cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "0", "max.compaction.lag.ms": "1000",
+    }  # fmt: skip
+    apply_topics(csettings, [TopicSpec(topic, 1, eager)])
+    s = world.schema
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for i in range(5):
+            conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE tele_type = 'campus'",
+                         (f"compact-{i}",))  # fmt: skip
+        conn.execute(f"DELETE FROM {s}.directory_telephone WHERE tele_type = 'mobile'")
+    time.sleep(3)
+    normalize_once(csettings, registry, tmp_path / "checkpoint")
+    feed = next(f for f in plan_normalize(registry, prefix).feeds if f.topic == topic and f.tname != "CONTACT")
+    source = db_state(csettings, feed)
+
+    from confluent_kafka import Producer
+
+    producer = Producer(csettings.kafka.client_config())
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        producer.produce(topic, key=b"roll", value=None)  # a write rolls the expired active segment
+        producer.flush(10)
+        records = decode_or_skip_roll(csettings, topic)
+        live = [k for k, v in records if v is not None]
+        if len(live) == len(set(live)) == len(source) and set(live) == set(source) and len(records) == len(live):
+            break
+    records = decode_or_skip_roll(csettings, topic)
+    live = [k for k, v in records if v is not None]
+    assert sorted(live) == sorted(source)  # exactly one record per live key
+    assert len(records) == len(live)  # and nothing (no delete record, no tombstone) for deleted rows
+    state = dict(records)
+    for key, row in source.items():
+        assert state[key]["after"]["phone_number"] == row["phone_number"]  # type: ignore[index]
+
+
+def decode_or_skip_roll(settings: Settings, topic: str) -> list[tuple[KeyT, dict[str, Any] | None]]:
+    des = AvroDeserializer(registry_client(settings))
+    out = []
+    for key, value, _, _ in read_topic_to_end(settings, topic):
+        if key == b"roll":
+            continue
+        k = des(key, SerializationContext(topic, MessageField.KEY))
+        v = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
+        if v is not None and v["change_type"] == "DELETE":
+            out.append((key_tuple(k), None))  # a delete record is not live state
+            continue
+        out.append((key_tuple(k), v))
+    return out

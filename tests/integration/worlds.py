@@ -1,0 +1,171 @@
+"""Helpers for integration tests that capture a world of their own.
+
+``captured_world`` creates a schema with a generated campus world, moves
+examples/campus.yaml onto it (its own source, slot, publication, raw topics) and
+applies capture; everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+
+from mcq.capture.apply import apply_capture
+from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic
+from mcq.config import PROJECT_ROOT, Settings
+from mcq.connect_rest import ConnectClient
+from mcq.registry import Registry, parse_registry
+from mcq.registry.model import Source
+from mcq.smoke import delete_topics
+from mcq.world import create_schema, generate, load
+
+CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
+
+
+@dataclass(frozen=True)
+class Captured:
+    registry: Registry
+    source: Source
+    schema: str
+    registry_yaml: str
+
+    def topic(self, table: str) -> str:
+        return raw_topic(self.source, table)
+
+
+def campus_registry_yaml(schema: str, token: str) -> str:
+    """examples/campus.yaml moved onto a schema, source, slot and publication of the test's own."""
+    return (
+        CAMPUS.read_text()
+        .replace("schemas: [campus]", f"schemas: [{schema}]")
+        .replace("table: campus.", f"table: {schema}.")
+        .replace("mcq_campus", f"mcq_t{token}")
+        .replace("name: campus", f"name: t{token}")
+        .replace("source: campus", f"source: t{token}")
+    )
+
+
+def wait_slot_active(settings: Settings, slot: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"slot {slot} never became active")
+
+
+def drop_slot(conn: psycopg.Connection[Any], slot: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return
+        if not row[0]:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
+        time.sleep(0.5)
+
+
+@contextmanager
+def captured_world(settings: Settings, people: int = 60, seed: int = 7) -> Iterator[Captured]:
+    token = uuid.uuid4().hex[:8]
+    schema = f"w_{token}"
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        create_schema(conn, schema)
+        load(conn, schema, generate(people, seed=seed))
+    text = campus_registry_yaml(schema, token)
+    registry = parse_registry(text, "campus-test.yaml")
+    source = registry.sources[0]
+    apply_capture(registry, settings, report=lambda _: None)
+    wait_slot_active(settings, source.slot_name)
+    cap = Captured(registry, source, schema, text)
+    try:
+        yield cap
+    finally:
+        with ConnectClient(settings.connect) as client:
+            client.delete(connector_name(source))
+        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+            drop_slot(conn, source.slot_name)
+            conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication_name}"')
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        tables = [f.table for t in registry.tables for f in t.feeds] + [OUTBOX_TABLE]
+        delete_topics(settings, [cap.topic(t) for t in tables])
+
+
+def read_json_events(
+    settings: Settings, topic: str, want: Callable[[Any, Any], bool], expect: int, timeout_s: float = 90
+) -> list[dict[str, Any]]:
+    """Read a raw (JSON) topic from the beginning; keep the records `want` selects (tombstones: op None)."""
+    consumer = Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    found: list[dict[str, Any]] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < expect and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            key = json.loads(msg.key() or b"null")
+            value = json.loads(msg.value()) if msg.value() is not None else None
+            if want(key, value):
+                found.append({"key": key, **(value or {"op": None})})
+    finally:
+        consumer.close()
+    return found
+
+
+def read_topic_to_end(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes | None, int, int]]:
+    """Every record of a topic as it is now: (key, value, partition, offset), in partition order."""
+    consumer = Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    out: list[tuple[bytes | None, bytes | None, int, int]] = []
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = []
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                parts.append(TopicPartition(topic, p, low))
+        if not parts:
+            return out
+        consumer.assign(parts)
+        pending = {tp.partition for tp in parts}
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                pending.discard(msg.partition())
+                continue
+            out.append((msg.key(), msg.value(), msg.partition() or 0, msg.offset() or 0))
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                pending.discard(msg.partition())
+    finally:
+        consumer.close()
+    return out
