@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -22,6 +23,9 @@ from mcq.connect_rest import ConnectClient, ConnectError
 from mcq.registry import Registry, RegistryError, load_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack, StackError
+
+if TYPE_CHECKING:
+    from consumers.runtime.dlq import DeadLetter, DeadLetters
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -375,6 +379,268 @@ def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
             failed = True
     if failed:
         sys.exit(EXIT_FAILED)
+
+
+# ------------------------------------------------------------------ streams
+
+
+@main.group()
+def streams() -> None:
+    """Spark jobs: the normaliser (raw CDC topics -> compacted logical topics)."""
+
+
+@streams.command("normalize")
+@FROM_FILE
+@click.option("--once", is_flag=True, help="Process what is available, then exit 0.")
+@click.option("--trigger", default="5 seconds", show_default=True, help="Micro-batch interval when continuous.")
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Checkpoint directory (default MCQ_HOME/checkpoints/normalize-<prefix>).",
+)
+@click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
+@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="Cap a micro-batch's size.")
+def streams_normalize(
+    registry_file: Path | None,
+    once: bool,
+    trigger: str,
+    checkpoint: Path | None,
+    master: str | None,
+    max_offsets_per_trigger: int | None,
+) -> None:
+    """Normalise raw Debezium topics into the compacted logical topics of the registry."""
+    from mcq.contract import SchemaRefused
+    from streams.normalize import run_normalize
+
+    settings = _settings()
+    try:
+        run_normalize(
+            settings,
+            _current_registry(registry_file),
+            once=once,
+            trigger=trigger,
+            checkpoint=checkpoint,
+            master=master,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            report=_say,
+        )
+    except SchemaRefused as exc:
+        err_console.print(f"mcq streams normalize: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        console.print("normalize: stopped")
+
+
+# ------------------------------------------------------------------ listeners
+
+
+@main.command("listen")
+@click.argument("name")
+@FROM_FILE
+@click.option("--until-caught-up", is_flag=True, help="Handle what is pending now, then exit 0 (a cron catch-up run).")
+@click.option("--http-host", default="0.0.0.0", show_default=True, help="Address of /livez, /readyz and /metrics.")
+@click.option("--http-port", default=8080, show_default=True, type=click.IntRange(min=0), help="0 picks a free port.")
+@click.option("--no-http", is_flag=True, help="Serve no health or metrics endpoint.")
+def listen(
+    name: str, registry_file: Path | None, until_caught_up: bool, http_host: str, http_port: int, no_http: bool
+) -> None:
+    """Run listener NAME: apply the changes it is interested in, commit as they are accepted.
+
+    Stops on SIGTERM/SIGINT after the batch in flight. Exit 0 when stopped or caught up,
+    1 when the runtime failed, 2 for a listener or adapter that cannot run as configured."""
+    from consumers.exceptions import ConsumerError, ListenerConfigError
+    from consumers.runtime.listener import ListenerRuntime, stop_on_signals
+    from mcq.contract import SchemaRefused
+
+    settings = _settings()
+    registry = _load_registry_file(registry_file) if registry_file else None
+    try:
+        runtime = ListenerRuntime(
+            settings,
+            name,
+            registry=registry,
+            http_host=http_host,
+            http_port=None if no_http else http_port,
+            report=_say,
+        )
+        with stop_on_signals(runtime):
+            sys.exit(runtime.run(until_caught_up=until_caught_up))
+    except ListenerConfigError as exc:
+        err_console.print(f"mcq listen: {exc}", markup=False)
+        sys.exit(EXIT_CONFIG)
+    except (ConsumerError, RegistryError, SchemaRefused) as exc:
+        err_console.print(f"mcq listen: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+
+
+@main.command("status")
+@click.argument("names", nargs=-1)
+@FROM_FILE
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json: bool) -> None:
+    """Process monitor: per listener, instances alive, pending changes, oldest pending, counts.
+
+    Exits 1 when a listener is DEAD (real-time, no live instance) or STUCK (its oldest
+    pending change is older than its limit), so cron or a probe can alert."""
+    from consumers.runtime.status import status_report
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    unknown = [n for n in names if registry.listener(n) is None]
+    if unknown:
+        err_console.print(f"mcq status: no listener named {', '.join(unknown)} in the registry", markup=False)
+        sys.exit(EXIT_CONFIG)
+    report = status_report(settings, registry, list(names) or None)
+    if as_json:
+        console.print_json(
+            json.dumps(
+                [
+                    {
+                        "listener": r.name,
+                        "schedule": r.schedule,
+                        "verdict": r.verdict,
+                        "reason": r.reason,
+                        "instances_alive": len(r.alive),
+                        "last_heartbeat": r.last_heartbeat,
+                        "pending": r.pending,
+                        "oldest_pending_age_s": r.oldest_pending_age_s,
+                        "pending_by_topic": {x.topic: x.pending for x in r.lags if x.pending},
+                        "counters": r.counters,
+                    }
+                    for r in report
+                ]
+            )
+        )
+    else:
+        table = Table(
+            "listener",
+            "verdict",
+            "alive",
+            "last beat",
+            "pending",
+            "oldest",
+            "applied",
+            "parked",
+            "dead",
+            "superseded",
+            "why",
+        )
+        now = time.time()
+        for r in report:
+            age = r.oldest_pending_age_s
+            c = r.counters
+            table.add_row(
+                r.name,
+                r.verdict,
+                str(len(r.alive)),
+                f"{now - r.last_heartbeat:.0f} s ago" if r.last_heartbeat else "-",
+                str(r.pending),
+                f"{age:.0f} s" if age is not None else "-",
+                str(c.get("applied", 0)),
+                str(c.get("parked", 0)),
+                str(c.get("dead_lettered", 0)),
+                str(c.get("superseded", 0)),
+                r.reason,
+            )
+            for lag in r.lags:
+                if lag.pending:
+                    table.add_row(f"  {lag.topic}", lag.lane, "", "", str(lag.pending), "", "", "", "", "", "")
+        console.print(table)
+    sys.exit(EXIT_FAILED if any(r.failing for r in report) else 0)
+
+
+@main.group()
+def dlq() -> None:
+    """Dead letters of a listener: list, show, requeue, discard (AQ's exception queue)."""
+
+
+def _dead_letters(name: str) -> DeadLetters:
+    from consumers.runtime.dlq import DeadLetters
+
+    return DeadLetters(_settings(), name)
+
+
+@dlq.command("list")
+@click.argument("name")
+@click.option("--all", "include_resolved", is_flag=True, help="Also requeued and discarded entries.")
+def dlq_list(name: str, include_resolved: bool) -> None:
+    """Dead letters of listener NAME (unresolved ones unless --all)."""
+    entries = _dead_letters(name).entries(include_resolved)
+    table = Table("id", "failed at", "attempts", "from", "error", "resolution")
+    for e in entries:
+        table.add_row(
+            e.id, e.failed_at, str(e.attempts), e.origin, e.error[:120], e.resolution["action"] if e.resolution else ""
+        )
+    console.print(table)
+    console.print(f"{len(entries)} dead letter(s)")
+
+
+@dlq.command("show")
+@click.argument("name")
+@click.argument("entry_id")
+def dlq_show(name: str, entry_id: str) -> None:
+    """One dead letter: its headers and the change it holds."""
+    from consumers.exceptions import DeadLetterError
+
+    letters = _dead_letters(name)
+    try:
+        entry = letters.get(entry_id)
+    except DeadLetterError as exc:
+        err_console.print(f"mcq dlq show: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+    console.print_json(
+        json.dumps(
+            {
+                "id": entry.id,
+                "headers": entry.headers,
+                "resolution": entry.resolution,
+                "change": letters.decoded(entry),
+            },
+            default=str,
+        )
+    )
+
+
+def _pick(name: str, ids: tuple[str, ...], everything: bool) -> tuple[DeadLetters, list[DeadLetter]]:
+    from consumers.exceptions import DeadLetterError
+
+    letters = _dead_letters(name)
+    if not ids and not everything:
+        raise click.UsageError("name entry ids, or --all")
+    try:
+        entries = letters.entries() if everything else [letters.get(i) for i in ids]
+    except DeadLetterError as exc:
+        err_console.print(f"mcq dlq: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+    return letters, entries
+
+
+@dlq.command("requeue")
+@click.argument("name")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Every unresolved dead letter.")
+@click.option("--reason", default="", help="Why (kept with the resolution).")
+def dlq_requeue(name: str, ids: tuple[str, ...], everything: bool, reason: str) -> None:
+    """Put dead letters back in NAME's retry lane, due now, with a fresh attempt count."""
+    from consumers.exceptions import DeadLetterError
+
+    letters, entries = _pick(name, ids, everything)
+    try:
+        console.print(f"requeued {letters.requeue(entries, reason)} dead letter(s) to {letters.topics.retry}")
+    except DeadLetterError as exc:
+        err_console.print(f"mcq dlq requeue: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+
+
+@dlq.command("discard")
+@click.argument("name")
+@click.argument("ids", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Every unresolved dead letter.")
+@click.option("--reason", required=True, help="Why (kept with the resolution).")
+def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) -> None:
+    """Mark dead letters as dealt with; they stay in the topic for the record."""
+    letters, entries = _pick(name, ids, everything)
+    console.print(f"discarded {letters.discard(entries, reason)} dead letter(s)")
 
 
 # ------------------------------------------------------------------ world

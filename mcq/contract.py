@@ -52,7 +52,13 @@ def register(
     An incompatible evolution is refused by the registry and raised as SchemaRefused.
     """
     try:
-        client.set_compatibility(subject_name=subject, level=compatibility)
+        try:
+            client.set_compatibility(subject_name=subject, level=compatibility)
+        except SchemaRegistryError as exc:
+            # two processes setting up the same subject at once: Apicurio answers 409 to the
+            # second; what counts is that the mode is the one asked for
+            if exc.http_status_code != 409 or client.get_compatibility(subject) != compatibility:
+                raise
         return int(client.register_schema(subject, Schema(schema, "AVRO")))
     except SchemaRegistryError as exc:
         raise SchemaRefused(

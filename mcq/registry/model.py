@@ -115,6 +115,28 @@ class Adapter(_Model):
     settings: dict[str, Any] = {}
 
 
+class Delivery(_Model):
+    """How a listener retries, parks and dead-letters (AQ's retry_delay and max_retries,
+    the paper's Hold_Until and put-back count), batches and reports liveness."""
+
+    retries_in_place: int = Field(default=3, ge=0, le=20)
+    """Immediate retries of a failed change before it is parked."""
+    backoff_initial_s: float = Field(default=0.2, gt=0)
+    backoff_max_s: float = Field(default=5.0, gt=0)
+    park_initial_s: float = Field(default=5.0, ge=0)
+    """Hold-until of a change parked the first time; doubles with every attempt."""
+    park_max_s: float = Field(default=3600.0, ge=0)
+    max_attempts: int = Field(default=5, ge=1, le=1000)
+    """Delivery rounds (each with its in-place retries) before the dead-letter topic."""
+    batch_size: int = Field(default=500, ge=1, le=100_000)
+    bulk_batch_size: int = Field(default=100, ge=1, le=100_000)
+    """Kept small: a real-time change waits at most for one bulk batch in flight."""
+    heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=30.0, gt=0)
+    stuck_after_s: float = Field(default=600.0, gt=0)
+    """A live listener whose oldest pending change is older than this is stuck."""
+
+
 class Listener(_Model):
     """A downstream system: its consumer group, owner and schedule (the paper's Table 4)."""
 
@@ -125,6 +147,7 @@ class Listener(_Model):
     schedule: str = "realtime"
     """``realtime``, or a cron expression for a batch catch-up run."""
     adapter: Adapter
+    delivery: Delivery = Delivery()
 
     @field_validator("schedule")
     @classmethod
@@ -134,8 +157,8 @@ class Listener(_Model):
         return value
 
     @property
-    def group_id(self) -> str:
-        return f"mcq.{self.name}"
+    def realtime(self) -> bool:
+        return self.schedule == "realtime"
 
 
 class Interest(_Model):

@@ -1,0 +1,6 @@
+"""Listeners: one consumer group per listener, applying changes through an adapter.
+
+``consumers.runtime`` is the loop (ack by commit, retries, parking, dead letters, lanes,
+heartbeat); ``consumers.adapter`` the interface a target implements; one sub-package per
+built-in adapter kind.
+"""

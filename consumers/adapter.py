@@ -1,0 +1,111 @@
+"""The interface a target implements, and how adapters are found by name.
+
+The contract (the runtime relies on it):
+
+* ``apply_batch`` is given changes in the order of their partition; a key's changes are
+  never reordered. It returns one outcome per change: ``None`` when the target accepted
+  it, else the :class:`~consumers.exceptions.AdapterError` that says what to do.
+* Applying must be **idempotent**: set the state the change carries, never increment. A
+  change may be delivered again (after a crash, a rebalance, a requeue), and a replay of
+  the topic from the beginning must rebuild the target.
+* :class:`~consumers.exceptions.TargetUnavailable` means "the target is down": the runtime
+  retries the same change until the target answers, and never parks or dead-letters it.
+  :class:`~consumers.exceptions.ChangeFailed` means "this change failed, may succeed
+  later"; :class:`~consumers.exceptions.ChangeRejected` "never".
+* Where the target can, it should refuse a change older than the state it holds (each
+  change carries its source :class:`~mcq.change.Position`); the runtime already skips
+  changes older than what this listener applied, but a target-side guard also covers
+  two instances racing on one key.
+
+Adapters register under the ``mcq.adapters`` entry point group: a distribution of your
+own declares ``[project.entry-points."mcq.adapters"] mykind = "mypkg.adapter:MyAdapter"``
+and a listener with ``adapter: {type: mykind, settings: {...}}`` uses it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from consumers.exceptions import AdapterError, ListenerConfigError, TargetUnavailable
+from mcq.change import Change
+from mcq.config import Settings
+from mcq.registry.model import Listener
+
+ENTRY_POINT_GROUP = "mcq.adapters"
+
+
+class AdapterSettings(BaseModel):
+    """Base of an adapter's settings model (the listener's ``adapter.settings``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Adapter(ABC):
+    """A target system, as a listener applies changes to it."""
+
+    kind: ClassVar[str]
+    settings_model: ClassVar[type[AdapterSettings]] = AdapterSettings
+
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        self.listener = listener
+        self.mcq_settings = settings
+        try:
+            self.settings: Any = self.settings_model.model_validate(listener.adapter.settings)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '-'}: {e['msg']}" for e in exc.errors())
+            raise ListenerConfigError(
+                f"listener {listener.name}: adapter {listener.adapter.type}: bad settings: {problems}"
+            ) from None
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Connect; raise TargetUnavailable when the target does not answer."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; called once, also after a failure."""
+
+    @abstractmethod
+    def apply(self, change: Change) -> None:
+        """Apply one change idempotently, or raise an AdapterError."""
+
+    def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        """Apply changes in order; one outcome per change. Override to batch round trips.
+
+        Once the target is unavailable, the rest of the batch is not tried."""
+        outcomes: list[AdapterError | None] = []
+        for i, change in enumerate(changes):
+            try:
+                self.apply(change)
+                outcomes.append(None)
+            except TargetUnavailable as exc:
+                outcomes.extend([exc] * (len(changes) - i))
+                break
+            except AdapterError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def ready(self) -> bool:
+        """Whether the target answers (readiness probe); default: assume so."""
+        return True
+
+
+def adapter_class(kind: str) -> type[Adapter]:
+    """The adapter registered under ``kind`` in the ``mcq.adapters`` entry point group."""
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if kind not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise ListenerConfigError(
+            f"no adapter named {kind!r} (registered: {known}); install the distribution that provides it"
+        )
+    cls = found[kind].load()
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise ListenerConfigError(f"entry point {ENTRY_POINT_GROUP}:{kind} is not an Adapter subclass: {cls!r}")
+    return cls
+
+
+def make_adapter(listener: Listener, settings: Settings) -> Adapter:
+    return adapter_class(listener.adapter.type)(listener, settings)

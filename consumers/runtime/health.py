@@ -1,0 +1,90 @@
+"""Each listener instance serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class ListenerMetrics:
+    """One registry per instance (several runtimes may share a process in tests)."""
+
+    def __init__(self, listener: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"listener": listener}
+        self.changes = Counter(
+            "mcq_listener_changes", "Changes handled, by outcome", ["listener", "outcome"], registry=self.registry
+        )
+        self.pending = Gauge(
+            "mcq_listener_pending", "Changes waiting, by lane", ["listener", "lane"], registry=self.registry
+        )
+        self.target_up = Gauge(
+            "mcq_listener_target_up", "1 when the target answers", ["listener"], registry=self.registry
+        )
+        self.last_applied = Gauge(
+            "mcq_listener_last_applied_timestamp_seconds",
+            "When a change was last applied",
+            ["listener"],
+            registry=self.registry,
+        )
+        self._labels = labels
+
+    def count(self, outcome: str, n: int = 1) -> None:
+        if n:
+            self.changes.labels(outcome=outcome, **self._labels).inc(n)
+
+
+class HealthServer:
+    """A small HTTP server in a daemon thread; ``port=0`` picks a free port."""
+
+    def __init__(
+        self, host: str, port: int, live: Callable[[], bool], ready: Callable[[], bool], metrics: ListenerMetrics
+    ) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/livez":
+                    outer._answer(self, live())
+                elif self.path == "/readyz":
+                    outer._answer(self, ready())
+                elif self.path == "/metrics":
+                    body = generate_latest(metrics.registry)
+                    self.send_response(200)
+                    self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                else:
+                    self.send_error(404)
+
+            def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: not logged
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="mcq-health", daemon=True)
+
+    @staticmethod
+    def _answer(handler: BaseHTTPRequestHandler, ok: bool) -> None:
+        body = b"ok\n" if ok else b"not ok\n"
+        handler.send_response(200 if ok else 503)
+        handler.send_header("Content-Type", "text/plain")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,137 @@
+"""The process monitor (the paper's Mark_Process): each listener instance publishes a
+throttled heartbeat to a compacted topic, keyed ``<listener>/<instance>``; ``mcq status``
+reads them back."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from mcq.config import Settings
+
+
+@dataclass
+class Counters:
+    """What an instance has done since it started."""
+
+    applied: int = 0
+    skipped: int = 0
+    """Not newer than what was already applied for the key (duplicate, replay)."""
+    filtered: int = 0
+    """No interest rule matched."""
+    failed: int = 0
+    """Failed attempts (each in-place retry counts)."""
+    parked: int = 0
+    superseded: int = 0
+    dead_lettered: int = 0
+    bulk_applied: int = 0
+
+
+@dataclass
+class Beat:
+    listener: str
+    instance: str
+    host: str
+    pid: int
+    started_at: float
+    at: float
+    state: str
+    timeout_s: float
+    counters: dict[str, int] = field(default_factory=dict)
+    partitions: int = 0
+    http: str | None = None
+    last_applied_at: float | None = None
+
+    def alive(self, now: float | None = None) -> bool:
+        return self.state != "stopped" and (now or time.time()) - self.at <= self.timeout_s
+
+
+class Heartbeat:
+    def __init__(self, producer: Producer, topic: str, listener: str, interval_s: float, timeout_s: float) -> None:
+        self.topic = topic
+        self.instance = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._producer = producer
+        self._listener = listener
+        self._interval = interval_s
+        self._timeout = timeout_s
+        self._started = time.time()
+        self._last = 0.0
+
+    def beat(
+        self,
+        state: str,
+        counters: Counters,
+        partitions: int,
+        http: str | None,
+        last_applied_at: float | None,
+        force: bool = False,
+    ) -> bool:
+        """Publish when the interval has passed (or when forced); True when published."""
+        now = time.monotonic()
+        if not force and now - self._last < self._interval:
+            return False
+        self._last = now
+        beat = Beat(
+            self._listener,
+            self.instance,
+            socket.gethostname(),
+            os.getpid(),
+            self._started,
+            time.time(),
+            state,
+            self._timeout,
+            asdict(counters),
+            partitions,
+            http,
+            last_applied_at,
+        )
+        self._producer.produce(
+            self.topic, key=f"{self._listener}/{self.instance}".encode(), value=json.dumps(asdict(beat)).encode()
+        )
+        self._producer.poll(0)
+        return True
+
+
+def read_beats(settings: Settings, topic: str, timeout_s: float = 15.0) -> list[Beat]:
+    """The last heartbeat of every instance that ever published one."""
+    consumer = Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"_mcq-status-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        parts = sorted(meta.partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        todo = {p for p in parts if ends[p] > 0}
+        consumer.assign([TopicPartition(topic, p, -2) for p in todo])
+        latest: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    todo.discard(msg.partition() or 0)
+                continue
+            if msg.value() is not None:
+                latest[(msg.key() or b"").decode()] = json.loads(msg.value() or b"{}")
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                todo.discard(msg.partition() or 0)
+        return [Beat(**v) for v in latest.values()]
+    finally:
+        consumer.close()

@@ -1,0 +1,590 @@
+"""``mcq listen NAME``: the listener loop (the paper's Get_Changes / Ack_Change).
+
+Two consumer groups per listener, both named after it:
+
+* the **real-time lane** (``<prefix>.<NAME>``): the logical topics of its interests and
+  its retry topic;
+* the **bulk lane** (``<prefix>.<NAME>.bulk``): its bulk topic and the shared refresh
+  requests, consumed only while the real-time lane has nothing waiting (the bulk lane is
+  paused otherwise), a small batch at a time, so a mass load never delays a password
+  change by more than one bulk batch.
+
+Per batch: decode, keep the changes an interest (and its rule) selects, skip those not
+newer than what was applied for their key, apply the rest through the adapter, then
+flush what the batch produced (parked changes, dead letters, applied positions) and
+only then commit the offsets: the commit is the acknowledgement, and a change is never
+acknowledged before the target, the retry lane or the dead-letter topic holds it.
+
+A failing change is retried in place with back-off and jitter, then parked in the retry
+lane with a hold-until time, and dead-lettered after ``max_attempts`` delivery rounds.
+A parked change whose key has since been applied from a newer change is superseded.
+An unavailable target is waited for, change by change, with nothing parked.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from consumers.adapter import Adapter, make_adapter
+from consumers.exceptions import (
+    AdapterError,
+    ChangeFailed,
+    ChangeRejected,
+    ConsumerError,
+    ListenerConfigError,
+    TargetUnavailable,
+)
+from consumers.runtime.applied import AppliedPositions
+from consumers.runtime.health import HealthServer, ListenerMetrics
+from consumers.runtime.heartbeat import Counters, Heartbeat
+from consumers.runtime.interests import interested
+from consumers.runtime.parking import Origin, backoff_s, failure_headers, hold_until_ms
+from consumers.runtime.topics import ListenerTopics
+from mcq.change import BadChange, Change, ChangeCodec, RegistryUnavailable
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry.model import Listener, Registry
+from mcq.registry.store import REGISTRY_TOPIC, RegistryReader
+from mcq.topics.plan import apply_topics, plan_topics
+
+Report = Callable[[str], None]
+TP = tuple[str, int]
+
+
+@dataclass
+class _Item:
+    """One record of a batch on its way through the loop."""
+
+    msg: Message
+    origin: Origin
+    change: Change | None = None
+    retry_lane: bool = False
+
+
+class ListenerRuntime:
+    """One instance of one listener."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        *,
+        registry: Registry | None = None,
+        registry_topic: str = REGISTRY_TOPIC,
+        adapter: Adapter | None = None,
+        http_host: str = "127.0.0.1",
+        http_port: int | None = 0,
+        report: Report = print,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.report = report
+        self.topics = ListenerTopics(settings.topic_prefix, name)
+        self._reader: RegistryReader | None = None
+        if registry is None:  # the shared store: interests added later reach us
+            self._reader = RegistryReader(settings, registry_topic)
+            self._reader.catch_up()
+            registry = self._reader.registry()
+        self.registry = registry
+        self.listener = self._listener(registry)
+        self.delivery = self.listener.delivery
+        self.adapter = adapter or make_adapter(self.listener, settings)
+        self.counters = Counters()
+        self.metrics = ListenerMetrics(name)
+        self._stop = threading.Event()
+        self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
+        self._target_up = True
+        self._last_tick = time.monotonic()
+        self._last_applied_at: float | None = None
+        self._realtime_topics: list[str] = []
+        self._bulk_paused = False
+        self._bulk_busy = False
+        self._undone: list[_Item] = []
+        self._ends: dict[str, dict[TP, int]] = {"realtime": {}, "bulk": {}}
+        self._done: dict[TP, int] = {}  # next offset to process, per partition handled here
+        self._health: HealthServer | None = None
+        if http_port is not None:
+            self._health = HealthServer(http_host, http_port, self.live, self.ready, self.metrics)
+
+    # ------------------------------------------------------------------ registry
+
+    def _listener(self, registry: Registry) -> Listener:
+        listener = registry.listener(self.name)
+        if listener is None:
+            known = ", ".join(x.name for x in registry.listeners) or "none"
+            raise ListenerConfigError(f"no listener named {self.name!r} in the registry (known: {known})")
+        return listener
+
+    def realtime_topics(self) -> list[str]:
+        prefix = self.settings.topic_prefix
+        return [*sorted({t.topic(prefix) for t in self.registry.tables_of(self.name)}), self.topics.retry]
+
+    def wants(self, change: Change) -> bool:
+        return interested(self.registry, self.name, change)
+
+    def _reload_registry(self) -> None:
+        if self._reader is None or not self._reader.poll(0):
+            return
+        try:
+            registry = self._reader.registry()
+            listener = self._listener(registry)
+        except (ListenerConfigError, ValueError) as exc:
+            self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
+            return
+        self.registry, self.listener, self.delivery = registry, listener, listener.delivery
+        topics = self.realtime_topics()
+        if topics != self._realtime_topics:
+            self._ensure_topics()
+            self.report(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
+            self._realtime_topics = topics
+            self._rt.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    # ------------------------------------------------------------------ probes
+
+    def live(self) -> bool:
+        """The loop turns (a wait for an unavailable target turns it too)."""
+        return time.monotonic() - self._last_tick < max(60.0, 3 * self.delivery.heartbeat_timeout_s)
+
+    def ready(self) -> bool:
+        return self._target_up and bool(self._rt_assignment or self._bulk_assignment)
+
+    @property
+    def _rt_assignment(self) -> list[TopicPartition]:
+        return list(self._rt.assignment()) if hasattr(self, "_rt") else []
+
+    @property
+    def _bulk_assignment(self) -> list[TopicPartition]:
+        return list(self._bulk.assignment()) if hasattr(self, "_bulk") else []
+
+    def stop(self) -> None:
+        """Stop taking new work; the batch in flight finishes (or is abandoned) and commits."""
+        self._stop.set()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _ensure_topics(self) -> None:
+        names = {t.topic(self.settings.topic_prefix) for t in self.registry.tables_of(self.name)}
+        logical = [s for s in plan_topics(self.registry, self.settings.topic_prefix) if s.name in names]
+        report = apply_topics(self.settings, [*logical, *self.topics.specs()])
+        for line in report.drift:
+            self.report(f"listener {self.name}: topic drift (left as it is): {line}")
+        # bulk work is written as change records: its subjects exist before anyone writes
+        # (parked and dead changes keep their original bytes and schema ids)
+        register_topic(registry_client(self.settings), self.topics.bulk)
+
+    def _consumer(self, group: str, extra: dict[str, Any] | None = None) -> Consumer:
+        return Consumer(
+            {
+                **self.settings.kafka.client_config(),
+                "group.id": group,
+                "client.id": f"{group}-{self._heartbeat.instance}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                # a wait for an unavailable target does not poll: stay in the group meanwhile
+                "max.poll.interval.ms": 30 * 60 * 1000,
+                # a killed instance's partitions move to the others within seconds
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 2_000,
+                **(extra or {}),
+            }
+        )
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # what the previous owner applied is known before its partitions are read here
+        self.applied.catch_up()
+        consumer.incremental_assign(partitions)
+        if consumer is getattr(self, "_bulk", None) and self._bulk_paused and partitions:
+            consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # offsets are committed at the end of every batch, so nothing processed is pending;
+        # commit once more in case the last commit failed (the next owner starts there)
+        lane = "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
+        mine = [
+            TopicPartition(tp.topic, tp.partition, self._done[(tp.topic, tp.partition)])
+            for tp in partitions
+            if (tp.topic, tp.partition) in self._done
+        ]
+        if mine:
+            self._commit(consumer, mine, lane)
+        for tp in partitions:
+            self._held.pop((tp.topic, tp.partition), None)
+            self._done.pop((tp.topic, tp.partition), None)
+            self._ends[lane].pop((tp.topic, tp.partition), None)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, until_caught_up: bool = False) -> int:
+        """Run until stopped (SIGTERM/SIGINT) or, with ``until_caught_up``, until what was
+        pending at start has been handled. Returns the process exit code."""
+        self._ensure_topics()
+        self._producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True, "linger.ms": 5})
+        self._heartbeat = Heartbeat(
+            self._producer,
+            self.topics.heartbeats,
+            self.name,
+            self.delivery.heartbeat_interval_s,
+            self.delivery.heartbeat_timeout_s,
+        )
+        self.codec = ChangeCodec(registry_client(self.settings))
+        self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer)
+        self.applied.catch_up()
+        self._rt = self._consumer(self.topics.group)
+        self._bulk = self._consumer(self.topics.bulk_group)
+        self._realtime_topics = self.realtime_topics()
+        self._rt.subscribe(self._realtime_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._bulk.subscribe(self.topics.bulk_lane(), on_assign=self._on_assign, on_revoke=self._on_revoke)
+        if self._health:
+            self._health.start()
+        self.report(
+            f"listener {self.name} ({self.listener.adapter.type}, instance {self._heartbeat.instance}): "
+            f"real-time lane {', '.join(self._realtime_topics)}; bulk lane {', '.join(self.topics.bulk_lane())}"
+            + (f"; health {self._health.address}" if self._health else "")
+        )
+        try:
+            self._wait_for_target(None)
+            self._beat("running", force=True)
+            while not self._stop.is_set():
+                self._last_tick = time.monotonic()
+                self._reload_registry()
+                self._release_held()
+                self._beat("running")
+                if self._step():
+                    continue
+                if until_caught_up and self._caught_up():
+                    self.report(f"listener {self.name}: caught up; {self.summary()}")
+                    break
+        except _Abandon:
+            self.report(f"listener {self.name}: stopped while the target was unavailable; the rest is left for later")
+        finally:
+            self._shutdown()
+        return 0
+
+    def _step(self) -> bool:
+        """One batch from the real-time lane, else from the bulk lane; True if work was done."""
+        # while the bulk lane has work, only take what the real-time lane has fetched already
+        msgs = self._rt.consume(self.delivery.batch_size, timeout=0 if self._bulk_busy else 0.25)
+        if msgs:
+            self._pause_bulk(True)
+            self._process(self._rt, msgs, "realtime")
+            return True
+        if self._realtime_backlog():
+            self._pause_bulk(True)
+            return False
+        self._pause_bulk(False)
+        msgs = self._bulk.consume(self.delivery.bulk_batch_size, timeout=0.05)
+        self._bulk_busy = bool(msgs)
+        if msgs:
+            self._process(self._bulk, msgs, "bulk")
+            return True
+        return False
+
+    def _pause_bulk(self, pause: bool) -> None:
+        if pause == self._bulk_paused:
+            return
+        assigned = self._bulk_assignment
+        if assigned:
+            (self._bulk.pause if pause else self._bulk.resume)(assigned)
+        self._bulk_paused = pause
+
+    def _realtime_backlog(self) -> bool:
+        """Whether a real-time partition (a retry partition on hold aside) has records we
+        have not processed, by the high watermark of the last fetch: no broker round trip."""
+        for tp in self._rt_assignment:
+            key = (tp.topic, tp.partition)
+            if key in self._held:
+                continue
+            _, high = self._rt.get_watermark_offsets(tp, cached=True)
+            if high > 0 and high > self._done.get(key, self._committed_or_zero(self._rt, tp)):
+                return True
+        return False
+
+    def _committed_or_zero(self, consumer: Consumer, tp: TopicPartition) -> int:
+        key = (tp.topic, tp.partition)
+        if key not in self._done:
+            committed = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)[0].offset
+            low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+            self._done[key] = committed if committed >= 0 else low
+        return self._done[key]
+
+    def _caught_up(self) -> bool:
+        """Everything that was pending when we first saw each partition is handled."""
+        for lane, consumer in (("realtime", self._rt), ("bulk", self._bulk)):
+            assigned = list(consumer.assignment())
+            if not assigned:
+                return False
+            for tp in assigned:
+                key = (tp.topic, tp.partition)
+                if key in self._held:
+                    continue  # parked changes not yet due wait for the next run
+                if key not in self._ends[lane]:
+                    self._ends[lane][key] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+                if self._committed_or_zero(consumer, tp) < self._ends[lane][key]:
+                    return False
+        return True
+
+    def _release_held(self) -> None:
+        now = time.time()
+        due = [tp for tp, until in self._held.items() if until <= now]
+        for topic, partition in due:
+            del self._held[(topic, partition)]
+            self._rt.resume([TopicPartition(topic, partition)])
+
+    # ------------------------------------------------------------------ a batch
+
+    def _process(self, consumer: Consumer, msgs: list[Message], lane: str) -> None:
+        todo: list[_Item] = []
+        blocked: set[TP] = set()
+        last: dict[TP, int] = {}
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise ConsumerError(f"listener {self.name}: consuming {msg.topic()}[{msg.partition()}]: {err}")
+                self.report(f"listener {self.name}: {lane} lane: {err.str()}")
+                continue
+            tp = (msg.topic() or "", msg.partition() or 0)
+            if tp in blocked:
+                continue  # behind a change on hold: read again after the hold
+            item = _Item(msg, Origin.of(msg), retry_lane=tp[0] == self.topics.retry)
+            if item.retry_lane:
+                until = hold_until_ms(msg) / 1000
+                if until > time.time():
+                    consumer.pause([TopicPartition(*tp)])
+                    consumer.seek(TopicPartition(tp[0], tp[1], msg.offset() or 0))
+                    self._held[tp] = until
+                    blocked.add(tp)
+                    continue
+            last[tp] = msg.offset() or 0
+            try:
+                item.change = self._decode(msg)
+            except BadChange as exc:
+                self._dead_letter(item, str(exc), "bad-record")
+                continue
+            if item.change is None:
+                continue  # the tombstone after a delete: the delete record was applied
+            if not self.wants(item.change):
+                self._count("filtered")
+                continue
+            applied = self.applied.get(item.change.key)
+            if applied is not None and item.change.position <= applied:
+                self._count("superseded" if item.retry_lane else "skipped")
+                continue
+            todo.append(item)
+        try:
+            self._apply(todo, lane)
+        except _Abandon:
+            # stopping while the target is down: acknowledge only what was handled
+            for item in self._undone:
+                tp = (item.msg.topic() or "", item.msg.partition() or 0)
+                last[tp] = min(last[tp], (item.msg.offset() or 0) - 1)
+            raise
+        finally:
+            self._flush()
+            for tp, offset in last.items():
+                self._done[tp] = offset + 1
+            self._commit(consumer, [TopicPartition(t, p, self._done[(t, p)]) for t, p in last], lane)
+
+    def _decode(self, msg: Message) -> Change | None:
+        """Decode a record; while the schema registry does not answer, wait for it."""
+        attempt = 0
+        while True:
+            try:
+                return self.codec.decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
+                                         msg.value())  # fmt: skip
+            except RegistryUnavailable as exc:
+                self.report(f"listener {self.name}: {exc}; retrying")
+                self._last_tick = time.monotonic()
+                if self._stop.wait(backoff_s(attempt, 0.5, 15.0)):
+                    raise _Abandon() from None
+                attempt += 1
+
+    def _apply(self, items: list[_Item], lane: str) -> None:
+        start = 0
+        while start < len(items):
+            self._undone = items[start:]
+            changes = [i.change for i in items[start:] if i.change is not None]
+            outcomes = self.adapter.apply_batch(changes)
+            for item, outcome in zip(items[start:], outcomes, strict=True):
+                if isinstance(outcome, TargetUnavailable):
+                    self._wait_for_target(outcome)
+                    break
+                start += 1
+                if outcome is None:
+                    self._applied(item, lane)
+                else:
+                    self._failed(item, outcome, lane)
+        self._undone = []
+
+    def _applied(self, item: _Item, lane: str) -> None:
+        assert item.change is not None
+        self.applied.record(item.change.key, item.change.position)
+        self._last_applied_at = time.time()
+        self.metrics.last_applied.labels(listener=self.name).set(self._last_applied_at)
+        self._count("applied")
+        if lane == "bulk":
+            self.counters.bulk_applied += 1
+
+    def _failed(self, item: _Item, error: AdapterError, lane: str) -> None:
+        """Retry in place with back-off; then park, or dead-letter after max attempts."""
+        assert item.change is not None
+        self._count("failed")
+        if isinstance(error, ChangeFailed):
+            for attempt in range(self.delivery.retries_in_place):
+                if self._stop.wait(backoff_s(attempt, self.delivery.backoff_initial_s, self.delivery.backoff_max_s)):
+                    break
+                outcome = self.adapter.apply_batch([item.change])[0]
+                if outcome is None:
+                    self._applied(item, lane)
+                    return
+                if isinstance(outcome, TargetUnavailable):
+                    self._wait_for_target(outcome)
+                    return self._failed(item, ChangeFailed(str(error)), lane)
+                self._count("failed")
+                error = outcome
+                if isinstance(error, ChangeRejected):
+                    break
+        attempts = item.origin.attempts + 1
+        if isinstance(error, ChangeRejected) or attempts >= self.delivery.max_attempts:
+            self._dead_letter(item, str(error), "rejected" if isinstance(error, ChangeRejected) else "failed", attempts)
+            return
+        hold = min(self.delivery.park_max_s, self.delivery.park_initial_s * 2 ** (attempts - 1))
+        until_ms = int((time.time() + hold) * 1000)
+        self._producer.produce(
+            self.topics.retry,
+            key=item.msg.key(),
+            value=item.msg.value(),
+            headers=failure_headers(self.name, item.origin, attempts, str(error), "failed", until_ms),
+        )
+        self._count("parked")
+        self.report(
+            f"listener {self.name}: parked {item.change.key} from {item.origin.where} "
+            f"(attempt {attempts} of {self.delivery.max_attempts}, hold {hold:.0f} s): {error}"
+        )
+
+    def _dead_letter(self, item: _Item, error: str, kind: str, attempts: int | None = None) -> None:
+        attempts = attempts if attempts is not None else item.origin.attempts + 1
+        self._producer.produce(
+            self.topics.dlq,
+            key=item.msg.key(),
+            value=item.msg.value(),
+            headers=failure_headers(self.name, item.origin, attempts, error, kind),
+        )
+        self._count("dead_lettered")
+        self.report(f"listener {self.name}: dead-lettered {item.origin.where} after {attempts} attempt(s): {error}")
+
+    def _wait_for_target(self, error: TargetUnavailable | None) -> None:
+        """Back off until the target answers; the loop's work stays where it is."""
+        attempt = 0
+        while True:
+            if error is None:
+                try:
+                    self.adapter.open()
+                    if self.adapter.ready():
+                        break
+                    error = TargetUnavailable("not ready")
+                except TargetUnavailable as exc:
+                    error = exc
+            if self._target_up:
+                self.report(f"listener {self.name}: target unavailable, waiting: {error}")
+            self._target_up = False
+            self.metrics.target_up.labels(listener=self.name).set(0)
+            self._last_tick = time.monotonic()
+            self._beat("target-unavailable")
+            if self._stop.wait(backoff_s(attempt, 0.5, 15.0)):
+                raise _Abandon()
+            attempt += 1
+            error = None
+        if not self._target_up:
+            self.report(f"listener {self.name}: target available again")
+        self._target_up = True
+        self.metrics.target_up.labels(listener=self.name).set(1)
+
+    def _flush(self) -> None:
+        """Everything produced for this batch is in Kafka before its offsets are committed."""
+        left = self._producer.flush(60)
+        if left:
+            raise ConsumerError(f"listener {self.name}: {left} record(s) not delivered to Kafka after 60 s")
+
+    def _commit(self, consumer: Consumer, offsets: list[TopicPartition], lane: str) -> None:
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # the group moved on (rebalance): the next owner re-reads from the last commit,
+            # and the applied positions make the repeats harmless
+            self.report(f"listener {self.name}: {lane} commit not taken ({exc.args[0]}); records will be re-read")
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        setattr(self.counters, outcome, getattr(self.counters, outcome) + n)
+        self.metrics.count(outcome, n)
+
+    def _beat(self, state: str, force: bool = False) -> None:
+        self._heartbeat.beat(
+            state,
+            self.counters,
+            len(self._rt_assignment) + len(self._bulk_assignment),
+            self._health.address if self._health else None,
+            self._last_applied_at,
+            force=force,
+        )
+
+    def summary(self) -> str:
+        c = self.counters
+        return (
+            f"applied {c.applied} ({c.bulk_applied} bulk), skipped {c.skipped}, filtered {c.filtered}, "
+            f"failed attempts {c.failed}, parked {c.parked}, superseded {c.superseded}, "
+            f"dead-lettered {c.dead_lettered}"
+        )
+
+    def _shutdown(self) -> None:
+        try:
+            self._beat("stopped", force=True)
+            self._producer.flush(15)
+        finally:
+            for consumer in (self._rt, self._bulk):
+                try:
+                    consumer.close()  # leaves the group at once: partitions move without waiting for a timeout
+                except KafkaException as exc:
+                    self.report(f"listener {self.name}: closing a consumer: {exc}")
+            self.applied.close()
+            self.adapter.close()
+            if self._reader:
+                self._reader.close()
+            if self._health:
+                self._health.stop()
+            self.report(f"listener {self.name}: stopped; {self.summary()}")
+
+
+class _Abandon(Exception):
+    """Stop was asked while the target is down: the batch in flight is left uncommitted."""
+
+
+@contextmanager
+def stop_on_signals(runtime: ListenerRuntime) -> Iterator[None]:
+    """SIGTERM/SIGINT ask the runtime to stop after the batch in flight."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum: int, frame: object) -> None:
+        runtime.report(f"listener {runtime.name}: {signal.Signals(signum).name}: stopping after the batch in flight")
+        runtime.stop()
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,165 @@
+"""``mcq status``: the process monitor's report, per listener: instances alive and their
+last heartbeat, pending changes (lag) per topic and in total, the age of the oldest
+pending change, and what the instances applied, parked and dead-lettered.
+
+A real-time listener with no live instance is DEAD; a listener whose oldest pending
+change is older than its ``stuck_after_s`` (plus, for a batch listener, the time between
+two of its scheduled runs) is STUCK. Either makes ``mcq status`` exit non-zero.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import KafkaException
+from croniter import croniter
+
+from consumers.runtime.heartbeat import Beat, read_beats
+from consumers.runtime.topics import ListenerTopics, heartbeat_topic
+from mcq.config import Settings
+from mcq.registry.model import Listener, Registry
+
+try:  # confluent-kafka >= 2.x
+    from confluent_kafka import ConsumerGroupTopicPartitions
+except ImportError:  # pragma: no cover
+    from confluent_kafka.admin import ConsumerGroupTopicPartitions  # type: ignore[attr-defined,no-redef]
+
+
+@dataclass
+class TopicLag:
+    topic: str
+    lane: str
+    pending: int
+    oldest_at: float | None = None
+
+
+@dataclass
+class ListenerStatus:
+    name: str
+    schedule: str
+    verdict: str
+    reason: str
+    alive: list[Beat] = field(default_factory=list)
+    last_heartbeat: float | None = None
+    lags: list[TopicLag] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return sum(x.pending for x in self.lags)
+
+    @property
+    def oldest_pending_age_s(self) -> float | None:
+        stamps = [x.oldest_at for x in self.lags if x.oldest_at is not None]
+        return time.time() - min(stamps) if stamps else None
+
+    @property
+    def failing(self) -> bool:
+        return self.verdict in ("DEAD", "STUCK")
+
+
+def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[TopicLag]:
+    admin = AdminClient(settings.kafka.client_config())
+    consumer = Consumer(
+        {**settings.kafka.client_config(), "group.id": f"_mcq-status-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    try:
+        meta = consumer.list_topics(timeout=10).topics
+        partitions = [
+            TopicPartition(t, p) for t in topics if t in meta and meta[t].error is None for p in meta[t].partitions
+        ]
+        committed: dict[tuple[str, int], int] = {}
+        if partitions:
+            try:
+                futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)])
+                for tp in futures[group].result().topic_partitions:
+                    committed[(tp.topic, tp.partition)] = tp.offset
+            except KafkaException:
+                pass  # no such group yet: nothing committed
+        start: list[TopicPartition] = []
+        by_topic: dict[str, TopicLag] = {t: TopicLag(t, lane, 0) for t in topics}
+        for tp in partitions:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            at = committed.get((tp.topic, tp.partition), -1)
+            at = low if at < low else at
+            if high > at:
+                by_topic[tp.topic].pending += high - at
+                start.append(TopicPartition(tp.topic, tp.partition, at))
+        if start:  # the oldest pending change of each partition: the record at the committed offset
+            consumer.assign(start)
+            todo = {(tp.topic, tp.partition) for tp in start}
+            deadline = time.monotonic() + 10
+            while todo and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                key = (msg.topic() or "", msg.partition() or 0)
+                if key in todo:
+                    todo.discard(key)
+                    stamp = msg.timestamp()[1] / 1000
+                    lag = by_topic[key[0]]
+                    lag.oldest_at = stamp if lag.oldest_at is None else min(lag.oldest_at, stamp)
+        return list(by_topic.values())
+    finally:
+        consumer.close()
+
+
+def _schedule_gap_s(listener: Listener) -> float:
+    if listener.realtime:
+        return 0.0
+    now = datetime.now(UTC)
+    it = croniter(listener.schedule, now)
+    a = it.get_prev(datetime)
+    b = it.get_prev(datetime)
+    return (a - b).total_seconds()
+
+
+def listener_status(
+    settings: Settings, registry: Registry, listener: Listener, beats: list[Beat], now: float | None = None
+) -> ListenerStatus:
+    now = now or time.time()
+    topics = ListenerTopics(settings.topic_prefix, listener.name)
+    realtime = [*sorted({t.topic(settings.topic_prefix) for t in registry.tables_of(listener.name)}), topics.retry]
+    lags = _lags(settings, topics.group, "realtime", realtime) + _lags(
+        settings, topics.bulk_group, "bulk", topics.bulk_lane()
+    )
+    mine = [b for b in beats if b.listener == listener.name]
+    alive = [b for b in mine if b.alive(now)]
+    counters: dict[str, int] = {}
+    for beat in mine:
+        for k, v in beat.counters.items():
+            counters[k] = counters.get(k, 0) + v
+    status = ListenerStatus(
+        listener.name, listener.schedule, "OK", "", alive, max((b.at for b in mine), default=None), lags, counters
+    )
+    age = status.oldest_pending_age_s
+    limit = listener.delivery.stuck_after_s + _schedule_gap_s(listener)
+    if listener.realtime and not alive:
+        status.verdict = "DEAD"
+        timeout = listener.delivery.heartbeat_timeout_s
+        status.reason = (
+            f"no heartbeat for {now - status.last_heartbeat:.0f} s (timeout {timeout:.0f} s)"
+            if status.last_heartbeat
+            else "never started"
+        )
+    elif age is not None and age > limit:
+        status.verdict = "STUCK"
+        status.reason = f"oldest pending change is {age:.0f} s old (limit {limit:.0f} s)"
+    elif any(b.state == "target-unavailable" for b in alive):
+        status.verdict = "WAITING"
+        status.reason = "target unavailable"
+    elif not alive:
+        status.verdict = "IDLE"
+        status.reason = f"batch listener, runs {listener.schedule}"
+    return status
+
+
+def status_report(settings: Settings, registry: Registry, names: list[str] | None = None) -> list[ListenerStatus]:
+    beats = read_beats(settings, heartbeat_topic(settings.topic_prefix))
+    wanted = [x for x in registry.listeners if not names or x.name in names]
+    return [listener_status(settings, registry, x, beats) for x in wanted]

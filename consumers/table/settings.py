@@ -1,0 +1,20 @@
+"""Settings of the ``table`` adapter (a listener's ``adapter.settings``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import SecretStr, StringConstraints
+
+from consumers.adapter import AdapterSettings
+
+
+class TableSettings(AdapterSettings):
+    table: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")] = "mcq_target.changes"
+    """schema.table to keep the last state in; created when missing."""
+    database: Literal["vendor", "source"] = "vendor"
+    """Which configured database holds it (``MCQ_VENDOR__*`` by default)."""
+    dsn: SecretStr | None = None
+    """A libpq connection string instead of a configured database."""
+    statement_timeout_ms: int = 10_000
+    """A statement that waits longer (a lock held elsewhere) fails the change, not the listener."""

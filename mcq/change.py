@@ -1,0 +1,221 @@
+"""The one type that flows from the logical topics to the listeners: :class:`Change`.
+
+A logical topic's key is a :class:`ChangeKey` (TNAME, subtype and the four key fields of
+the MCQ paper's Table 1); its value a change record (``schemas/change_record.avsc``).
+:class:`ChangeCodec` turns Kafka bytes into a :class:`Change` and back through the schema
+registry, and wraps every library error at that boundary into :class:`BadChange`, which
+names the topic, partition and offset of the record at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+
+from mcq.contract import schema_text
+
+ChangeType = Literal["INSERT", "UPDATE", "DELETE"]
+KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
+
+
+class RegistryUnavailable(Exception):
+    """The schema registry did not answer (connection, 5xx): try again later, the record is fine."""
+
+
+class BadChange(Exception):
+    """A record that cannot be read as a change; the message names where it is."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a change happened in the source; newer changes compare greater."""
+
+    last_commit_lsn: int
+    lsn: int
+
+    def __str__(self) -> str:
+        return f"{self.last_commit_lsn}/{self.lsn}"
+
+
+@dataclass(frozen=True)
+class ChangeKey:
+    """The logical key: what a compacted topic keeps one last state for."""
+
+    tname: str
+    subtype: str | None = None
+    person_id: int | None = None
+    pkey_string: str | None = None
+    pkey_number: int | None = None
+    aux_string: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tname": self.tname,
+            "subtype": self.subtype,
+            "person_id": self.person_id,
+            "pkey_string": self.pkey_string,
+            "pkey_number": self.pkey_number,
+            "aux_string": self.aux_string,
+        }
+
+    def text(self) -> str:
+        """A stable text form, used as a key where bytes of the Avro key would vary by topic."""
+        return json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True)
+
+    def __str__(self) -> str:
+        parts = [f"{f}={getattr(self, f)}" for f in KEY_FIELDS if getattr(self, f) is not None]
+        return f"{self.ref}[{', '.join(parts)}]"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of a logical table/subtype with the row's state after (and before) it."""
+
+    key: ChangeKey
+    change_type: ChangeType
+    position: Position
+    entry_time: datetime
+    source_table: str
+    after: dict[str, str | None] | None = None
+    before: dict[str, str | None] | None = None
+    txid: int | None = None
+    origin: str = "unknown"
+    call_stack: str | None = None
+    # where it was read from; not part of the record
+    topic: str | None = field(default=None, compare=False)
+    partition: int | None = field(default=None, compare=False)
+    offset: int | None = field(default=None, compare=False)
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    @property
+    def state(self) -> dict[str, str | None] | None:
+        """The row as it is after this change: None once deleted."""
+        return None if self.change_type == "DELETE" else self.after
+
+    def rule_values(self, row: dict[str, str | None] | None = None) -> dict[str, Any]:
+        """The names a content rule sees: the change's fields, the row's columns bare (the
+        after-state, or ``row`` when given), and ``after.x`` / ``before.x``."""
+        values: dict[str, Any] = {}
+        bare = row if row is not None else self.after
+        for k, v in (bare or {}).items():
+            values[k] = v
+        for k, v in (self.after or {}).items():
+            values[f"after.{k}"] = v
+        for k, v in (self.before or {}).items():
+            values[f"before.{k}"] = v
+        values.update({"change_type": self.change_type, **self.key.as_dict()})  # change fields win
+        return values
+
+    def record(self) -> dict[str, Any]:
+        """The Avro record (``schemas/change_record.avsc``)."""
+        return {
+            **self.key.as_dict(),
+            "change_type": self.change_type,
+            "entry_time": self.entry_time,
+            "source": {
+                "last_commit_lsn": self.position.last_commit_lsn,
+                "lsn": self.position.lsn,
+                "txid": self.txid,
+                "table": self.source_table,
+            },
+            "after": self.after,
+            "before": self.before,
+            "provenance": {"origin": self.origin, "call_stack": self.call_stack},
+        }
+
+    @classmethod
+    def from_record(
+        cls,
+        key: dict[str, Any],
+        value: dict[str, Any],
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> Change:
+        source = value["source"]
+        entry = value["entry_time"]
+        if isinstance(entry, int):  # fastavro returns datetimes; a raw long is micros
+            entry = datetime.fromtimestamp(entry / 1e6, UTC)
+        return cls(
+            key=ChangeKey(
+                key["tname"],
+                key.get("subtype"),
+                key.get("person_id"),
+                key.get("pkey_string"),
+                key.get("pkey_number"),
+                key.get("aux_string"),
+            ),
+            change_type=value["change_type"],
+            position=Position(int(source["last_commit_lsn"]), int(source["lsn"])),
+            entry_time=entry,
+            source_table=source["table"],
+            after=value.get("after"),
+            before=value.get("before"),
+            txid=source.get("txid"),
+            origin=value["provenance"]["origin"],
+            call_stack=value["provenance"].get("call_stack"),
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
+
+class ChangeCodec:
+    """Change <-> Kafka bytes in Confluent's wire format, through the schema registry."""
+
+    def __init__(self, client: SchemaRegistryClient, auto_register: bool = False) -> None:
+        conf = {"auto.register.schemas": auto_register, "use.latest.version": not auto_register}
+        self._key_ser = AvroSerializer(client, schema_text("change_key"), conf=conf)
+        self._value_ser = AvroSerializer(client, schema_text("change_record"), conf=conf)
+        self._des = AvroDeserializer(client)
+
+    def decode(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
+        """The change of a record; None for a tombstone. Raises BadChange naming the record."""
+        where = f"{topic}[{partition}]@{offset}"
+        if value is None:
+            return None
+        if key is None:
+            raise BadChange(where, "a change record without a key")
+        try:
+            k = self._des(key, SerializationContext(topic, MessageField.KEY))
+            v = self._des(value, SerializationContext(topic, MessageField.VALUE))
+            return Change.from_record(k, v, topic, partition, offset)
+        except SchemaRegistryError as exc:  # the registry does not know the writer's schema id
+            if exc.http_status_code >= 500:
+                raise RegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
+            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
+        except (SerializationError, KeyError, TypeError, ValueError) as exc:
+            raise BadChange(where, f"not a change record: {exc}") from None
+        except OSError as exc:  # requests' connection errors are OSErrors
+            raise RegistryUnavailable(f"{where}: schema registry: {exc}") from None
+
+    def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
+        """Key and value bytes of a change for ``topic`` (its subjects must exist)."""
+        try:
+            key = self._key_ser(change.key.as_dict(), SerializationContext(topic, MessageField.KEY))
+            value = self._value_ser(change.record(), SerializationContext(topic, MessageField.VALUE))
+        except SchemaRegistryError as exc:
+            raise BadChange(topic, f"cannot encode {change.key}: schema registry: {exc.error_message}") from None
+        except (SerializationError, ValueError, TypeError) as exc:
+            raise BadChange(topic, f"cannot encode {change.key}: {exc}") from None
+        assert key is not None and value is not None
+        return key, value

@@ -1,0 +1,214 @@
+"""Helpers for listener tests: a small registry, change records produced straight into
+logical topics (the normaliser is tested on its own), the ``table`` target read back, and
+listeners run in-process (a thread) or as ``mcq listen`` processes (to SIGKILL them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from confluent_kafka import Producer
+
+from consumers.runtime.listener import ListenerRuntime
+from consumers.runtime.topics import ListenerTopics
+from mcq.change import Change, ChangeCodec, ChangeKey, Position
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry import Registry, parse_registry
+from mcq.topics.plan import apply_topics, plan_topics
+
+REGISTRY = """
+sources:
+  - {{name: campus, schemas: [campus]}}
+tables:
+  - tname: PHONE
+    comment: test table (the records are produced by the test, not captured)
+    partitions: 3
+    feeds:
+      - source: campus
+        table: campus.directory_telephone
+        keys: {{person_id: person_id, aux_string: tele_type}}
+        columns: [person_id, tele_type, phone]
+  - tname: ROOM
+    comment: a second table, for interests added later
+    partitions: 1
+listeners:
+  - name: {name}
+    owner: tests@example
+    adapter: {{type: table, settings: {{table: {table}, statement_timeout_ms: 3000 {dsn}}}}}
+    delivery:
+      retries_in_place: 1
+      backoff_initial_s: 0.05
+      backoff_max_s: 0.2
+      park_initial_s: {park}
+      max_attempts: 3
+      heartbeat_interval_s: 1
+      heartbeat_timeout_s: 5
+      stuck_after_s: 600
+interests:
+  - {{listener: {name}, tname: PHONE}}
+{extra}
+"""
+
+
+@dataclass
+class World:
+    """One test's listener, its topics and its target table."""
+
+    settings: Settings
+    name: str
+    table: str
+    registry: Registry
+    registry_file: Path
+    topics: ListenerTopics
+
+    def _topic(self, tname: str) -> str:
+        table = self.registry.table(tname, None)
+        assert table is not None
+        return table.topic(self.settings.topic_prefix)
+
+    @property
+    def phone_topic(self) -> str:
+        return self._topic("PHONE")
+
+    @property
+    def room_topic(self) -> str:
+        return self._topic("ROOM")
+
+
+def make_world(
+    settings: Settings, token: str, tmp: Path, *, park: float = 1.0, dsn: str | None = None, extra: str = ""
+) -> World:
+    prefix = f"tl{token}"
+    s = settings.model_copy(update={"topic_prefix": prefix})
+    name = "T"
+    table = f"lt_{token}.state"
+    text = REGISTRY.format(name=name, table=table, park=park, extra=extra, dsn=f", dsn: '{dsn}'" if dsn else "")
+    path = tmp / "registry.yaml"
+    path.write_text(text)
+    registry = parse_registry(text, str(path))
+    apply_topics(s, plan_topics(registry, prefix))
+    client = registry_client(s)
+    for t in registry.tables:
+        register_topic(client, t.topic(prefix))
+    return World(s, name, table, registry, path, ListenerTopics(prefix, name))
+
+
+_lsn = [1_000_000]
+
+
+def change(tname: str, pid: int, phone: str | None, kind: str = "UPDATE", tele: str = "office") -> Change:
+    """A change with a source position newer than every one made before."""
+    _lsn[0] += 10
+    return Change(
+        key=ChangeKey(tname, None, pid, None, None, tele),
+        change_type=kind,  # type: ignore[arg-type]
+        position=Position(_lsn[0], _lsn[0] + 1),
+        entry_time=datetime.now(UTC),
+        source_table="campus.directory_telephone",
+        after=None if kind == "DELETE" else {"person_id": str(pid), "tele_type": tele, "phone": phone},
+        before=None,
+        origin="table campus.directory_telephone",
+    )
+
+
+def produce(settings: Settings, topic: str, changes: list[Change], tombstones: bool = True) -> None:
+    """Write changes as the normaliser does (a delete is followed by a tombstone)."""
+    codec = ChangeCodec(registry_client(settings))
+    producer = Producer({**settings.kafka.client_config(), "linger.ms": 20, "enable.idempotence": True})
+    for i, c in enumerate(changes):
+        key, value = codec.encode(topic, c)
+        producer.produce(topic, key=key, value=value)
+        if c.change_type == "DELETE" and tombstones:
+            producer.produce(topic, key=key, value=None)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def expected_state(changes: list[Change]) -> dict[str, dict[str, Any]]:
+    state: dict[str, dict[str, Any]] = {}
+    for c in changes:
+        if c.change_type == "DELETE":
+            state.pop(c.key.text(), None)
+        else:
+            assert c.after is not None
+            state[c.key.text()] = dict(c.after)
+    return state
+
+
+def target_state(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
+    with psycopg.connect(settings.vendor.dsn()) as conn:
+        exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        if not exists or exists[0] is None:
+            return {}
+        return {k: v for k, v in conn.execute(f"SELECT change_key, state FROM {table}").fetchall()}
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0, every: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+@contextmanager
+def running(world: World, **kwargs: Any) -> Iterator[ListenerRuntime]:
+    """A listener running in a thread of this process, stopped (and joined) at the end."""
+    lines: list[str] = []
+    runtime = ListenerRuntime(
+        world.settings, world.name, registry=kwargs.pop("registry", world.registry), report=lines.append, **kwargs
+    )
+    runtime.lines = lines  # type: ignore[attr-defined]
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            runtime.run()
+        except BaseException as exc:  # surfaced in the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name=f"listener-{world.name}", daemon=True)
+    thread.start()
+    try:
+        yield runtime
+    finally:
+        runtime.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the listener did not stop within 60 s"
+        if errors:
+            raise errors[0]
+
+
+def listen_process(world: World, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    """``mcq listen`` as its own process (so it can be SIGKILLed)."""
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": world.settings.topic_prefix}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mcq.cli",
+                "listen",
+                world.name,
+                "--registry",
+                str(world.registry_file),
+                "--http-port",
+                "0",
+                *args,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )

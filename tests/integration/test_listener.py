@@ -1,0 +1,285 @@
+"""The listener runtime on the real stack: Kafka, the schema registry and a PostgreSQL
+target (the built-in ``table`` adapter). Change records are produced straight into the
+logical topics; the normaliser has its own tests."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from consumers.runtime.dlq import DeadLetters
+from consumers.runtime.heartbeat import read_beats
+from consumers.runtime.status import status_report
+from mcq.cli import main as cli
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry import parse_registry
+from mcq.registry.store import RegistryStore
+from mcq.stack import Stack
+from tests.integration.listeners import (
+    change,
+    expected_state,
+    listen_process,
+    make_world,
+    produce,
+    running,
+    target_state,
+    wait_for,
+)
+
+
+def random_stream(n: int, keys: int, seed: int) -> list:  # type: ignore[type-arg]
+    """n changes over `keys` people: inserts, many updates, some deletes and re-inserts."""
+    rnd = random.Random(seed)
+    live: set[int] = set()
+    out = []
+    for i in range(n):
+        pid = rnd.randrange(keys)
+        if pid in live and rnd.random() < 0.08:
+            out.append(change("PHONE", pid, None, "DELETE"))
+            live.discard(pid)
+        else:
+            out.append(change("PHONE", pid, f"+1-518-{i:07d}", "UPDATE" if pid in live else "INSERT"))
+            live.add(pid)
+    return out
+
+
+def test_sigkill_mid_batch_then_restart_converges(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> None:
+    w = make_world(settings, token, tmp_path)
+    changes = random_stream(10_000, 2_000, seed=7)
+    produce(w.settings, w.phone_topic, changes)
+    log = tmp_path / "listen.log"
+    proc = listen_process(w, log=log)
+    try:
+        # kill it once it is well into the stream, not done
+        wait_for("the listener to apply some changes", lambda: len(target_state(w.settings, w.table)) > 300, 120)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    again = listen_process(w, "--until-caught-up", log=log)
+    assert again.wait(300) == 0, log.read_text()[-3000:]
+    assert target_state(w.settings, w.table) == expected_state(changes)
+
+
+def test_unavailable_target_waits_loses_nothing_and_converges(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    role = f"lt_{token}"
+    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+        conn.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
+    dsn = f"host=127.0.0.1 port={settings.vendor.port} dbname={settings.vendor.dbname} user={role} password=pw"
+    w = make_world(settings, token, tmp_path, dsn=dsn)
+    first = random_stream(200, 50, seed=1)
+    produce(w.settings, w.phone_topic, first)
+    with running(w, http_port=0) as rt:
+        wait_for("the first changes", lambda: target_state(w.settings, w.table) == expected_state(first))
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:  # the target goes away
+            conn.execute(f"ALTER ROLE {role} NOLOGIN")
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        second = random_stream(500, 50, seed=2)
+        started = time.monotonic()
+        produce(w.settings, w.phone_topic, second)  # the source side is not held up by a down target
+        produced_in = time.monotonic() - started
+        wait_for("the listener to notice", lambda: not rt.ready(), 60)
+        time.sleep(3)
+        [status] = status_report(w.settings, w.registry, [w.name])
+        assert status.pending >= 500, status
+        assert status.verdict == "WAITING", status
+        health = rt._health.address  # type: ignore[union-attr]
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{health}/readyz", timeout=5)
+        assert urllib.request.urlopen(f"{health}/livez", timeout=5).status == 200
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+            conn.execute(f"ALTER ROLE {role} LOGIN")
+        wait_for("convergence", lambda: target_state(w.settings, w.table) == expected_state(first + second), 120)
+        assert rt.counters.parked == 0 and rt.counters.dead_lettered == 0, rt.summary()
+        metrics = urllib.request.urlopen(f"{health}/metrics", timeout=5).read().decode()
+        assert 'mcq_listener_changes_total{listener="T",outcome="applied"}' in metrics
+    assert produced_in < 30
+
+
+def _reject(settings: Settings, table: str, value: str) -> None:
+    """The target refuses one phone number (a business rule), until the test drops the rule."""
+    schema = table.split(".")[0]
+    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute(
+            f"""CREATE TABLE {table} (change_key text PRIMARY KEY, tname text NOT NULL, subtype text,
+                person_id bigint, pkey_string text, pkey_number bigint, aux_string text, state jsonb,
+                last_commit_lsn bigint NOT NULL, lsn bigint NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(),
+                CONSTRAINT no_rejects CHECK (state->>'phone' IS DISTINCT FROM '{value}'))"""
+        )
+
+
+def test_always_failing_change_is_dead_lettered_while_others_flow_then_requeued(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path, park=0.5)
+    _reject(w.settings, w.table, "REJECT")
+    bad = change("PHONE", 999, "REJECT", "INSERT")
+    changes = random_stream(300, 60, seed=3)
+    produce(w.settings, w.phone_topic, [*changes[:150], bad, *changes[150:]])
+    with running(w) as rt:
+        wait_for("the dead letter", lambda: rt.counters.dead_lettered == 1, 90)
+        wait_for("the others", lambda: target_state(w.settings, w.table) == expected_state(changes), 60)
+        assert rt.counters.parked == 2  # attempts 1 and 2 parked, attempt 3 dead
+        env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+        listed = CliRunner().invoke(cli, ["dlq", "list", w.name], env=env)
+        assert listed.exit_code == 0, listed.output
+        [entry] = DeadLetters(w.settings, w.name).entries()
+        assert "1 dead letter(s)" in listed.output and entry.id in listed.output
+        assert entry.attempts == 3 and entry.origin.startswith(w.phone_topic)
+        assert "no_rejects" in entry.error  # the database's own message
+        shown = CliRunner().invoke(cli, ["dlq", "show", w.name, entry.id], env=env)
+        assert '"REJECT"' in shown.output, shown.output
+
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:  # the target is fixed
+            conn.execute(f"ALTER TABLE {w.table} DROP CONSTRAINT no_rejects")
+        requeued = CliRunner().invoke(cli, ["dlq", "requeue", w.name, entry.id], env=env)
+        assert requeued.exit_code == 0, requeued.output
+        wait_for("the requeued change", lambda: bad.key.text() in target_state(w.settings, w.table), 60)
+        assert DeadLetters(w.settings, w.name).entries() == []
+        assert rt.counters.dead_lettered == 1
+
+
+def test_parked_change_superseded_by_a_newer_one_is_dropped(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path, park=3.0)
+    _reject(w.settings, w.table, "BAD")
+    old = change("PHONE", 7, "BAD")
+    new = change("PHONE", 7, "GOOD")
+    produce(w.settings, w.phone_topic, [old])
+    with running(w) as rt:
+        wait_for("the change to park", lambda: rt.counters.parked == 1, 60)
+        produce(w.settings, w.phone_topic, [new])
+        wait_for("the newer change", lambda: rt.counters.applied == 1, 60)
+        wait_for("the parked one to come due", lambda: rt.counters.superseded == 1, 60)
+        assert target_state(w.settings, w.table) == {new.key.text(): new.after}
+        assert rt.counters.dead_lettered == 0 and rt.counters.parked == 1
+
+
+def test_realtime_change_overtakes_a_full_bulk_lane(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    register_topic(registry_client(w.settings), w.topics.bulk)  # as the runtime does at start
+    bulk = [change("PHONE", 100_000 + i, f"bulk-{i}", "INSERT") for i in range(100_000)]
+    produce(w.settings, w.topics.bulk, bulk)
+    with running(w) as rt:
+        wait_for("the bulk lane to start", lambda: rt.counters.bulk_applied > 0, 120, 0.1)
+        urgent = change("PHONE", 1, "password-change")
+        produce(w.settings, w.phone_topic, [urgent])
+        sent = time.monotonic()
+        wait_for("the real-time change", lambda: urgent.key.text() in target_state(w.settings, w.table), 60, 0.05)
+        latency = time.monotonic() - sent
+        assert rt.counters.bulk_applied < len(bulk), "the real-time change waited for the whole bulk lane"
+        print(
+            f"real-time change applied {latency:.2f} s after it was produced, with a bulk lane "
+            f"{len(bulk) - rt.counters.bulk_applied} changes deep"
+        )
+
+
+def test_two_instances_split_partitions_and_one_takes_over_when_the_other_dies(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    log = tmp_path / "listen.log"
+    a = listen_process(w, log=log)
+    b = listen_process(w, log=log)
+    try:
+
+        def split() -> bool:
+            beats = [x for x in read_beats(w.settings, w.topics.heartbeats) if x.alive() and x.pid in (a.pid, b.pid)]
+            return len(beats) == 2 and all(x.partitions > 0 for x in beats)
+
+        wait_for("both instances to hold partitions", split, 90, 1)
+        first = random_stream(1_000, 300, seed=11)
+        produce(w.settings, w.phone_topic, first)
+        wait_for("both to apply", lambda: target_state(w.settings, w.table) == expected_state(first), 90)
+        a.send_signal(signal.SIGKILL)
+        a.wait(30)
+        second = random_stream(1_000, 300, seed=12)
+        produce(w.settings, w.phone_topic, second)
+        wait_for(
+            "the survivor to take over",
+            lambda: target_state(w.settings, w.table) == expected_state(first + second),
+            120,
+        )
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(60)
+    assert b.returncode == 0, log.read_text()[-3000:]
+
+
+def test_status_reports_a_killed_listener_dead_within_its_heartbeat_timeout(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    args = ["status", w.name, "--registry", str(w.registry_file), "--json"]
+    proc = listen_process(w, log=tmp_path / "listen.log")
+    try:
+        wait_for("a heartbeat", lambda: any(x.alive() for x in read_beats(w.settings, w.topics.heartbeats)), 60)
+        ok = CliRunner().invoke(cli, args, env=env)
+        assert ok.exit_code == 0, ok.output
+        assert json.loads(ok.output)[0]["verdict"] == "OK"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    killed = time.monotonic()
+    wait_for("DEAD", lambda: CliRunner().invoke(cli, args, env=env).exit_code == 1, 30, 1)
+    assert time.monotonic() - killed <= 5 + 5  # heartbeat timeout + one status read
+    dead = CliRunner().invoke(cli, args, env=env)
+    assert json.loads(dead.output)[0]["verdict"] == "DEAD"
+
+
+def test_an_interest_added_later_reaches_a_running_listener(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    store_topic = f"_mcq.registry.{token}"
+    store = RegistryStore(w.settings, store_topic)
+    store.apply(w.registry)
+    room = change("ROOM", 5, "room-5", "INSERT")
+    produce(w.settings, w.room_topic, [room])
+    with running(w, registry=None, registry_topic=store_topic) as rt:
+        phone = change("PHONE", 5, "x", "INSERT")
+        produce(w.settings, w.phone_topic, [phone])
+        wait_for("the phone change", lambda: phone.key.text() in target_state(w.settings, w.table), 60)
+        assert room.key.text() not in target_state(w.settings, w.table)
+        wider = parse_registry(w.registry_file.read_text() + f"  - {{listener: {w.name}, tname: ROOM}}\n", "wider.yaml")
+        store.apply(wider)
+        wait_for("the room change", lambda: room.key.text() in target_state(w.settings, w.table), 60)
+        assert any("interests changed" in line for line in rt.lines)  # type: ignore[attr-defined]
+
+
+def test_content_rule_selects_which_changes_a_listener_gets(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    ruled = parse_registry(
+        w.registry_file.read_text().replace(
+            f"- {{listener: {w.name}, tname: PHONE}}",
+            f"- {{listener: {w.name}, tname: PHONE, rule: \"tele_type = 'office'\"}}",
+        ),
+        "ruled.yaml",
+    )
+    office = change("PHONE", 1, "111", "INSERT", tele="office")
+    home = change("PHONE", 2, "222", "INSERT", tele="home")
+    produce(w.settings, w.phone_topic, [office, home])
+    with running(w, registry=ruled) as rt:
+        wait_for("the office phone", lambda: office.key.text() in target_state(w.settings, w.table), 60)
+        wait_for("the home phone filtered", lambda: rt.counters.filtered == 1, 30)
+        assert home.key.text() not in target_state(w.settings, w.table)
