@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,8 @@ def main() -> int:
     ap.add_argument("--trigger", default="1 second", help="the normaliser's trigger")
     ap.add_argument("--people", type=int, default=500)
     args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C: the captured world (connector, slot, schema) is removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = load_settings().model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}"})
     rows: list[str] = []
     with captured_world(settings, people=args.people) as world:
@@ -72,7 +75,9 @@ def main() -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        topic = f"{settings.topic_prefix}.PERSON.Telephone"
+        phones_table = world.registry.table("PERSON", "Telephone")
+        assert phones_table is not None
+        topic = phones_table.topic(settings.topic_prefix)
         arrived: dict[str, float] = {}
         stop = threading.Event()
 

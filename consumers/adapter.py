@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from consumers.exceptions import AdapterError, ListenerConfigError, TargetUnavailable
 from mcq.change import Change
 from mcq.config import Settings
-from mcq.registry.model import Listener
+from mcq.registry.model import Listener, Registry
 
 ENTRY_POINT_GROUP = "mcq.adapters"
 
@@ -61,6 +61,12 @@ class Adapter(ABC):
             raise ListenerConfigError(
                 f"listener {listener.name}: adapter {listener.adapter.type}: bad settings: {problems}"
             ) from None
+
+    registry: Registry | None = None
+
+    def bind(self, registry: Registry) -> None:
+        """The runtime hands over the registry (again after each change of it), before open()."""
+        self.registry = registry
 
     def open(self) -> None:  # noqa: B027 - optional hook
         """Connect; raise TargetUnavailable when the target does not answer."""

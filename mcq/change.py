@@ -142,6 +142,26 @@ class Change:
             "provenance": {"origin": self.origin, "call_stack": self.call_stack},
         }
 
+    @property
+    def idempotency_key(self) -> str:
+        """Same change, same key: what a target can deduplicate deliveries by."""
+        return f"{self.key.text()}@{self.position}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The change as plain JSON types (what webhooks and files carry)."""
+        return {
+            "idempotency_key": self.idempotency_key,
+            **self.key.as_dict(),
+            "change_type": self.change_type,
+            "entry_time": self.entry_time.isoformat(),
+            "position": {"last_commit_lsn": self.position.last_commit_lsn, "lsn": self.position.lsn},
+            "txid": self.txid,
+            "source_table": self.source_table,
+            "after": self.after,
+            "before": self.before,
+            "origin": self.origin,
+        }
+
     @classmethod
     def from_record(
         cls,

@@ -378,7 +378,10 @@ class NormalizeJob:
         # cached, counted (which fills the cache), then written from the cache: two Spark
         # jobs per batch. (An Observation would save one, but Spark never reports observed
         # metrics for a write to the Kafka sink: its get() waits for ever.)
-        records = self.transform(self.parse(raw)).persist()
+        # the batch is parsed once: the per-topic projections each read it, and would
+        # otherwise each read Kafka again
+        parsed = self.parse(raw).persist()
+        records = self.transform(parsed).persist()
         try:
             counts = records.agg(
                 count(F.col("pos").isNull() | (F.col("pos") == 0)).alias("rows_in"),
@@ -400,6 +403,7 @@ class NormalizeJob:
                 self._record_provenance(records)
         finally:
             records.unpersist()
+            parsed.unpersist()
         stats.seconds = time.monotonic() - started
         self.history.append(stats)
         self.report(stats.line())

@@ -97,6 +97,7 @@ class ListenerRuntime:
         self.listener = self._listener(registry)
         self.delivery = self.listener.delivery
         self.adapter = adapter or make_adapter(self.listener, settings)
+        self.adapter.bind(registry)
         self.counters = Counters()
         self.metrics = ListenerMetrics(name)
         self._stop = threading.Event()
@@ -140,6 +141,7 @@ class ListenerRuntime:
             self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
             return
         self.registry, self.listener, self.delivery = registry, listener, listener.delivery
+        self.adapter.bind(registry)
         topics = self.realtime_topics()
         if topics != self._realtime_topics:
             self._ensure_topics()

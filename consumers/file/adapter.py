@@ -1,0 +1,106 @@
+"""Write each batch of changes as one file, JSON Lines or XML (the MCQ paper's "generic
+listener that generates XML"), for a system that picks files up.
+
+A file appears whole or not at all: it is written under a temporary name, flushed to
+disk and renamed into place. Each change carries its idempotency key (key and source
+position), so a reader can ignore a change delivered twice (after a crash between the
+write and the commit). Names sort in the order the files were written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+from consumers.adapter import Adapter
+from consumers.exceptions import AdapterError, TargetUnavailable
+from consumers.file.settings import FileSettings
+from mcq.change import KEY_FIELDS, Change
+
+
+def to_xml(listener: str, changes: Sequence[Change]) -> bytes:
+    root = ET.Element("changes", listener=listener)
+    for change in changes:
+        c = change.as_json()
+        el = ET.SubElement(
+            root, "change", type=change.change_type, tname=change.key.tname, subtype=change.key.subtype or "",
+            position=str(change.position), idempotency_key=c["idempotency_key"], entry_time=c["entry_time"],
+        )  # fmt: skip
+        key = ET.SubElement(el, "key")
+        for name in KEY_FIELDS:
+            value = getattr(change.key, name)
+            if value is not None:
+                ET.SubElement(key, name).text = str(value)
+        for part in ("after", "before"):
+            state = c[part]
+            if state is not None:
+                block = ET.SubElement(el, part)
+                for column, value in sorted(state.items()):
+                    col = ET.SubElement(block, "column", name=column)
+                    if value is None:
+                        col.set("null", "true")
+                    else:
+                        col.text = value
+    ET.indent(root)
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True)) + b"\n"
+
+
+def to_jsonl(changes: Sequence[Change]) -> bytes:
+    return b"".join(json.dumps(c.as_json(), sort_keys=True).encode() + b"\n" for c in changes)
+
+
+class FileAdapter(Adapter):
+    kind = "file"
+    settings_model = FileSettings
+    settings: FileSettings
+
+    def open(self) -> None:
+        try:
+            self.settings.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TargetUnavailable(f"file: {self.settings.directory}: {exc.strerror}") from None
+
+    def ready(self) -> bool:
+        return self.settings.directory.is_dir() and os.access(self.settings.directory, os.W_OK)
+
+    def apply(self, change: Change) -> None:
+        outcome = self.apply_batch([change])[0]
+        if outcome is not None:
+            raise outcome
+
+    def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        if not changes:
+            return []
+        fmt = self.settings.format
+        body = to_xml(self.listener.name, changes) if fmt == "xml" else to_jsonl(changes)
+        name = f"{self.listener.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}"
+        final = self.settings.directory / f"{name}.{fmt}"
+        temp = self.settings.directory / f".{name}.{uuid.uuid4().hex}.tmp"
+        try:
+            self._write(temp, body)
+            os.replace(temp, final)  # atomic: readers see the whole file or none
+            self._fsync_dir(self.settings.directory)
+        except OSError as exc:
+            temp.unlink(missing_ok=True)
+            return [TargetUnavailable(f"file: writing {final}: {exc.strerror}")] * len(changes)
+        return [None] * len(changes)
+
+    @staticmethod
+    def _write(path: Path, body: bytes) -> None:
+        with path.open("wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+
+    @staticmethod
+    def _fsync_dir(directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

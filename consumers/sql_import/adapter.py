@@ -1,0 +1,134 @@
+"""Push_Person into a vendor's import table (the MCQ paper's Figures 3 and 4).
+
+A change to any aspect of a person (or to a department people belong to) pushes the
+person's whole current record, assembled from the listener's :class:`StateStore`:
+name from PERSON/PEOPLE, status from PERSON/Status, department and title from
+PERSON/Dir_Orgn and DEPARTMENT. The row goes into the import table; the vendor's
+trigger inserts or updates its own table, or raises, and then the change fails with the
+database's message (retried, then dead-lettered). Pushing the current state makes a
+repeated delivery harmless. A deleted person is pushed once more without a status (the
+trigger records ``Former-<status>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg import sql
+
+from consumers.adapter import Adapter
+from consumers.exceptions import AdapterError, TargetUnavailable
+from consumers.postgres import Connection, PgTarget
+from consumers.projection import StateStore
+from consumers.sql_import.settings import SqlImportSettings
+from mcq.change import Change
+from mcq.config import Settings
+from mcq.registry.model import Listener
+
+PERSON = "PERSON/PEOPLE"
+STATUS = "PERSON/Status"
+ORGN = "PERSON/Dir_Orgn"
+DEPARTMENT = "DEPARTMENT"
+
+
+class SqlImportAdapter(Adapter):
+    kind = "sql_import"
+    settings_model = SqlImportSettings
+    settings: SqlImportSettings
+    needs_state = (PERSON, STATUS, ORGN, DEPARTMENT)
+
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        s = self.settings
+        self.table = sql.SQL("{}.{}").format(sql.Identifier(s.vendor_schema), sql.Identifier(s.table))
+        self.target = PgTarget(
+            f"import table {s.vendor_schema}.{s.table}", settings, s.database, s.dsn, s.statement_timeout_ms,
+            self._setup,
+        )  # fmt: skip
+        self.store: StateStore | None = None
+
+    def _setup(self, conn: Connection) -> None:
+        s = self.settings
+        found = conn.execute("SELECT to_regclass(%s)", (f"{s.vendor_schema}.{s.table}",)).fetchone()
+        if found and found[0] is not None:
+            return
+        script = s.install_path()
+        if script is None:
+            raise TargetUnavailable(f"import table {s.vendor_schema}.{s.table} does not exist (and no install script)")
+        conn.execute(script.read_text().replace("insite.", f"{s.vendor_schema}.").replace(  # type: ignore[arg-type]
+            "SCHEMA IF NOT EXISTS insite", f"SCHEMA IF NOT EXISTS {s.vendor_schema}"
+        ))  # fmt: skip
+
+    def open(self) -> None:
+        if self.store is None:
+            assert self.registry is not None, "bind(registry) first"
+            self.store = StateStore(self.mcq_settings, self.registry, self.needs_state)
+        self.target.connection()
+
+    def close(self) -> None:
+        self.target.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def ready(self) -> bool:
+        return self.target.ready()
+
+    def apply(self, change: Change) -> None:
+        outcome = self.apply_batch([change])[0]
+        if outcome is not None:
+            raise outcome
+
+    def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        if self.store is None:
+            self.open()
+        assert self.store is not None
+        self.store.catch_up()  # at least as new as every change of the batch
+        return self.target.apply_batch(changes, self._push)
+
+    def people_of(self, change: Change) -> list[int]:
+        """Whose record a change touches."""
+        assert self.store is not None
+        if change.key.person_id is not None:
+            return [change.key.person_id]
+        if change.key.tname == DEPARTMENT and change.key.pkey_number is not None:
+            dept = str(change.key.pkey_number)
+            return sorted({int(r["person_id"] or 0) for r in self.store.find(ORGN, dept_id=dept)})
+        return []  # space data (buildings, floors, rooms) has no person record to push
+
+    def record(self, person_id: int, change: Change) -> dict[str, str | None] | None:
+        """The import row of a person now; None when there is no person to push."""
+        assert self.store is not None
+        person = self.store.row(PERSON, person_id)
+        status_row = self.store.row(STATUS, person_id)
+        if person is None:
+            if change.key.ref != PERSON or change.before is None:
+                return None  # not (or no longer) a person: nothing the vendor could hold
+            person, status_row = change.before, None  # deleted: pushed once more, without a status
+        orgns = sorted(self.store.rows(ORGN, person_id), key=lambda r: int(r.get("dept_id") or 0))
+        orgn = title = None
+        if orgns:
+            title = orgns[0].get("title")
+            dept = self.store.find(DEPARTMENT, dept_id=orgns[0].get("dept_id") or "")
+            orgn = dept[0].get("name") if dept else None
+        return {
+            "spriden_id": str(person_id),
+            "lastname": person.get("last_name"),
+            "firstname": person.get("first_name"),
+            "status": status_row.get("status") if status_row else None,
+            "orgn": orgn,
+            "title": title,
+        }
+
+    def _push(self, conn: Connection, change: Change) -> None:
+        for person_id in self.people_of(change):
+            row = self.record(person_id, change)
+            if row is None:
+                continue
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (spriden_id, lastname, firstname, status, orgn, title, mcq_key, mcq_position) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                ).format(self.table),
+                (*row.values(), change.key.text(), str(change.position)),
+            )

@@ -1,0 +1,307 @@
+"""Each adapter against its real target: insert, update, delete and a repeated delivery,
+read back from the target itself (SQL, the HTTP requests a real server received, files).
+Change records are produced into logical topics; listeners run in-process."""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from consumers.adapter import make_adapter
+from consumers.runtime.dlq import DeadLetters
+from consumers.runtime.topics import ListenerTopics
+from mcq.change import Change, ChangeCodec, ChangeKey, Position
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry import parse_registry
+from mcq.stack import Stack
+from mcq.topics.plan import apply_topics, plan_topics
+from tests.integration.listeners import World, running, wait_for
+
+REGISTRY = """
+sources:
+  - {{name: campus, schemas: [campus]}}
+tables:
+  - tname: PERSON
+    subtype: PEOPLE
+    feeds: [{{source: campus, table: campus.people, keys: {{person_id: person_id}},
+             columns: [person_id, first_name, last_name]}}]
+  - tname: PERSON
+    subtype: Status
+    feeds: [{{source: campus, table: campus.person_status, keys: {{person_id: person_id}},
+             columns: [person_id, status]}}]
+  - tname: PERSON
+    subtype: Dir_Orgn
+    feeds: [{{source: campus, table: campus.directory_orgn, keys: {{person_id: person_id, pkey_number: dept_id}},
+             columns: [person_id, dept_id, title]}}]
+  - tname: DEPARTMENT
+    feeds: [{{source: campus, table: campus.departments, keys: {{pkey_number: dept_id}}, columns: [dept_id, name]}}]
+listeners:
+  - name: Insite
+    owner: space@example
+    adapter: {{type: sql_import, settings: {{vendor_schema: {vendor}, install: examples/insite_import.sql,
+                                            statement_timeout_ms: 3000}}}}
+    delivery: {{retries_in_place: 1, backoff_initial_s: 0.05, park_initial_s: 0.3, max_attempts: 2}}
+  - name: Hook
+    owner: tickets@example
+    adapter: {{type: webhook, settings: {{url: "{url}", timeout_s: 2}}}}
+    delivery: {{retries_in_place: 1, backoff_initial_s: 0.05, park_initial_s: 0.3, max_attempts: 2}}
+  - name: Files
+    owner: cards@example
+    adapter: {{type: file, settings: {{directory: "{out}/jsonl"}}}}
+  - name: Xml
+    owner: plant@example
+    adapter: {{type: file, settings: {{directory: "{out}/xml", format: xml}}}}
+interests:
+  - {{listener: Insite, tname: PERSON, subtype: "*"}}
+  - {{listener: Insite, tname: DEPARTMENT}}
+  - {{listener: Hook, tname: PERSON, subtype: PEOPLE}}
+  - {{listener: Files, tname: PERSON, subtype: PEOPLE}}
+  - {{listener: Xml, tname: PERSON, subtype: PEOPLE}}
+"""
+
+_lsn = [5_000_000]
+
+
+def ch(ref: str, kind: str, after: dict[str, str] | None = None, before: dict[str, str] | None = None, **key: Any
+       ) -> Change:  # fmt: skip
+    _lsn[0] += 10
+    tname, _, subtype = ref.partition("/")
+    return Change(
+        ChangeKey(tname, subtype or None, **key), kind, Position(_lsn[0], _lsn[0]),  # type: ignore[arg-type]
+        datetime.now(UTC), "campus.x", after, before, origin="table campus.x",
+    )  # fmt: skip
+
+
+class Receiver:
+    """A real HTTP server that records what it receives and answers as told."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.answer: dict[str, int] = {}  # last_name -> status code to answer with
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                code = outer.answer.get((body.get("after") or {}).get("last_name", ""), 200)
+                outer.requests.append({"key": self.headers["Idempotency-Key"], "body": body, "code": code})
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"refused: no such cost centre" if code == 422 else b"ok")
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/mcq"
+
+    def accepted(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.requests if r["code"] == 200]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+@pytest.fixture
+def world(stack: Stack, settings: Settings, token: str, tmp_path: Path, receiver: Receiver) -> Iterator[World]:
+    prefix = f"ta{token}"
+    s = settings.model_copy(update={"topic_prefix": prefix})
+    vendor = f"v_{token}"
+    text = REGISTRY.format(vendor=vendor, url=receiver.url, out=tmp_path)
+    path = tmp_path / "registry.yaml"
+    path.write_text(text)
+    registry = parse_registry(text, str(path))
+    apply_topics(s, plan_topics(registry, prefix))
+    client = registry_client(s)
+    for t in registry.tables:
+        register_topic(client, t.topic(prefix))
+    yield World(s, "Insite", f"{vendor}.sa_person", registry, path, ListenerTopics(prefix, "Insite"))
+    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {vendor} CASCADE")
+
+
+def send_changes(w: World, *changes: Change) -> None:
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer(w.settings.kafka.client_config())
+    for c in changes:
+        table = w.registry.table(c.key.tname, c.key.subtype)
+        assert table is not None
+        topic = table.topic(w.settings.topic_prefix)
+        key, value = codec.encode(topic, c)
+        producer.produce(topic, key=key, value=value)
+        if c.change_type == "DELETE":
+            producer.produce(topic, key=key, value=None)
+    assert producer.flush(30) == 0
+
+
+def listener(w: World, name: str) -> World:
+    return World(w.settings, name, w.table, w.registry, w.registry_file, ListenerTopics(w.settings.topic_prefix, name))
+
+
+def sa_person(w: World) -> dict[str, tuple[Any, ...]]:
+    with psycopg.connect(w.settings.vendor.dsn()) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (w.table,)).fetchone()
+        if found is None or found[0] is None:
+            return {}  # not installed yet
+        rows = conn.execute(
+            f"SELECT person_number, person_last_name, person_first_name, person_location, person_text1, person_memo "
+            f"FROM {w.table}"
+        ).fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+ADA = {"person_id": "1", "first_name": "Ada", "last_name": "Lovelace"}
+ALAN = {"person_id": "2", "first_name": "Alan", "last_name": "Turing"}
+
+
+def test_import_table_trigger_applies_inserts_updates_and_deletes_idempotently(world: World) -> None:
+    sent: list[Change] = []
+
+    def send(w: World, *changes: Change) -> None:
+        sent.extend(changes)
+        send_changes(w, *changes)
+
+    send(
+        world,
+        ch("DEPARTMENT", "INSERT", {"dept_id": "7", "name": "Mathematics"}, pkey_number=7),
+        ch("PERSON/PEOPLE", "INSERT", ADA, person_id=1),
+        ch("PERSON/Status", "INSERT", {"person_id": "1", "status": "Faculty"}, person_id=1),
+        ch(
+            "PERSON/Dir_Orgn",
+            "INSERT",
+            {"person_id": "1", "dept_id": "7", "title": "Professor"},
+            person_id=1,
+            pkey_number=7,
+        ),
+        ch("PERSON/PEOPLE", "INSERT", ALAN, person_id=2),
+    )
+    insite = listener(world, "Insite")
+    with running(insite) as rt:
+        wait_for(
+            "both people",
+            lambda: (
+                sa_person(world).get("1") == ("Lovelace", "Ada", "Faculty", "Mathematics", "Professor")
+                and "2" in sa_person(world)
+            ),
+        )
+        assert sa_person(world)["2"] == ("Turing", "Alan", "No Status", None, None)
+        # update: a department rename reaches every person in it; a status change
+        send(world, ch("DEPARTMENT", "UPDATE", {"dept_id": "7", "name": "Applied Mathematics"}, pkey_number=7),
+             ch("PERSON/Status", "UPDATE", {"person_id": "2", "status": "Staff"}, person_id=2))  # fmt: skip
+        wait_for("the updates", lambda: sa_person(world)["1"][3] == "Applied Mathematics"
+                 and sa_person(world)["2"][2] == "Staff")  # fmt: skip
+        # delete: a person without a status becomes Former-<status>
+        send(world, ch("PERSON/Status", "DELETE", None, {"person_id": "2", "status": "Staff"}, person_id=2))
+        wait_for("Former-Staff", lambda: sa_person(world)["2"][2] == "Former-Staff")
+        send(world, ch("PERSON/PEOPLE", "DELETE", None, ALAN, person_id=2))
+        wait_for("the delete", lambda: rt.counters.applied == 8)
+        assert sa_person(world)["2"][2] == "Former-Staff"  # not Former-Former-Staff
+    # a repeated delivery of every change, straight through the adapter, leaves the vendor table as it was
+    before = sa_person(world)
+    adapter = make_adapter(world.registry.listener("Insite"), world.settings)  # type: ignore[arg-type]
+    adapter.bind(world.registry)
+    adapter.open()
+    try:
+        assert adapter.apply_batch(sent) == [None] * len(sent)
+    finally:
+        adapter.close()
+    assert sa_person(world) == before
+
+
+def test_a_trigger_rejection_is_dead_lettered_with_the_database_message_and_the_rest_flows(world: World) -> None:
+    nameless = {"person_id": "3", "first_name": "Nobody", "last_name": ""}
+    send_changes(
+        world, ch("PERSON/PEOPLE", "INSERT", nameless, person_id=3), ch("PERSON/PEOPLE", "INSERT", ADA, person_id=1)
+    )
+    insite = listener(world, "Insite")
+    with running(insite) as rt:
+        wait_for("the dead letter", lambda: rt.counters.dead_lettered == 1, 60)
+        wait_for("the others", lambda: "1" in sa_person(world), 30)
+    [dead] = DeadLetters(world.settings, "Insite").entries()
+    assert "INSITE: person 3 has no last name" in dead.error
+    assert "3" not in sa_person(world)
+
+
+def test_webhook_posts_with_an_idempotency_key_retries_5xx_and_dead_letters_4xx(
+    world: World, receiver: Receiver
+) -> None:
+    receiver.answer = {"Flaky": 503, "Refused": 422}
+    changes = [
+        ch("PERSON/PEOPLE", "INSERT", ADA, person_id=1),
+        ch("PERSON/PEOPLE", "UPDATE", {**ADA, "first_name": "Augusta"}, ADA, person_id=1),
+        ch("PERSON/PEOPLE", "INSERT", {**ALAN, "last_name": "Refused"}, person_id=2),
+        ch("PERSON/PEOPLE", "INSERT", {**ALAN, "person_id": "4", "last_name": "Flaky"}, person_id=4),
+        ch("PERSON/PEOPLE", "DELETE", None, ADA, person_id=1),
+    ]
+    send_changes(world, *changes)
+    hook = listener(world, "Hook")
+    with running(hook) as rt:
+        wait_for("two dead letters", lambda: rt.counters.dead_lettered == 2, 60)
+        wait_for("the rest", lambda: len(receiver.accepted()) == 3, 30)
+    accepted = receiver.accepted()
+    assert [b["change_type"] for b in accepted] == ["INSERT", "UPDATE", "DELETE"]
+    assert accepted[1]["after"]["first_name"] == "Augusta"
+    assert {r["key"] for r in receiver.requests if r["code"] == 200} == {
+        changes[0].idempotency_key,
+        changes[1].idempotency_key,
+        changes[4].idempotency_key,
+    }
+    flaky = [r for r in receiver.requests if r["code"] == 503]
+    assert len(flaky) == 4  # 2 rounds x (1 try + 1 retry in place), then dead
+    refused = [r for r in receiver.requests if r["code"] == 422]
+    assert len(refused) == 1  # a 4xx is not retried
+    errors = {e.attempts: e.error for e in DeadLetters(world.settings, "Hook").entries()}
+    assert "HTTP 422" in errors[1] and "no such cost centre" in errors[1]
+    assert "HTTP 503" in errors[2]
+    # a repeated delivery is not posted again: the listener knows it applied it
+    send_changes(world, changes[1])
+    with running(hook) as rt:
+        wait_for("the repeat", lambda: rt.counters.skipped == 1, 60)
+    assert len(receiver.requests) == 8
+
+
+def test_file_listeners_write_whole_jsonl_and_xml_files(world: World, tmp_path: Path) -> None:
+    changes = [
+        ch("PERSON/PEOPLE", "INSERT", ADA, person_id=1),
+        ch("PERSON/PEOPLE", "UPDATE", {**ADA, "last_name": "King"}, ADA, person_id=1),
+        ch("PERSON/PEOPLE", "DELETE", None, {**ADA, "last_name": "King"}, person_id=1),
+    ]
+    send_changes(world, *changes)
+    for name in ("Files", "Xml"):
+        with running(listener(world, name)) as rt:
+            wait_for(f"{name} to apply", lambda rt=rt: rt.counters.applied == 3, 60)  # type: ignore[misc]
+    lines = [json.loads(x) for f in sorted((tmp_path / "jsonl").glob("*.jsonl")) for x in f.read_text().splitlines()]
+    assert [x["change_type"] for x in lines] == ["INSERT", "UPDATE", "DELETE"]
+    assert lines[1]["after"]["last_name"] == "King" and lines[2]["after"] is None
+    assert [x["idempotency_key"] for x in lines] == [c.idempotency_key for c in changes]
+    docs = [ET.parse(f).getroot() for f in sorted((tmp_path / "xml").glob("*.xml"))]
+    xml_changes = [c for d in docs for c in d.findall("change")]
+    assert [c.get("type") for c in xml_changes] == ["INSERT", "UPDATE", "DELETE"]
+    assert xml_changes[1].find("after/column[@name='last_name']").text == "King"  # type: ignore[union-attr]
+    assert not list((tmp_path / "jsonl").glob(".*.tmp")) and not list((tmp_path / "xml").glob(".*.tmp"))
+    # a repeated delivery is not written again (the listener knows it applied it)
+    send_changes(world, changes[1])
+    with running(listener(world, "Files")) as rt:
+        wait_for("the repeat", lambda: rt.counters.skipped == 1, 60)
+    again = [x for f in (tmp_path / "jsonl").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert len(again) == 3
