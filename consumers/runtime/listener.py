@@ -274,7 +274,7 @@ class ListenerRuntime:
     def _step(self) -> bool:
         """One batch from the real-time lane, else from the bulk lane; True if work was done."""
         # while the bulk lane has work, only take what the real-time lane has fetched already
-        msgs = self._rt.consume(self.delivery.batch_size, timeout=0 if self._bulk_busy else 0.25)
+        msgs = self._take(self._rt, self.delivery.batch_size, 0 if self._bulk_busy else 0.25)
         if msgs:
             self._pause_bulk(True)
             self._process(self._rt, msgs, "realtime")
@@ -283,12 +283,21 @@ class ListenerRuntime:
             self._pause_bulk(True)
             return False
         self._pause_bulk(False)
-        msgs = self._bulk.consume(self.delivery.bulk_batch_size, timeout=0.05)
+        msgs = self._take(self._bulk, self.delivery.bulk_batch_size, 0.05)
         self._bulk_busy = bool(msgs)
         if msgs:
             self._process(self._bulk, msgs, "bulk")
             return True
         return False
+
+    @staticmethod
+    def _take(consumer: Consumer, most: int, timeout: float) -> list[Message]:
+        """Wait up to ``timeout`` for the first record, then take what is already fetched
+        (consume() alone would wait for a full batch or the whole timeout)."""
+        first = consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
 
     def _pause_bulk(self, pause: bool) -> None:
         if pause == self._bulk_paused:

@@ -1,0 +1,163 @@
+"""Apply changes to an LDAP directory (ldap3): every change recomputes the entries it
+touches from the listener's state store and makes the directory say exactly that.
+
+Which entries a change touches: a person's for any PERSON aspect or LOGINS row (by
+person_id), every member's for a DEPARTMENT, a group's for GROUPS and GROUP_MEM (by
+group name). An entry that should exist is added or modified with REPLACE of every
+managed attribute (an empty value list removes it), so applying the same state twice
+leaves the directory as it was; an entry that should not exist is deleted. Only the
+attributes listed in :mod:`consumers.ldap.entries` are touched: others set by hand stay.
+
+A server that cannot be reached makes the target unavailable (the listener waits); a
+result the server refuses (schema or constraint violation) fails the change with the
+server's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from ldap3 import BASE, MODIFY_REPLACE, Connection, Server
+from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
+
+from consumers.adapter import Adapter
+from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
+from consumers.ldap.entries import (
+    DEPARTMENT,
+    GROUP_MEM,
+    GROUPS,
+    ORGN,
+    STATE,
+    Entry,
+    group_dn,
+    group_entry,
+    person_dn,
+    person_entry,
+)
+from consumers.ldap.settings import LdapAdapterSettings
+from consumers.projection import StateStore
+from mcq.change import Change
+
+
+class LdapAdapter(Adapter):
+    kind = "ldap"
+    settings_model = LdapAdapterSettings
+    settings: LdapAdapterSettings
+    _conn: Connection | None = None
+    store: StateStore | None = None
+
+    @property
+    def people_dn(self) -> str:
+        return self.settings.people_dn or self.mcq_settings.ldap.people_dn
+
+    @property
+    def groups_dn(self) -> str:
+        return self.settings.groups_dn or self.mcq_settings.ldap.groups_dn
+
+    def _connection(self) -> Connection:
+        if self._conn is not None and self._conn.bound and not self._conn.closed:
+            return self._conn
+        ldap = self.mcq_settings.ldap
+        try:
+            conn = Connection(
+                Server(ldap.url, connect_timeout=5), user=ldap.bind_dn, password=ldap.password.get_secret_value(),
+                auto_bind=True, raise_exceptions=True, receive_timeout=15,
+            )  # fmt: skip
+        except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
+            raise TargetUnavailable(f"ldap {ldap.url}: {exc}") from None
+        except LDAPException as exc:  # a refused bind: the listener waits until someone fixes it
+            raise TargetUnavailable(f"ldap {ldap.url}: bind as {ldap.bind_dn}: {exc}") from None
+        self._conn = conn
+        return conn
+
+    def open(self) -> None:
+        if self.store is None:
+            assert self.registry is not None, "bind(registry) first"
+            present = {t.ref for t in self.registry.tables}
+            self.store = StateStore(self.mcq_settings, self.registry, [r for r in STATE if r in present])
+        self._connection()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(LDAPException):  # closing anyway
+                self._conn.unbind()
+            self._conn = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def ready(self) -> bool:
+        try:
+            return bool(self._connection().search(self.people_dn, "(objectClass=*)", BASE, attributes=["1.1"]))
+        except (TargetUnavailable, LDAPException):
+            self._conn = None
+            return False
+
+    def apply(self, change: Change) -> None:
+        outcome = self.apply_batch([change])[0]
+        if outcome is not None:
+            raise outcome
+
+    def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        self.open()
+        assert self.store is not None
+        self.store.catch_up()  # at least as new as every change of the batch
+        outcomes: list[AdapterError | None] = []
+        for i, change in enumerate(changes):
+            try:
+                for dn, entry in self.touched(change):
+                    self.make(dn, entry)
+                outcomes.append(None)
+            except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
+                self._conn = None
+                outcomes.extend([TargetUnavailable(f"ldap: {exc}")] * (len(changes) - i))
+                break
+            except LDAPOperationResult as exc:
+                outcomes.append(ChangeFailed(f"{change.where} {change.key}: ldap: {exc.description}: {exc.message}"))
+            except TargetUnavailable as exc:
+                outcomes.extend([exc] * (len(changes) - i))
+                break
+        return outcomes
+
+    def touched(self, change: Change) -> list[tuple[str, Entry | None]]:
+        """(dn, what the entry must be now, or None: gone) for every entry a change touches."""
+        assert self.store is not None
+        key, gid = change.key, self.settings.default_gid
+        if key.tname == "PERSON" or (key.tname == "LOGINS" and key.person_id is not None):
+            if key.person_id is None:
+                return []
+            return [(person_dn(key.person_id, self.people_dn),
+                     person_entry(self.store, key.person_id, self.people_dn, gid))]  # fmt: skip
+        if key.tname == DEPARTMENT and key.pkey_number is not None:
+            people = {int(r.get("person_id") or 0) for r in self.store.find(ORGN, dept_id=str(key.pkey_number))}
+            return [(person_dn(p, self.people_dn), person_entry(self.store, p, self.people_dn, gid))
+                    for p in sorted(people)]  # fmt: skip
+        if key.tname in (GROUPS, GROUP_MEM) and key.pkey_string is not None:
+            return [(group_dn(key.pkey_string, self.groups_dn),
+                     group_entry(self.store, key.pkey_string, self.groups_dn))]  # fmt: skip
+        return []
+
+    def make(self, dn: str, entry: Entry | None) -> None:
+        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing)."""
+        conn = self._connection()
+        exists = self._exists(conn, dn)
+        if entry is None:
+            if exists:
+                conn.delete(dn)
+            return
+        if not exists:
+            conn.add(dn, list(entry.object_classes), {k: v for k, v in entry.attributes.items() if v})
+            return
+        changes = {k: [(MODIFY_REPLACE, v)] for k, v in entry.attributes.items()}
+        changes["objectClass"] = [(MODIFY_REPLACE, list(entry.object_classes))]
+        conn.modify(dn, changes)
+
+    @staticmethod
+    def _exists(conn: Connection, dn: str) -> bool:
+        try:
+            return bool(conn.search(dn, "(objectClass=*)", BASE, attributes=["1.1"]))
+        except LDAPOperationResult as exc:
+            if exc.result == 32:  # noSuchObject
+                return False
+            raise

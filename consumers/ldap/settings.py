@@ -1,0 +1,17 @@
+"""Settings of the ``ldap`` adapter (a listener's ``adapter.settings``). The server, bind
+DN and password are the deployment's (``MCQ_LDAP__*``); these say where entries go."""
+
+from __future__ import annotations
+
+from consumers.adapter import AdapterSettings
+
+
+class LdapAdapterSettings(AdapterSettings):
+    directory: str = "openldap"
+    """A label for logs and metrics (the campus registry has ``openldap`` and ``active-directory``)."""
+    people_dn: str | None = None
+    """Container of person entries (default ``ou=people,<base>``)."""
+    groups_dn: str | None = None
+    """Container of group entries (default ``ou=groups,<base>``)."""
+    default_gid: int = 100
+    """gidNumber of an account whose primary group the source does not say."""
