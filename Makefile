@@ -28,7 +28,8 @@ $(JVM_CACHE)/.resolved: $(JVM_POMS)
 	mvn -q -f jvm/pom.xml package
 	@touch $@
 
-# The main job: the campus world captured end to end, then the smoke pipeline.
+# The main job: the campus world captured end to end, the smoke pipeline, then the demo:
+# normaliser and listeners running, a scripted burst of changes, targets checked against the source.
 run: install
 	$(BIN)/mcq stack up
 	$(BIN)/mcq world load --people 3000
@@ -38,6 +39,7 @@ run: install
 	$(BIN)/mcq connect apply
 	$(BIN)/mcq connect status
 	$(BIN)/mcq smoke
+	$(BIN)/mcq demo
 
 lint: python
 	$(BIN)/ruff check .

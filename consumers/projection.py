@@ -16,11 +16,14 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from consumers.exceptions import ConsumerError
-from mcq.change import BadChange, ChangeCodec, ChangeKey
+from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry.model import Registry
@@ -28,10 +31,74 @@ from mcq.registry.model import Registry
 Row = dict[str, str | None]
 
 
-class StateStore:
+class State(Protocol):
+    """What a projection asks: a table/subtype's live rows, all or one person's."""
+
+    def rows(self, ref: str, person_id: int | None = None) -> list[Row]: ...
+
+    def row(self, ref: str, person_id: int) -> Row | None: ...
+
+    def find(self, ref: str, **match: str) -> list[Row]: ...
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]: ...
+
+
+class IndexedState:
+    """Rows by table/subtype and key, indexed by person and by key field."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, tuple[ChangeKey, Row]]] = defaultdict(dict)  # ref -> key text -> row
+        self._by_person: dict[tuple[str, int], set[str]] = defaultdict(set)
+        self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value)
+
+    def put(self, ref: str, key: ChangeKey, row: Row | None) -> None:
+        """Set (or, with None, remove) the state of a key."""
+        text = key.text()
+        fields = [(f, str(v)) for f in KEY_FIELDS if (v := getattr(key, f)) is not None]
+        rows = self._rows[ref]
+        if row is None:
+            old = rows.pop(text, None)
+            if old and old[0].person_id is not None:
+                self._by_person[(ref, old[0].person_id)].discard(text)
+            for f, v in fields:
+                self._by_key[(ref, f, v)].discard(text)
+            return
+        rows[text] = (key, dict(row))
+        if key.person_id is not None:
+            self._by_person[(ref, key.person_id)].add(text)
+        for f, v in fields:
+            self._by_key[(ref, f, v)].add(text)
+
+    def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
+        """The live rows of a table/subtype, or of one person in it."""
+        if person_id is None:
+            return [row for _, row in self._rows[ref].values()]
+        table = self._rows[ref]
+        return [table[t][1] for t in sorted(self._by_person.get((ref, person_id), ())) if t in table]
+
+    def row(self, ref: str, person_id: int) -> Row | None:
+        found = self.rows(ref, person_id)
+        return found[0] if found else None
+
+    def find(self, ref: str, **match: str) -> list[Row]:
+        """Rows whose columns equal the given values (a scan: prefer :meth:`keyed`)."""
+        return [row for row in self.rows(ref) if all(row.get(k) == v for k, v in match.items())]
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]:
+        """Rows whose key fields (person_id, pkey_string, pkey_number, aux_string) are the given values."""
+        table = self._rows[ref]
+        found: set[str] | None = None
+        for f, v in key.items():
+            texts = self._by_key.get((ref, f, str(v)), set())
+            found = set(texts) if found is None else found & texts
+        return [table[t][1] for t in sorted(found or ()) if t in table]
+
+
+class StateStore(IndexedState):
     """The last state per key of some logical tables, kept from their topics."""
 
     def __init__(self, settings: Settings, registry: Registry, refs: Iterable[str]) -> None:
+        super().__init__()
         prefix = settings.topic_prefix
         self.refs = sorted(set(refs))
         self._topics: dict[str, str] = {}
@@ -42,8 +109,6 @@ class StateStore:
                 raise ConsumerError(f"projection: no logical table {ref} in the registry")
             self._topics[table.topic(prefix)] = ref
         self._codec = ChangeCodec(registry_client(settings))
-        self._rows: dict[str, dict[str, tuple[ChangeKey, Row]]] = defaultdict(dict)  # ref -> key text -> row
-        self._by_person: dict[tuple[str, int], set[str]] = defaultdict(set)
         self._consumer = Consumer(
             {
                 **settings.kafka.client_config(),
@@ -60,6 +125,8 @@ class StateStore:
             for p in meta[t].partitions
         ]
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, -2) for tp in self._partitions])
+        self._admin = AdminClient(settings.kafka.client_config())
+        self._next: dict[tuple[str, int], int] = {}  # next offset to read, per partition
 
     def _take(self, timeout_s: float) -> bool:
         msg = self._consumer.poll(timeout_s)
@@ -71,37 +138,34 @@ class StateStore:
                 return True
             raise ConsumerError(f"projection: reading {msg.topic()}: {err}")
         topic = msg.topic() or ""
+        self._next[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
         try:
             change = self._codec.decode(topic, msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
         except BadChange:
             return True  # the listener itself dead-letters a bad record; the projection cannot use it
         if change is None:
             return True
-        ref, text = self._topics[topic], change.key.text()
-        rows = self._rows[ref]
-        if change.state is None:
-            old = rows.pop(text, None)
-            if old and old[0].person_id is not None:
-                self._by_person[(ref, old[0].person_id)].discard(text)
-        else:
-            rows[text] = (change.key, dict(change.state))
-            if change.key.person_id is not None:
-                self._by_person[(ref, change.key.person_id)].add(text)
+        self.put(self._topics[topic], change.key, change.state)
         return True
 
-    def catch_up(self, timeout_s: float = 60.0) -> None:
-        """Read every topic to its end as of now."""
-        ends = {
-            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._partitions
-        }
+    def _ends(self) -> dict[tuple[str, int], int]:
+        """End offsets of every partition, in one request (not a round trip per partition)."""
+        if not self._partitions:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = self._admin.list_offsets({tp: latest for tp in self._partitions}, request_timeout=15)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
+        """Read every topic to its end as of now (so at least to every given change)."""
+        need = self._ends()
+        for c in changes:
+            if c.topic in self._topics and c.partition is not None and c.offset is not None:
+                key = (c.topic, c.partition)
+                need[key] = max(need.get(key, 0), c.offset + 1)
         deadline = time.monotonic() + timeout_s
         while True:
-            positions = self._consumer.position(list(self._partitions)) if self._partitions else []
-            behind = [
-                tp
-                for tp in positions
-                if ends[(tp.topic, tp.partition)] > 0 and tp.offset < ends[(tp.topic, tp.partition)]
-            ]
+            behind = [k for k, end in need.items() if end > 0 and self._next.get(k, 0) < end]
             if not behind:
                 return
             if time.monotonic() > deadline:
@@ -110,20 +174,110 @@ class StateStore:
                 )
             self._take(0.5)
 
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class SourceState:
+    """The same answers read through to the source database, by the registry's feeds
+    (values as text, as change records carry them): for a listener that may read the
+    source instead of keeping a store, and for checking a target against the source."""
+
+    def __init__(self, settings: Settings, registry: Registry, refs: Iterable[str]) -> None:
+        import psycopg
+
+        self._feeds = {}
+        for ref in refs:
+            tname, _, subtype = ref.partition("/")
+            table = registry.table(tname, subtype or None)
+            if table is None or not table.feeds:
+                raise ConsumerError(f"projection: no captured logical table {ref} in the registry")
+            self._feeds[ref] = table.feeds
+        self._conn: Any = psycopg.connect(settings.source.dsn(), autocommit=True)
+
+    def _select(self, ref: str, where: dict[str, str | int]) -> list[Row]:
+        from psycopg import sql
+
+        out: list[Row] = []
+        for feed in self._feeds[ref]:
+            schema, table = feed.table.split(".")
+            columns = sql.SQL(", ").join(
+                sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in feed.columns
+            )
+            query = sql.SQL("SELECT {} FROM {}.{}").format(columns, sql.Identifier(schema), sql.Identifier(table))
+            if where:
+                query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(
+                    sql.SQL("{}::text = %s").format(sql.Identifier(c)) for c in where
+                )
+            cur = self._conn.execute(query, [str(v) for v in where.values()])
+            names = [d.name for d in cur.description]
+            out += [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return out
+
     def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
-        """The live rows of a table/subtype, or of one person in it."""
         if person_id is None:
-            return [row for _, row in self._rows[ref].values()]
-        table = self._rows[ref]
-        return [table[t][1] for t in sorted(self._by_person.get((ref, person_id), ())) if t in table]
+            return self._select(ref, {})
+        column = self._feeds[ref][0].keys.get("person_id")
+        if column is None:
+            return []
+        return self._select(ref, {column: person_id})
 
     def row(self, ref: str, person_id: int) -> Row | None:
         found = self.rows(ref, person_id)
         return found[0] if found else None
 
     def find(self, ref: str, **match: str) -> list[Row]:
-        """Rows whose columns equal the given values."""
-        return [row for row in self.rows(ref) if all(row.get(k) == v for k, v in match.items())]
+        return self._select(ref, dict(match))
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]:
+        keys = self._feeds[ref][0].keys
+        return self._select(ref, {keys[f]: v for f, v in key.items() if f in keys})  # type: ignore[index]
+
+    def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
+        """Nothing to catch up: the source is the truth."""
 
     def close(self) -> None:
-        self._consumer.close()
+        self._conn.close()
+
+
+def open_state(settings: Settings, registry: Registry, refs: Iterable[str], where: str) -> StateStore | SourceState:
+    """The state an adapter assembles records from: ``topics`` (a StateStore) or ``source``."""
+    present = {t.ref for t in registry.tables}
+    wanted = [r for r in refs if r in present]
+    return SourceState(settings, registry, wanted) if where == "source" else StateStore(settings, registry, wanted)
+
+
+def source_snapshot(settings: Settings, registry: Registry, refs: Iterable[str]) -> IndexedState:
+    """Every row of the given tables, read from the source once, indexed like a StateStore:
+    what a check of a whole target against the source reads."""
+    import psycopg
+    from psycopg import sql
+
+    state = IndexedState()
+    with psycopg.connect(settings.source.dsn()) as conn:
+        for ref in refs:
+            tname, _, subtype = ref.partition("/")
+            table = registry.table(tname, subtype or None)
+            if table is None:
+                raise ConsumerError(f"projection: no logical table {ref} in the registry")
+            for feed in table.feeds:
+                schema, name = feed.table.split(".")
+                columns = sql.SQL(", ").join(
+                    sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in feed.columns
+                )
+                cur = conn.execute(
+                    sql.SQL("SELECT {} FROM {}.{}").format(columns, sql.Identifier(schema), sql.Identifier(name))
+                )
+                names = [d.name for d in cur.description or ()]
+                for values in cur.fetchall():
+                    row: Row = dict(zip(names, values, strict=True))
+                    k = {f: row.get(c) for f, c in feed.keys.items()}
+                    key = ChangeKey(
+                        tname, subtype or None,
+                        int(k["person_id"]) if k.get("person_id") is not None else None,  # type: ignore[arg-type]
+                        k.get("pkey_string"),
+                        int(k["pkey_number"]) if k.get("pkey_number") is not None else None,  # type: ignore[arg-type]
+                        k.get("aux_string"),
+                    )  # fmt: skip
+                    state.put(ref, key, row)
+    return state

@@ -643,6 +643,20 @@ def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
     console.print(f"discarded {letters.discard(entries, reason)} dead letter(s)")
 
 
+@main.command("demo")
+@click.option("--timeout", default=900, show_default=True, type=click.IntRange(min=60), help="Seconds to converge.")
+def demo(timeout: int) -> None:
+    """The whole pipeline on the campus world: normaliser and listeners running, a scripted
+    burst of changes, then LDAP and the vendor table checked key by key against the source.
+
+    Expects `make run`'s earlier steps (stack, world, registry, topics, schemas, capture).
+    Exit 0 when every target equals the source."""
+    from mcq.demo import run_demo
+
+    settings = _settings()
+    sys.exit(run_demo(settings, _current_registry(None), _say, float(timeout)))
+
+
 # ------------------------------------------------------------------ world
 
 

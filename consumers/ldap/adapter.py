@@ -36,7 +36,7 @@ from consumers.ldap.entries import (
     person_entry,
 )
 from consumers.ldap.settings import LdapAdapterSettings
-from consumers.projection import StateStore
+from consumers.projection import SourceState, StateStore, open_state
 from mcq.change import Change
 
 
@@ -45,7 +45,7 @@ class LdapAdapter(Adapter):
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
     _conn: Connection | None = None
-    store: StateStore | None = None
+    store: StateStore | SourceState | None = None
 
     @property
     def people_dn(self) -> str:
@@ -74,8 +74,7 @@ class LdapAdapter(Adapter):
     def open(self) -> None:
         if self.store is None:
             assert self.registry is not None, "bind(registry) first"
-            present = {t.ref for t in self.registry.tables}
-            self.store = StateStore(self.mcq_settings, self.registry, [r for r in STATE if r in present])
+            self.store = open_state(self.mcq_settings, self.registry, STATE, self.settings.state)
         self._connection()
 
     def close(self) -> None:
@@ -102,12 +101,15 @@ class LdapAdapter(Adapter):
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         self.open()
         assert self.store is not None
-        self.store.catch_up()  # at least as new as every change of the batch
+        self.store.catch_up(changes)  # at least as new as every change of the batch
         outcomes: list[AdapterError | None] = []
+        made: set[str] = set()  # entries hold the current state: one write per entry and batch is enough
         for i, change in enumerate(changes):
             try:
                 for dn, entry in self.touched(change):
-                    self.make(dn, entry)
+                    if dn not in made:
+                        self.make(dn, entry)
+                        made.add(dn)
                 outcomes.append(None)
             except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
                 self._conn = None
@@ -130,7 +132,7 @@ class LdapAdapter(Adapter):
             return [(person_dn(key.person_id, self.people_dn),
                      person_entry(self.store, key.person_id, self.people_dn, gid))]  # fmt: skip
         if key.tname == DEPARTMENT and key.pkey_number is not None:
-            people = {int(r.get("person_id") or 0) for r in self.store.find(ORGN, dept_id=str(key.pkey_number))}
+            people = {int(r.get("person_id") or 0) for r in self.store.keyed(ORGN, pkey_number=key.pkey_number)}
             return [(person_dn(p, self.people_dn), person_entry(self.store, p, self.people_dn, gid))
                     for p in sorted(people)]  # fmt: skip
         if key.tname in (GROUPS, GROUP_MEM) and key.pkey_string is not None:

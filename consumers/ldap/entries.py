@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumers.projection import Row, StateStore
+from consumers.projection import Row, State
 
 PEOPLE, PHONES, ADDRESSES, STATUS, ORGN, UDI = (
     "PERSON/PEOPLE", "PERSON/Telephone", "PERSON/Address", "PERSON/Status", "PERSON/Dir_Orgn", "PERSON/UDI",
@@ -56,7 +56,7 @@ def group_dn(name: str, groups_dn: str) -> str:
     return f"cn={escape_rdn(name)},{groups_dn}"
 
 
-def person_entry(store: StateStore, person_id: int, people_dn: str, default_gid: int) -> Entry | None:
+def person_entry(store: State, person_id: int, people_dn: str, default_gid: int) -> Entry | None:
     """The entry of a person now; None when the person is gone (the entry must go too)."""
     person = store.row(PEOPLE, person_id)
     if person is None:
@@ -84,7 +84,7 @@ def person_entry(store: StateStore, person_id: int, people_dn: str, default_gid:
         attrs["departmentNumber"].append(dept_id)
         if orgn.get("title"):
             attrs["title"].append(orgn["title"] or "")
-        for dept in store.find(DEPARTMENT, dept_id=dept_id):
+        for dept in store.keyed(DEPARTMENT, pkey_number=dept_id):
             if dept.get("name"):
                 attrs["ou"].append(dept["name"] or "")
     classes = ["top", "person", "organizationalPerson", "inetOrgPerson"]
@@ -104,12 +104,12 @@ def person_entry(store: StateStore, person_id: int, people_dn: str, default_gid:
     return Entry(person_dn(person_id, people_dn), tuple(classes), attrs)
 
 
-def group_entry(store: StateStore, name: str, groups_dn: str) -> Entry | None:
-    found = store.find(GROUPS, group_name=name)
+def group_entry(store: State, name: str, groups_dn: str) -> Entry | None:
+    found = store.keyed(GROUPS, pkey_string=name)
     if not found:
         return None
     group = found[0]
-    members = sorted({m.get("username") or "" for m in store.find(GROUP_MEM, group_name=name)} - {""})
+    members = sorted({m.get("username") or "" for m in store.keyed(GROUP_MEM, pkey_string=name)} - {""})
     attrs: dict[str, list[str]] = {
         "gidNumber": [group.get("gid") or "0"],
         "description": [group.get("description") or ""] if group.get("description") else [],

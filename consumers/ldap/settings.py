@@ -3,6 +3,8 @@ DN and password are the deployment's (``MCQ_LDAP__*``); these say where entries 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from consumers.adapter import AdapterSettings
 
 
@@ -15,3 +17,6 @@ class LdapAdapterSettings(AdapterSettings):
     """Container of group entries (default ``ou=groups,<base>``)."""
     default_gid: int = 100
     """gidNumber of an account whose primary group the source does not say."""
+    state: Literal["topics", "source"] = "topics"
+    """Where records are assembled from: a store kept from the compacted topics (no access
+    to the source needed; a replay rebuilds it), or read through to the source database."""

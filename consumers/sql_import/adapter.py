@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import psycopg
 from psycopg import sql
 
 from consumers.adapter import Adapter
-from consumers.exceptions import AdapterError, TargetUnavailable
-from consumers.postgres import Connection, PgTarget
-from consumers.projection import StateStore
+from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
+from consumers.postgres import Connection, PgTarget, first_line
+from consumers.projection import SourceState, StateStore, open_state
 from consumers.sql_import.settings import SqlImportSettings
 from mcq.change import Change
 from mcq.config import Settings
@@ -45,7 +46,7 @@ class SqlImportAdapter(Adapter):
             f"import table {s.vendor_schema}.{s.table}", settings, s.database, s.dsn, s.statement_timeout_ms,
             self._setup,
         )  # fmt: skip
-        self.store: StateStore | None = None
+        self.store: StateStore | SourceState | None = None
 
     def _setup(self, conn: Connection) -> None:
         s = self.settings
@@ -62,7 +63,7 @@ class SqlImportAdapter(Adapter):
     def open(self) -> None:
         if self.store is None:
             assert self.registry is not None, "bind(registry) first"
-            self.store = StateStore(self.mcq_settings, self.registry, self.needs_state)
+            self.store = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state)
         self.target.connection()
 
     def close(self) -> None:
@@ -83,8 +84,14 @@ class SqlImportAdapter(Adapter):
         if self.store is None:
             self.open()
         assert self.store is not None
-        self.store.catch_up()  # at least as new as every change of the batch
-        return self.target.apply_batch(changes, self._push)
+        self.store.catch_up(changes)  # at least as new as every change of the batch
+        self._pushed: set[int] = set()  # the current record: one push per person and batch is enough
+        self._refused: dict[int, str] = {}  # id(change) -> the first refusal among its people
+        outcomes = self.target.apply_batch(changes, self._push)
+        for i, change in enumerate(changes):
+            if outcomes[i] is None and id(change) in self._refused:
+                outcomes[i] = ChangeFailed(f"{change.where} {change.key}: {self._refused[id(change)]}")
+        return outcomes
 
     def people_of(self, change: Change) -> list[int]:
         """Whose record a change touches."""
@@ -93,7 +100,7 @@ class SqlImportAdapter(Adapter):
             return [change.key.person_id]
         if change.key.tname == DEPARTMENT and change.key.pkey_number is not None:
             dept = str(change.key.pkey_number)
-            return sorted({int(r["person_id"] or 0) for r in self.store.find(ORGN, dept_id=dept)})
+            return sorted({int(r["person_id"] or 0) for r in self.store.keyed(ORGN, pkey_number=dept)})
         return []  # space data (buildings, floors, rooms) has no person record to push
 
     def record(self, person_id: int, change: Change) -> dict[str, str | None] | None:
@@ -109,7 +116,7 @@ class SqlImportAdapter(Adapter):
         orgn = title = None
         if orgns:
             title = orgns[0].get("title")
-            dept = self.store.find(DEPARTMENT, dept_id=orgns[0].get("dept_id") or "")
+            dept = self.store.keyed(DEPARTMENT, pkey_number=orgns[0].get("dept_id") or "")
             orgn = dept[0].get("name") if dept else None
         return {
             "spriden_id": str(person_id),
@@ -121,14 +128,26 @@ class SqlImportAdapter(Adapter):
         }
 
     def _push(self, conn: Connection, change: Change) -> None:
+        # one savepoint per person: a department's change reaches its other members even when
+        # the vendor refuses one of them (that one fails the change: retried, dead-lettered)
         for person_id in self.people_of(change):
+            if person_id in self._pushed:
+                continue
             row = self.record(person_id, change)
             if row is None:
                 continue
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (spriden_id, lastname, firstname, status, orgn, title, mcq_key, mcq_position) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-                ).format(self.table),
-                (*row.values(), change.key.text(), str(change.position)),
-            )
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (spriden_id, lastname, firstname, status, orgn, title, mcq_key, "
+                            "mcq_position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                        ).format(self.table),
+                        (*row.values(), change.key.text(), str(change.position)),
+                    )
+            except psycopg.Error as exc:
+                if conn.broken:
+                    raise
+                self._refused.setdefault(id(change), first_line(exc))
+                continue
+            self._pushed.add(person_id)

@@ -29,3 +29,7 @@ class SqlImportSettings(AdapterSettings):
         if self.install is None:
             return None
         return self.install if self.install.is_absolute() else PROJECT_ROOT / self.install
+
+    state: Literal["topics", "source"] = "topics"
+    """Where records are assembled from: a store kept from the compacted topics (no access
+    to the source needed; a replay rebuilds it), or read through to the source database."""

@@ -1,0 +1,187 @@
+"""The whole pipeline on the real stack: source -> Debezium -> Spark -> Kafka -> listener ->
+LDAP and -> the vendor's import table, for a generated world of 10,000 people and a
+random stream of changes, verified key by key against the source."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from ldap3 import Connection, Server
+
+from mcq.config import Settings
+from mcq.demo import Check, check_insite, check_ldap
+from mcq.registry import parse_registry
+from mcq.stack import Stack
+from tests.integration.worlds import Captured, captured_world
+
+PEOPLE = 10_000
+
+
+@pytest.fixture(scope="module")
+def big_world(stack: Stack, settings: Settings) -> Iterator[Captured]:
+    with captured_world(settings, people=PEOPLE, seed=11) as cap:
+        yield cap
+
+
+def random_changes(settings: Settings, schema: str, n: int, seed: int) -> set[int]:
+    """n random changes, some in shared transactions; returns people refused by the vendor."""
+    rnd = random.Random(seed)
+    s = schema
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        people = [r[0] for r in conn.execute(f"SELECT person_id FROM {s}.people ORDER BY 1")]
+        phones = conn.execute(f"SELECT person_id, tele_type FROM {s}.directory_telephone").fetchall()
+        groups = [r[0] for r in conn.execute(f"SELECT group_name FROM {s}.unix_groups")]
+        logins = [r[0] for r in conn.execute(f"SELECT username FROM {s}.logins")]
+        next_id = max(people) + 1
+        done = 0
+        while done < n:
+            with conn.transaction():
+                for _ in range(rnd.choice((1, 1, 1, 3))):  # mostly one change per transaction
+                    kind = rnd.random()
+                    if kind < 0.35:
+                        p, t = rnd.choice(phones)
+                        conn.execute(
+                            f"UPDATE {s}.directory_telephone SET phone_number = %s "
+                            "WHERE person_id = %s AND tele_type = %s",
+                            (f"+1 518 {done:07d}", p, t),
+                        )
+                    elif kind < 0.55:
+                        conn.execute(
+                            f"UPDATE {s}.person_status SET status = %s WHERE person_id = %s",
+                            (rnd.choice(["Student", "Staff", "Faculty", "Alumni"]), rnd.choice(people)),
+                        )
+                    elif kind < 0.70:
+                        conn.execute(
+                            f"UPDATE {s}.people SET last_name = %s WHERE person_id = %s",
+                            (f"Renamed{done}", rnd.choice(people)),
+                        )
+                    elif kind < 0.80:
+                        conn.execute(
+                            f"INSERT INTO {s}.people (person_id, first_name, last_name) VALUES (%s, 'New', %s)",
+                            (next_id, f"Hire{next_id}"),
+                        )
+                        conn.execute(
+                            f"INSERT INTO {s}.person_status (person_id, status) VALUES (%s, 'Staff')", (next_id,)
+                        )
+                        people.append(next_id)
+                        next_id += 1
+                    elif kind < 0.88:
+                        conn.execute(
+                            f"INSERT INTO {s}.group_members (group_name, username) VALUES (%s, %s) "
+                            "ON CONFLICT DO NOTHING",
+                            (rnd.choice(groups), rnd.choice(logins)),
+                        )
+                    elif kind < 0.95:
+                        conn.execute(
+                            f"UPDATE {s}.people SET updated_at = now() WHERE person_id = %s", (rnd.choice(people),)
+                        )  # housekeeping only
+                    else:
+                        gone = people.pop(rnd.randrange(len(people)))
+                        conn.execute(f"DELETE FROM {s}.people WHERE person_id = %s", (gone,))
+                        phones = [x for x in phones if x[0] != gone]
+                        logins = [r[0] for r in conn.execute(f"SELECT username FROM {s}.logins")]
+                    done += 1
+    return set()
+
+
+def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
+    big_world: Captured, settings: Settings, tmp_path: Path
+) -> None:
+    token = uuid.uuid4().hex[:8]
+    prefix = f"tp{token}"
+    s = settings.model_copy(update={"topic_prefix": prefix})
+    base = f"ou=p{token},{settings.ldap.base_dn}"
+    conn = Connection(
+        Server(settings.ldap.url),
+        user=settings.ldap.bind_dn,
+        password=settings.ldap.password.get_secret_value(),
+        auto_bind=True,
+    )
+    conn.add(base, ["organizationalUnit"], {"ou": f"p{token}"})
+    for ou in ("people", "groups"):
+        conn.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
+    vendor = f"v_{token}"
+    text = big_world.registry_yaml.replace(
+        "adapter: {type: ldap, settings: {directory: openldap}}",
+        f'adapter: {{type: ldap, settings: {{directory: openldap, people_dn: "ou=people,{base}", '
+        f'groups_dn: "ou=groups,{base}"}}}}',
+    ).replace("install: examples/insite_import.sql}", f"install: examples/insite_import.sql, vendor_schema: {vendor}}}")
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(text)
+    registry = parse_registry(text, str(registry_file))
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
+    log = (tmp_path / "pipeline.log").open("ab")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mcq.cli",
+                "streams",
+                "normalize",
+                "--registry",
+                str(registry_file),
+                "--trigger",
+                "1 second",
+                "--checkpoint",
+                str(tmp_path / "ckpt"),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "mcq.cli", "listen", "LDAP", "--registry", str(registry_file), "--http-port", "0"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "mcq.cli", "listen", "Insite", "--registry", str(registry_file), "--http-port", "0"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
+    ]
+    try:
+        random_changes(settings, big_world.schema, 2_000, seed=5)
+        ldap = insite = Check("none", problems=["not checked yet"])
+        deadline = time.monotonic() + 1500
+        while time.monotonic() < deadline:
+            for p in procs:
+                assert p.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
+            ldap = check_ldap(s, registry, f"ou=people,{base}", f"ou=groups,{base}")
+            insite = check_insite(s, registry, vendor, set()) if ldap.ok else insite
+            if ldap.ok and insite.ok:
+                break
+            time.sleep(15)
+        assert ldap.ok, ldap.problems[:10]
+        assert insite.ok, insite.problems[:10]
+        assert ldap.checked > PEOPLE and insite.checked >= PEOPLE * 0.9
+    finally:
+        os.killpg(procs[0].pid, signal.SIGTERM)
+        for p in procs[1:]:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()
+        conn.search(base, "(objectClass=*)", attributes=["1.1"], paged_size=0)
+        for dn in sorted((e.entry_dn for e in conn.entries), key=lambda d: -d.count(",")):
+            conn.delete(dn)
+        conn.unbind()
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS {vendor} CASCADE")
