@@ -33,8 +33,9 @@ def big_world(stack: Stack, settings: Settings) -> Iterator[Captured]:
         yield cap
 
 
-def random_changes(settings: Settings, schema: str, n: int, seed: int) -> set[int]:
-    """n random changes, some in shared transactions; returns people refused by the vendor."""
+def random_changes(settings: Settings, schema: str, n: int, seed: int) -> None:
+    """n random changes: numbers, statuses, names, hires, memberships, housekeeping-only
+    touches and deletions, some several to a transaction."""
     rnd = random.Random(seed)
     s = schema
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
@@ -91,7 +92,6 @@ def random_changes(settings: Settings, schema: str, n: int, seed: int) -> set[in
                         phones = [x for x in phones if x[0] != gone]
                         logins = [r[0] for r in conn.execute(f"SELECT username FROM {s}.logins")]
                     done += 1
-    return set()
 
 
 def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
@@ -155,6 +155,11 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
         ),
     ]
     try:
+        # the changes come while the initial load is on its way: after the first micro-batch
+        deadline = time.monotonic() + 600
+        while "batch 0:" not in (tmp_path / "pipeline.log").read_text() and time.monotonic() < deadline:
+            assert procs[0].poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
+            time.sleep(1)
         random_changes(settings, big_world.schema, 2_000, seed=5)
         ldap = insite = Check("none", problems=["not checked yet"])
         deadline = time.monotonic() + 1500
