@@ -392,7 +392,9 @@ def streams() -> None:
 @streams.command("normalize")
 @FROM_FILE
 @click.option("--once", is_flag=True, help="Process what is available, then exit 0.")
-@click.option("--trigger", default="5 seconds", show_default=True, help="Micro-batch interval when continuous.")
+@click.option(
+    "--trigger", default="1 second", show_default=True, help="Micro-batch interval when continuous (BENCHMARKS.md)."
+)
 @click.option(
     "--checkpoint",
     type=click.Path(file_okay=False, path_type=Path),

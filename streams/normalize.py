@@ -431,7 +431,7 @@ class NormalizeJob:
             self._known_refs.add(ref)
             self.report(f"provenance: {ref} first seen from {row['origin'].splitlines()[0]}")
 
-    def start(self, spark: SparkSession, once: bool, trigger: str = "5 seconds") -> Any:
+    def start(self, spark: SparkSession, once: bool, trigger: str = "1 second") -> Any:
         """Start the streaming query (returns pyspark's StreamingQuery)."""
         reader = (
             spark.readStream.format("kafka")
@@ -477,7 +477,7 @@ def run_normalize(
     registry: Registry,
     *,
     once: bool,
-    trigger: str = "5 seconds",
+    trigger: str = "1 second",
     checkpoint: Path | None = None,
     master: str | None = None,
     max_offsets_per_trigger: int | None = None,
