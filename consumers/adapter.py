@@ -24,7 +24,7 @@ and a listener with ``adapter: {type: mykind, settings: {...}}`` uses it.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -74,9 +74,17 @@ class Adapter(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called once, also after a failure."""
 
-    @abstractmethod
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.apply is Adapter.apply and cls.apply_batch is Adapter.apply_batch:
+            raise TypeError(f"adapter {cls.__name__} must implement apply() or apply_batch() (or both)")
+
     def apply(self, change: Change) -> None:
-        """Apply one change idempotently, or raise an AdapterError."""
+        """Apply one change idempotently, or raise an AdapterError. Implement this, or
+        ``apply_batch`` for targets that take a batch in one round trip."""
+        outcome = self.apply_batch([change])[0]
+        if outcome is not None:
+            raise outcome
 
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         """Apply changes in order; one outcome per change. Override to batch round trips.

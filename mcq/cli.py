@@ -492,7 +492,13 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
     if unknown:
         err_console.print(f"mcq status: no listener named {', '.join(unknown)} in the registry", markup=False)
         sys.exit(EXIT_CONFIG)
-    report = status_report(settings, registry, list(names) or None)
+    from mcq.topics.read import TopicReadError
+
+    try:
+        report = status_report(settings, registry, list(names) or None)
+    except TopicReadError as exc:
+        err_console.print(f"mcq status: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
     if as_json:
         console.print_json(
             json.dumps(

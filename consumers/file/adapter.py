@@ -68,11 +68,6 @@ class FileAdapter(Adapter):
     def ready(self) -> bool:
         return self.settings.directory.is_dir() and os.access(self.settings.directory, os.W_OK)
 
-    def apply(self, change: Change) -> None:
-        outcome = self.apply_batch([change])[0]
-        if outcome is not None:
-            raise outcome
-
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         if not changes:
             return []

@@ -93,11 +93,6 @@ class LdapAdapter(Adapter):
             self._conn = None
             return False
 
-    def apply(self, change: Change) -> None:
-        outcome = self.apply_batch([change])[0]
-        if outcome is not None:
-            raise outcome
-
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         self.open()
         assert self.store is not None

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from consumers.exceptions import DeadLetterError
 from consumers.runtime.parking import (
@@ -37,6 +36,7 @@ from consumers.runtime.topics import ListenerTopics
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.contract import registry_client
+from mcq.topics.read import TopicReadError, read_to_end
 
 
 @dataclass
@@ -69,43 +69,11 @@ class DeadLetter:
         return int(self.headers.get(H_ATTEMPTS, "0") or 0)
 
 
-def _read_all(settings: Settings, topic: str) -> list[Any]:
-    """Every record of a topic, from the beginning to the end as of now."""
-    consumer = Consumer(
-        {
-            **settings.kafka.client_config(),
-            "group.id": f"_mcq-dlq-console-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+def _read_all(settings: Settings, topic: str) -> list[Message]:
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, -2) for p in todo])
-        out = []
-        deadline = time.monotonic() + 60
-        while todo:
-            if time.monotonic() > deadline:
-                raise DeadLetterError(f"reading {topic}: not at its end after 60 s")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(msg.partition() or 0)
-                    continue
-                raise DeadLetterError(f"reading {topic}: {err}")
-            out.append(msg)
-            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                todo.discard(msg.partition() or 0)
-        return out
-    finally:
-        consumer.close()
+        return read_to_end(settings, topic)
+    except TopicReadError as exc:
+        raise DeadLetterError(str(exc)) from None
 
 
 class DeadLetters:
@@ -119,18 +87,18 @@ class DeadLetters:
     def entries(self, include_resolved: bool = False) -> list[DeadLetter]:
         resolutions: dict[str, dict[str, Any]] = {}
         for msg in _read_all(self.settings, self.topics.dlq_resolved):
-            key = (msg.key() or b"").decode()
-            if msg.value() is None:
+            key, value = (msg.key() or b"").decode(), msg.value()
+            if value is None:
                 resolutions.pop(key, None)
             else:
-                resolutions[key] = json.loads(msg.value())
+                resolutions[key] = json.loads(value)
         out = []
         for msg in _read_all(self.settings, self.topics.dlq):
             entry_id = f"{msg.partition()}:{msg.offset()}"
             entry = DeadLetter(
                 entry_id,
-                msg.partition(),
-                msg.offset(),
+                msg.partition() or 0,
+                msg.offset() or 0,
                 msg.key(),
                 msg.value(),
                 headers_of(msg),

@@ -12,9 +12,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from mcq.config import Settings
+from mcq.topics.read import read_to_end
 
 
 @dataclass
@@ -99,39 +100,10 @@ class Heartbeat:
         return True
 
 
-def read_beats(settings: Settings, topic: str, timeout_s: float = 15.0) -> list[Beat]:
+def read_beats(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[Beat]:
     """The last heartbeat of every instance that ever published one."""
-    consumer = Consumer(
-        {
-            **settings.kafka.client_config(),
-            "group.id": f"_mcq-status-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        parts = sorted(meta.partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        todo = {p for p in parts if ends[p] > 0}
-        consumer.assign([TopicPartition(topic, p, -2) for p in todo])
-        latest: dict[str, dict[str, Any]] = {}
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(msg.partition() or 0)
-                continue
-            if msg.value() is not None:
-                latest[(msg.key() or b"").decode()] = json.loads(msg.value() or b"{}")
-            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                todo.discard(msg.partition() or 0)
-        return [Beat(**v) for v in latest.values()]
-    finally:
-        consumer.close()
+    latest: dict[str, dict[str, Any]] = {}
+    for msg in read_to_end(settings, topic, timeout_s):
+        if msg.value() is not None:
+            latest[(msg.key() or b"").decode()] = json.loads(msg.value() or b"{}")
+    return [Beat(**v) for v in latest.values()]

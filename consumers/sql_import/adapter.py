@@ -75,11 +75,6 @@ class SqlImportAdapter(Adapter):
     def ready(self) -> bool:
         return self.target.ready()
 
-    def apply(self, change: Change) -> None:
-        outcome = self.apply_batch([change])[0]
-        if outcome is not None:
-            raise outcome
-
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         if self.store is None:
             self.open()

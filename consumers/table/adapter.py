@@ -59,11 +59,6 @@ class TableAdapter(Adapter):
     def ready(self) -> bool:
         return self.target.ready()
 
-    def apply(self, change: Change) -> None:
-        outcome = self.apply_batch([change])[0]
-        if outcome is not None:
-            raise outcome
-
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
         return self.target.apply_batch(changes, self._apply_one)
 

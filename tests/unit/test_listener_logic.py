@@ -146,3 +146,12 @@ def test_the_default_batch_stops_at_an_unavailable_target() -> None:
         "TargetUnavailable",
     ]
     assert adapter.calls == [1, 2, 3]
+
+
+def test_an_adapter_must_implement_apply_or_apply_batch() -> None:
+    from consumers.adapter import Adapter
+
+    with pytest.raises(TypeError, match="must implement apply"):
+
+        class Nothing(Adapter):  # defining it is the test
+            kind = "nothing"
