@@ -281,6 +281,7 @@ class ListenerRuntime:
             return True
         if self._realtime_backlog():
             self._pause_bulk(True)
+            self._bulk_busy = False  # the next real-time poll may wait for the fetch in flight
             return False
         self._pause_bulk(False)
         msgs = self._take(self._bulk, self.delivery.bulk_batch_size, 0.05)
