@@ -453,6 +453,7 @@ def listen(
     from consumers.exceptions import ConsumerError, ListenerConfigError
     from consumers.runtime.listener import ListenerRuntime, stop_on_signals
     from mcq.contract import SchemaRefused
+    from mcq.topics.read import TopicReadError
 
     settings = _settings()
     registry = _load_registry_file(registry_file) if registry_file else None
@@ -470,7 +471,7 @@ def listen(
     except ListenerConfigError as exc:
         err_console.print(f"mcq listen: {exc}", markup=False)
         sys.exit(EXIT_CONFIG)
-    except (ConsumerError, RegistryError, SchemaRefused) as exc:
+    except (ConsumerError, RegistryError, SchemaRefused, TopicReadError) as exc:
         err_console.print(f"mcq listen: {exc}", markup=False)
         sys.exit(EXIT_FAILED)
 

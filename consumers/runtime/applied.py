@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from consumers.exceptions import ConsumerError
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
+from mcq.topics.read import watermarks
 
 
 def _parse(value: bytes) -> Position:
@@ -77,10 +78,7 @@ class AppliedPositions:
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read what the other instances (and earlier runs) wrote, up to the end as of now."""
-        ends = {
-            p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-            for p in self._partitions
-        }
+        ends = {p: watermarks(self._consumer, TopicPartition(self.topic, p))[1] for p in self._partitions}
         deadline = time.monotonic() + timeout_s
         while True:
             positions = self._consumer.position([TopicPartition(self.topic, p) for p in self._partitions])

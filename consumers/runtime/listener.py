@@ -54,6 +54,7 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry.model import Listener, Registry
 from mcq.registry.store import REGISTRY_TOPIC, RegistryReader
 from mcq.topics.plan import apply_topics, plan_topics
+from mcq.topics.read import watermarks
 
 Report = Callable[[str], None]
 TP = tuple[str, int]
@@ -324,7 +325,7 @@ class ListenerRuntime:
         key = (tp.topic, tp.partition)
         if key not in self._done:
             committed = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)[0].offset
-            low, _ = consumer.get_watermark_offsets(tp, timeout=10)
+            low, _ = watermarks(consumer, tp)
             self._done[key] = committed if committed >= 0 else low
         return self._done[key]
 
@@ -339,7 +340,7 @@ class ListenerRuntime:
                 if key in self._held:
                     continue  # parked changes not yet due wait for the next run
                 if key not in self._ends[lane]:
-                    self._ends[lane][key] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+                    self._ends[lane][key] = watermarks(consumer, tp)[1]
                 if self._committed_or_zero(consumer, tp) < self._ends[lane][key]:
                     return False
         return True

@@ -23,6 +23,7 @@ from consumers.runtime.heartbeat import Beat, read_beats
 from consumers.runtime.topics import ListenerTopics, heartbeat_topic
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
+from mcq.topics.read import watermarks
 
 try:  # confluent-kafka >= 2.x
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -84,7 +85,7 @@ def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[
         start: list[TopicPartition] = []
         by_topic: dict[str, TopicLag] = {t: TopicLag(t, lane, 0) for t in topics}
         for tp in partitions:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            low, high = watermarks(consumer, tp)
             at = committed.get((tp.topic, tp.partition), -1)
             at = low if at < low else at
             if high > at:

@@ -5,13 +5,39 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from mcq.config import Settings
 
 
 class TopicReadError(Exception):
     """The topic could not be read to its end; the message names it and why."""
+
+
+_NOT_YET = {  # what a partition answers while its leader is being elected
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """A partition's (low, high) offsets from the broker; a topic created a moment ago may
+    have no leader yet, so that answer is waited out (up to ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_YET)
+            if not passing or time.monotonic() > deadline:
+                raise TopicReadError(f"reading {tp.topic}[{tp.partition}]: {err}") from None
+            time.sleep(0.5)
 
 
 def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[Message]:
@@ -28,11 +54,11 @@ def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
             return []
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
+        ends = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in meta.partitions}
+        deadline = time.monotonic() + timeout_s
         todo = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, -2) for p in todo])  # -2: from the beginning
         out: list[Message] = []
-        deadline = time.monotonic() + timeout_s
         while todo:
             if time.monotonic() > deadline:
                 raise TopicReadError(f"reading {topic}: not at its end after {timeout_s:.0f} s")
