@@ -77,7 +77,9 @@ class KafkaSettings(_Section):
     sasl_password: SecretStr | None = None
     ssl_ca_location: Path | None = None
     extra: dict[str, str] = {}
-    """Any other librdkafka property, passed through unchanged."""
+    """Any other librdkafka property: passed unchanged to confluent-kafka, and to Spark's Kafka
+    source/sink as ``kafka.<name>`` (renamed where the Java client calls it otherwise; the
+    librdkafka-only ones listed in ``SPARK_UNPASSED`` are not passed)."""
 
     def client_config(self) -> dict[str, Any]:
         """The confluent-kafka (librdkafka) configuration for these settings."""
@@ -115,7 +117,40 @@ class KafkaSettings(_Section):
         if self.ssl_ca_location:
             opts["kafka.ssl.truststore.type"] = "PEM"
             opts["kafka.ssl.truststore.location"] = str(self.ssl_ca_location)
+        for name, value in self.extra.items():
+            if name in SPARK_UNPASSED or name.startswith(("sasl.kerberos.", "sasl.oauthbearer.")):
+                continue
+            if name == "ssl.ca.location":
+                opts["kafka.ssl.truststore.type"] = "PEM"
+                name = "ssl.truststore.location"
+            elif name == "ssl.endpoint.identification.algorithm" and value == "none":
+                value = ""  # the Java client's "no host name check"
+            opts[f"kafka.{JAVA_NAMES.get(name, name)}"] = value
         return opts
+
+
+# librdkafka properties the Java client (Spark's Kafka source and sink) knows by another name
+JAVA_NAMES = {
+    "topic.metadata.refresh.interval.ms": "metadata.max.age.ms",
+    "queue.buffering.max.ms": "linger.ms",
+}
+# kafka.extra entries that never reach Spark: librdkafka-only properties with no Java
+# equivalent (certificate and key *files*: the Java client wants a keystore; librdkafka's
+# logging, statistics and socket tuning; sasl.username/password, which the Java client takes
+# as a JAAS line built from kafka.sasl_username/sasl_password; Kerberos kinit and OAUTHBEARER
+# settings, prefixes sasl.kerberos./sasl.oauthbearer., configured through JAAS there), and
+# consumer/producer settings Spark's Kafka connector manages itself and refuses as options.
+SPARK_UNPASSED = frozenset(
+    {
+        "ssl.certificate.location", "ssl.key.location", "ssl.key.password", "ssl.keystore.location",
+        "ssl.keystore.password", "enable.ssl.certificate.verification", "ssl.ca.certificate.stores",
+        "sasl.username", "sasl.password", "debug", "log_level", "log.connection.close",
+        "statistics.interval.ms", "api.version.request", "broker.version.fallback", "socket.keepalive.enable",
+        "socket.nagle.disable", "enable.partition.eof", "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes", "group.id", "auto.offset.reset", "enable.auto.commit",
+        "key.deserializer", "value.deserializer", "key.serializer", "value.serializer", "interceptor.classes",
+    }
+)  # fmt: skip
 
 
 class HttpServiceSettings(_Section):

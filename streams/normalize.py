@@ -2,52 +2,57 @@
 
 Per micro-batch (``foreachBatch``, all DataFrame operations, nothing collected but counts):
 
-1. parse each raw record's envelope generically (before/after as ``map<string,string>``),
-   with its source position: Debezium's ``sequence`` = [last commit LSN, LSN];
+1. parse each raw record's envelope generically (before/after as ``map<string,string>``,
+   every value decoded to its natural text by the column types the record's schema
+   names: ``streams/debezium.py``), with its source position: Debezium's ``sequence`` =
+   [last commit LSN, LSN]. A raw record that is not a Debezium change event stops the
+   stream (:class:`NormalizeError` naming raw topic, partition and offset; nothing of the
+   batch is written) rather than being skipped or dead-lettered: it means a connector
+   writes what the normaliser cannot read, and every later record of its topic would be
+   lost the same way;
 2. project every feed: map the row to its logical (TNAME, subtype) and key fields; an
    insert or snapshot read is INSERT, a delete is DELETE followed by a tombstone, an
    update whose logical key changed is DELETE of the old key then INSERT of the new, and
    an update touching none of the watched columns is dropped as housekeeping;
 3. explicit log entries (the outbox) go to their logical topic or the refresh topic;
 4. serialise key and value with the Avro schemas in Confluent's wire format (magic byte,
-   registry schema id, Avro body) — what confluent-kafka's deserialisers read;
+   registry schema id, Avro body) — what confluent-kafka's deserialisers read — and give
+   every record, tombstones included, the header ``mcq.position`` = ``<last commit LSN>/<LSN>``;
 5. repartition by key and sort within partitions by (key, last commit LSN, LSN, raw
    offset), so every key's records reach its Kafka partition in source commit order,
    even when they came from different source tables in the same micro-batch.
 
 The checkpoint makes a restart resume after the last committed batch; a batch cut short
 is written again whole (at-least-once), which a compacted, idempotently applied topic
-absorbs: the last record per key is still the newest.
+absorbs: the last record per key is still the newest. SIGINT/SIGTERM stop the stream the
+same safe way (a batch in flight is abandoned and re-run after a restart) and return.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
+from streams.debezium import envelope
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 Report = Callable[[str], None]
-
-ENVELOPE = (
-    "op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, "
-    "source STRUCT<lsn BIGINT, txId BIGINT, sequence STRING, ts_ms BIGINT, ts_us BIGINT, schema STRING, "
-    "`table` STRING, snapshot STRING>, ts_ms BIGINT"
-)
-
 
 KEY_TYPE = (
     "struct<tname:string,subtype:string,person_id:bigint,pkey_string:string,pkey_number:bigint,aux_string:string>"
@@ -56,6 +61,25 @@ RECORDS_TYPE = (
     f"array<struct<topic:string,key:{KEY_TYPE},change_type:string,after:map<string,string>,"
     "before:map<string,string>,origin:string,call_stack:string,tombstone:boolean>>"
 )
+
+
+class NormalizeError(Exception):
+    """The normaliser stopped because of what it read; the message names topic/partition/offset."""
+
+
+POSITION_HEADER = "mcq.position"
+
+
+def position_headers() -> Column:
+    """Kafka headers of every record written: ``mcq.position`` = ``<last commit LSN>/<LSN>``.
+
+    A tombstone has no value to carry the source position; the listener runtime reads it
+    here to apply a tombstone as a delete in order (compaction may have removed the DELETE
+    record before it)."""
+    from pyspark.sql import functions as F
+
+    position = F.concat_ws("/", F.col("last_commit_lsn").cast("string"), F.col("lsn").cast("string"))
+    return F.array(F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")))
 
 
 @dataclass
@@ -90,6 +114,8 @@ class NormalizeJob:
     schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     history: list[BatchStats] = field(init=False, default_factory=list)
     _known_refs: set[str] = field(init=False, default_factory=set)
+    failure: NormalizeError | None = field(init=False, default=None)
+    """Why the stream stopped, when it was this job that stopped it."""
 
     def __post_init__(self) -> None:
         self.plan = plan_normalize(self.registry, self.settings.topic_prefix)
@@ -126,9 +152,8 @@ class NormalizeJob:
                 F.col("topic").alias("raw_topic"),
                 F.col("partition").alias("raw_partition"),
                 F.col("offset").alias("raw_offset"),
-                F.from_json(F.col("value").cast("string"), ENVELOPE).alias("e"),
+                envelope(F.col("value")).alias("e"),
             )
-            .where(F.col("e").isNotNull())
             .withColumn("last_commit_lsn", F.coalesce(seq.getItem(0).cast("long"), F.lit(0)))
             .withColumn("lsn", F.coalesce(F.col("e.source.lsn"), seq.getItem(1).cast("long"), F.lit(0)))
             .withColumn(
@@ -359,10 +384,29 @@ class NormalizeJob:
             )
             .repartition(partitions, "key")
             .sortWithinPartitions("key", "last_commit_lsn", "lsn", "raw_offset", "pos")
-            .select("topic", "key", "value")
+            .select("topic", "key", "value", position_headers().alias("headers"))
         )
 
     # ------------------------------------------------------------------ the stream
+
+    def refuse_unreadable(self, parsed: DataFrame, count: int) -> NoReturn:
+        """Stop the stream at raw records that are not Debezium change events: never skip them."""
+        from pyspark.sql import functions as F
+
+        first = (
+            parsed.where(F.col("e.op").isNull())
+            .select("raw_topic", "raw_partition", "raw_offset")
+            .orderBy("raw_topic", "raw_partition", "raw_offset")
+            .limit(3)
+            .collect()
+        )
+        where = ", ".join(f"{r['raw_topic']} partition {r['raw_partition']} offset {r['raw_offset']}" for r in first)
+        self.failure = NormalizeError(
+            f"{count} raw record(s) are not Debezium JSON change events, first at {where}: nothing of this batch "
+            "was written. Is the connector's value.converter org.apache.kafka.connect.json.JsonConverter "
+            "(`mcq connect apply` sets it)? Remove or repair the records, then restart."
+        )
+        raise self.failure
 
     def process_batch(self, raw: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -390,8 +434,11 @@ class NormalizeJob:
                 count(F.col("housekeeping")).alias("housekeeping"),
                 count(refresh).alias("refresh"),
                 count(~refresh & F.col("r").isNotNull() & F.col("r.call_stack").isNotNull()).alias("explicit"),
+                count(F.col("e.op").isNull() & F.col("pos").isNull()).alias("unreadable"),
             ).first()
             assert counts is not None
+            if counts["unreadable"]:
+                self.refuse_unreadable(parsed, int(counts["unreadable"]))
             stats.rows_in = int(counts["rows_in"] or 0)
             stats.records_out = int(counts["out"] or 0)
             stats.tombstones = int(counts["tombstones"] or 0)
@@ -472,6 +519,57 @@ def lag_line(progress: dict[str, Any]) -> str | None:
     return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind}"
 
 
+class StopRequest:
+    """SIGINT/SIGTERM (Kubernetes stops a pod with SIGTERM) as a request to stop the stream.
+
+    Installed before anything starts, and again once Spark is up (PySpark's SparkContext
+    replaces the SIGINT handler with one that cancels every job and raises KeyboardInterrupt
+    wherever the driver happens to be). The previous handlers come back when the stream has
+    stopped, so a second signal during the shutdown still ends the process."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, report: Report) -> None:
+        self.requested = False
+        self._report = report
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        self._report(f"normalize: {signal.Signals(signum).name} received: stopping the stream")
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signals reach only the main thread
+            for sig in self.SIGNALS:
+                signal.signal(sig, self._handle)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold SIGINT/SIGTERM back while Spark starts: PySpark's handler, there for a moment,
+        would interrupt a py4j call half-way and leave the gateway broken. Held signals are
+        delivered when this ends, to the handler installed by then."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+
+    @contextmanager
+    def on_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # an embedding caller stops the query itself
+            return
+        previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+        self.install()
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def run_normalize(
     settings: Settings,
     registry: Registry,
@@ -483,11 +581,10 @@ def run_normalize(
     max_offsets_per_trigger: int | None = None,
     report: Report = print,
 ) -> NormalizeJob:
-    """Run the normaliser: until caught up (``once``), or until stopped."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
+    """Run the normaliser: until caught up (``once``), or until stopped (SIGINT, SIGTERM).
 
-    from streams.session import spark_session
-
+    A stop abandons the micro-batch in flight, if any: the checkpoint makes a restart
+    write it again whole."""
     job = NormalizeJob(
         settings,
         registry,
@@ -495,8 +592,26 @@ def run_normalize(
         report,
         max_offsets_per_trigger,
     )
-    job.prepare()
-    spark = spark_session(settings, "mcq-normalize", master)
+    stopping = StopRequest(report)
+    with stopping.on_signals():
+        job.prepare()
+        if not stopping.requested:
+            _stream(job, stopping, once=once, trigger=trigger, master=master)
+        if stopping.requested:
+            report("normalize: stopped; a restart resumes after the last finished batch")
+    return job
+
+
+def _stream(job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None) -> None:
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    from streams.session import spark_session
+
+    report = job.report
+    with stopping.deferred():
+        spark = spark_session(job.settings, "mcq-normalize", master)
+        stopping.install()
 
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -516,14 +631,26 @@ def run_normalize(
     listener = Progress()
     spark.streams.addListener(listener)
     try:
+        if stopping.requested:
+            return
         query = job.start(spark, once=once, trigger=trigger)
         try:
-            query.awaitTermination()
+            # True once the query ended; raises what ended it, if that was an error
+            while not stopping.requested and not query.awaitTermination(0.5):
+                pass
+        except StreamingQueryException:
+            if job.failure is not None:
+                raise job.failure from None
+            if not stopping.requested:
+                raise
         finally:
             if query.isActive:
-                query.stop()
+                try:
+                    query.stop()  # abandons a batch in flight: the checkpoint re-runs it whole
+                except StreamingQueryException:
+                    if not stopping.requested:
+                        raise
     finally:
         # before Python goes away: the JVM would call back into a closed py4j gateway
         spark.streams.removeListener(listener)
         spark.stop()
-    return job

@@ -1,29 +1,87 @@
-"""Apply capture for a registry: outbox in the source database, connectors in Connect."""
+"""Apply capture for a registry: outbox in the source database, replica identity of the
+captured tables, connectors in Connect.
+
+Every captured feed table gets ``REPLICA IDENTITY FULL`` before its connector is put:
+with PostgreSQL's default identity an update's or a delete's before-image holds only the
+primary key, so housekeeping detection and content rules on other columns cannot work
+(a deleted row would stay at a rule-filtered target). Debezium's
+``replica.identity.autoset.values`` is not relied on: it acts only when the connector
+starts, and silently does nothing where it may not. When mcq cannot set it (not the
+table's owner, not a table), capture is refused with the statement the owner must run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from mcq.capture.connector import connector_name, install_outbox, render_source
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Registry
 
+Report = Callable[[str], None]
+
 
 class CaptureError(Exception):
-    """The source database refused the outbox installation; the message says why."""
+    """The source database refused what capture needs; the message says what and how to fix it."""
 
 
-def apply_capture(registry: Registry, settings: Settings, report: Callable[[str], None] = print) -> list[str]:
-    """Install the outbox and put every source connector; wait until each is RUNNING."""
+def feed_tables(registry: Registry) -> list[str]:
+    """Every source table a feed of the registry reads (``schema.table``), once."""
+    return sorted({feed.table for table in registry.tables for feed in table.feeds})
+
+
+def replica_identity_statement(table: str) -> str:
+    schema, _, name = table.partition(".")
+    return f'ALTER TABLE "{schema}"."{name}" REPLICA IDENTITY FULL;'
+
+
+def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str], report: Report = print) -> None:
+    """Set ``REPLICA IDENTITY FULL`` on each table that lacks it; refuse, naming every table
+    it could not set and the exact statement to run, with one :class:`CaptureError`."""
+    refused: list[tuple[str, str]] = []
+    for table in tables:
+        schema, _, name = table.partition(".")
+        row = conn.execute(
+            "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (schema, name),
+        ).fetchone()
+        if row is not None and row[0] == "f":
+            continue
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, name)))
+        except psycopg.Error as exc:
+            reason = (exc.diag.message_primary or str(exc)).strip().replace("\n", " ")
+            refused.append((table, reason))
+            continue
+        report(f"replica identity: {table} set to FULL (was {_IDENTITY.get(row[0], row[0]) if row else '?'})")
+    if refused:
+        raise CaptureError(
+            "capture needs REPLICA IDENTITY FULL (whole before-images) and could not set it on "
+            + ", ".join(f"{table} ({reason})" for table, reason in refused)
+            + "; the owner must run: "
+            + " ".join(replica_identity_statement(table) for table, _ in refused)
+        )
+
+
+_IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
+
+
+def apply_capture(registry: Registry, settings: Settings, report: Report = print) -> list[str]:
+    """Install the outbox, set replica identity, put every source connector; wait until each is RUNNING."""
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             install_outbox(conn)
+            report(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
+            ensure_replica_identity_full(conn, feed_tables(registry), report)
     except psycopg.Error as exc:
-        raise CaptureError(f"installing the outbox in {settings.source}: {exc}".strip()) from None
-    report(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
+        raise CaptureError(f"preparing capture in {settings.source}: {exc}".strip()) from None
     names = []
     with ConnectClient(settings.connect) as client:
         for source in registry.sources:

@@ -1,10 +1,16 @@
 """Debezium connector configuration generated from the registry, one per source.
 
 What a connector captures follows the registry: the source tables of every feed with
-exactly their captured columns, plus the outbox ``mcq.change_log``. Tables get
-``REPLICA IDENTITY FULL`` (Debezium sets it at start) because the normaliser needs the
-before-image to tell a housekeeping-only update from one that touches a column of
-interest.
+exactly their captured columns, plus the outbox ``mcq.change_log``. Tables need
+``REPLICA IDENTITY FULL`` because the normaliser needs the before-image to tell a
+housekeeping-only update from one that touches a column of interest, and content rules
+are evaluated on it: ``mcq connect apply`` sets it (``mcq.capture.apply``), Debezium's
+``replica.identity.autoset.values`` asks for it again at every start.
+
+Record values are JSON *with their Connect schema* (``value.converter.schemas.enable``),
+set on the connector rather than left to the worker's defaults: the schema names each
+column's semantic type (``io.debezium.time.Date`` for days since the epoch, ...), which
+the normaliser needs to turn Debezium's encodings back into natural text values.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
             ),
             "replica.identity.autoset.values": ",".join(f"{t}:FULL" for t in feeds),
             "snapshot.mode": "initial",
+            # the normaliser decodes dates, timestamps and times by the schema's semantic names
+            "value.converter.schemas.enable": "true",
         },
     )
 

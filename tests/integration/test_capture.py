@@ -9,10 +9,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from pydantic import SecretStr
 
+from mcq.capture.apply import CaptureError, apply_capture, ensure_replica_identity_full
 from mcq.capture.connector import connector_name
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.connect_rest import ConnectClient
+from mcq.registry import parse_registry
 from mcq.stack import Stack
 from tests.integration.worlds import Captured, captured_world, read_json_events
 
@@ -151,3 +154,58 @@ def test_changes_made_while_connect_is_down_are_not_lost(stack: Stack, settings:
     )
     assert [e["op"] for e in events] == ["c", "u"]
     assert events[1]["after"]["last_name"] == "Murray Hopper"
+
+
+def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_to_run(settings: Settings) -> None:
+    """REPLICA IDENTITY FULL needs the table's owner: a user who is not gets one line that
+    names each table and the exact statement its owner must run, and nothing is changed."""
+    token = uuid.uuid4().hex[:8]
+    schema, role, password = f"ri_{token}", f"mcq_ri_{token}", f"pw-{token}"
+    _sql(
+        settings,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.owned_elsewhere (id integer PRIMARY KEY, note text)",
+        f"CREATE ROLE {role} LOGIN PASSWORD '{password}'",
+        f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+    )
+    as_role = settings.source.model_copy(update={"user": role, "password": SecretStr(password)})
+    try:
+        with psycopg.connect(as_role.dsn(), autocommit=True) as conn, pytest.raises(CaptureError) as refused:
+            ensure_replica_identity_full(conn, [f"{schema}.owned_elsewhere"], report=lambda _: None)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert f"{schema}.owned_elsewhere (must be owner of table owned_elsewhere)" in message
+        assert message.endswith(f'the owner must run: ALTER TABLE "{schema}"."owned_elsewhere" REPLICA IDENTITY FULL;')
+        with psycopg.connect(settings.source.dsn()) as conn:
+            identity = conn.execute(
+                f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.owned_elsewhere'::regclass"
+            )
+            assert identity.fetchone() == ("d",)
+    finally:
+        _sql(settings, f"DROP SCHEMA {schema} CASCADE", f"DROP ROLE {role}")
+
+
+def test_connect_apply_refuses_a_feed_that_is_not_a_table_before_any_connector_exists(settings: Settings) -> None:
+    token = uuid.uuid4().hex[:8]
+    schema = f"ri_{token}"
+    _sql(settings, f"CREATE SCHEMA {schema}", f"CREATE VIEW {schema}.people AS SELECT 1 AS person_id, 'x' AS name")
+    registry = parse_registry(
+        f"""
+sources:
+  - {{name: ri{token}, schemas: [{schema}], publication: mcq_ri{token}, slot: mcq_ri{token}}}
+tables:
+  - tname: RI_PEOPLE
+    feeds:
+      - {{source: ri{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [person_id, name]}}
+listeners: []
+""",
+        "ri-test.yaml",
+    )
+    try:
+        with pytest.raises(CaptureError) as refused:
+            apply_capture(registry, settings, report=lambda _: None)
+        assert f'ALTER TABLE "{schema}"."people" REPLICA IDENTITY FULL;' in str(refused.value)
+        with ConnectClient(settings.connect) as client:
+            assert client.status(connector_name(registry.sources[0])) is None
+    finally:
+        _sql(settings, f"DROP SCHEMA {schema} CASCADE")

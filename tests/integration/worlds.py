@@ -105,7 +105,8 @@ def captured_world(settings: Settings, people: int = 60, seed: int = 7) -> Itera
 def read_json_events(
     settings: Settings, topic: str, want: Callable[[Any, Any], bool], expect: int, timeout_s: float = 90
 ) -> list[dict[str, Any]]:
-    """Read a raw (JSON) topic from the beginning; keep the records `want` selects (tombstones: op None)."""
+    """Read a raw (JSON) topic from the beginning; keep the records `want` selects (tombstones: op None).
+    A value carrying its Connect schema is given as its payload, the Debezium envelope."""
     consumer = Consumer(
         {
             **settings.kafka.client_config(),
@@ -125,6 +126,8 @@ def read_json_events(
                 continue
             key = json.loads(msg.key() or b"null")
             value = json.loads(msg.value()) if msg.value() is not None else None
+            if isinstance(value, dict) and set(value) == {"schema", "payload"}:
+                value = value["payload"]  # JSON with its Connect schema (value.converter.schemas.enable)
             if want(key, value):
                 found.append({"key": key, **(value or {"op": None})})
     finally:

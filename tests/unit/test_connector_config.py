@@ -43,3 +43,12 @@ def test_before_images_are_requested_and_the_password_is_a_reference(config: dic
     assert config["database.password"] == "${env:MCQ_SOURCE__PASSWORD}"
     assert config["slot.name"] == "mcq_campus" and config["publication.name"] == "mcq_campus"
     assert config["heartbeat.interval.ms"] and config["snapshot.mode"] == "initial"
+
+
+def test_the_converters_are_the_connectors_own_and_values_carry_their_schema(config: dict[str, str]) -> None:
+    """A Connect worker whose default converter differs (Avro, schemaless JSON) must not change
+    what the normaliser reads: JSON values with the schema that names each column's type."""
+    json_converter = "org.apache.kafka.connect.json.JsonConverter"
+    assert config["value.converter"] == json_converter and config["key.converter"] == json_converter
+    assert config["value.converter.schemas.enable"] == "true"
+    assert config["decimal.handling.mode"] == "string" and config["interval.handling.mode"] == "string"

@@ -1,0 +1,140 @@
+"""Debezium's JSON change events -> envelopes whose row images hold natural text values.
+
+The connectors ``mcq connect apply`` puts write each value as JSON *with its Connect
+schema* (``{"schema": ..., "payload": <envelope>}``): the schema names every column's
+semantic type, and Debezium encodes several types in ways no target should see. The
+normaliser keeps the change contract's ``map<string, string|null>`` and writes every
+value as the text a person (or ``datetime.fromisoformat``) reads:
+
+==========================================  ===============================================
+PostgreSQL type (Debezium's name)           value in ``after`` / ``before``
+==========================================  ===============================================
+date (``io.debezium.time.Date``: days)      ``1987-06-05``
+timestamp (``MicroTimestamp``/``Timestamp``  ``2024-02-29T13:14:15.123456``; no fraction when
+/``NanoTimestamp``: since the epoch)         it is zero (Python's ``isoformat``)
+timestamptz (``ZonedTimestamp``: ISO text)  the same instant in UTC: ``2024-02-29T11:14:15.5``
+                                            written ``2024-02-29T11:14:15.500000Z``
+time (``MicroTime``/``Time``/``NanoTime``)   ``13:14:15`` or ``13:14:15.250000``
+timetz (``ZonedTime``)                      Debezium's UTC text, e.g. ``11:14:15Z``
+numeric, decimal, money                     the exact decimal text (``decimal.handling.mode``
+                                            = string): ``1234.50``
+boolean                                     ``true`` / ``false``
+uuid                                        canonical lower-case text
+json, jsonb                                 the JSON text as PostgreSQL prints it
+arrays                                      a JSON array: ``["x","y",null]``, ``[1,2]``
+interval                                    ISO 8601 (``interval.handling.mode`` = string):
+                                            ``P1Y2M3DT4H5M6.5S``
+bytea                                       base64 (Kafka Connect's JSON encoding of bytes)
+integers, floats, text                      as JSON prints them
+==========================================  ===============================================
+
+timestamptz is normalised to UTC with ``Z`` (Debezium already converts to UTC, but pads
+the fraction to the column's precision): one instant has one text, so comparing two
+records' values, e.g. to detect a housekeeping-only update, compares instants.
+
+A raw record written without the schema (schemaless JSON, a connector applied before
+the converters were set on it) is read too: its values stay as Debezium encoded them
+(a date as a day number), since nothing in the record says what they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+SOURCE = (
+    "STRUCT<lsn BIGINT, txId BIGINT, sequence STRING, ts_ms BIGINT, ts_us BIGINT, schema STRING, "
+    "`table` STRING, snapshot STRING>"
+)
+ENVELOPE_FIELDS = f"op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, source {SOURCE}, ts_ms BIGINT"
+ENVELOPE = f"STRUCT<{ENVELOPE_FIELDS}>"
+COLUMN_NAMES = "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING>>>>"
+# both forms in one parse: a schema-carrying record's envelope is its payload, a schemaless
+# record's envelope is the record itself
+RAW_VALUE = f"schema STRUCT<fields {COLUMN_NAMES}>, payload {ENVELOPE}, {ENVELOPE_FIELDS}"
+
+DATE = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
+MILLI_TIMESTAMP = ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp")
+MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
+NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"
+ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+MILLI_TIME = ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time")
+MICRO_TIME = "io.debezium.time.MicroTime"
+NANO_TIME = "io.debezium.time.NanoTime"
+
+
+def iso_timestamp(ts: Column) -> Column:
+    """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero."""
+    from pyspark.sql import functions as F
+
+    fraction = F.when(F.unix_micros(ts) % 1_000_000 != 0, F.concat(F.lit("."), F.date_format(ts, "SSSSSS")))
+    return F.concat(F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss"), F.coalesce(fraction, F.lit("")))
+
+
+def time_of_day(micros: Column) -> Column:
+    """Microseconds since midnight -> ``HH:MM:SS[.ffffff]`` (24:00:00 stays 24:00:00)."""
+    from pyspark.sql import functions as F
+
+    seconds = F.floor(micros / 1_000_000)
+    fraction = micros - seconds * 1_000_000
+    text = F.format_string(
+        "%02d:%02d:%02d",
+        F.floor(seconds / 3600).cast("int"),
+        F.floor(seconds / 60 % 60).cast("int"),
+        (seconds % 60).cast("int"),
+    )
+    return F.concat(text, F.when(fraction != 0, F.format_string(".%06d", fraction.cast("long"))).otherwise(F.lit("")))
+
+
+def natural(name: Column, value: Column) -> Column:
+    """One column's value as text, by its Connect schema's semantic ``name``."""
+    from pyspark.sql import functions as F
+
+    number = value.try_cast("long")
+    return (
+        F.when(
+            name.isin(*DATE),
+            F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), number.cast("int")), "yyyy-MM-dd"),
+        )
+        .when(name.isin(*MILLI_TIMESTAMP), iso_timestamp(F.timestamp_millis(number)))
+        .when(name == MICRO_TIMESTAMP, iso_timestamp(F.timestamp_micros(number)))
+        .when(name == NANO_TIMESTAMP, iso_timestamp(F.timestamp_micros(F.floor(number / 1000))))
+        .when(name == ZONED_TIMESTAMP, F.concat(iso_timestamp(value.try_cast("timestamp")), F.lit("Z")))
+        .when(name.isin(*MILLI_TIME), time_of_day(number * 1000))
+        .when(name == MICRO_TIME, time_of_day(number))
+        .when(name == NANO_TIME, time_of_day(F.floor(number / 1000)))
+        .otherwise(value)
+    )
+
+
+def decode_image(image: Column, names: Column) -> Column:
+    """A row image (column -> Debezium's JSON text) with every value decoded; null stays null."""
+    from pyspark.sql import functions as F
+
+    return F.transform_values(
+        image,
+        lambda k, v: F.when(v.isNull(), v).otherwise(natural(F.coalesce(F.try_element_at(names, k), F.lit("")), v)),
+    )
+
+
+def envelope(value: Column) -> Column:
+    """A raw Kafka value (bytes) -> the Debezium envelope with decoded row images.
+
+    ``op`` is null when the value is not a Debezium envelope in either JSON form."""
+    from pyspark.sql import functions as F
+
+    raw = F.from_json(value.cast("string"), RAW_VALUE)
+    plain = F.struct(*(raw.getField(f).alias(f) for f in ("op", "before", "after", "source", "ts_ms")))
+    env = F.when(raw.getField("payload").isNotNull(), raw.getField("payload")).otherwise(plain)
+    row_schema = F.filter(raw.getField("schema").getField("fields"), lambda f: f.getField("field") == "after")
+    names = F.map_from_entries(
+        F.transform(
+            F.get(row_schema, 0).getField("fields"),
+            lambda c: F.struct(c.getField("field").alias("key"), c.getField("name").alias("value")),
+        )
+    )
+    return env.withField("after", decode_image(env.getField("after"), names)).withField(
+        "before", decode_image(env.getField("before"), names)
+    )

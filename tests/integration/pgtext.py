@@ -1,0 +1,58 @@
+"""What a column's value must read as in a change record, derived by PostgreSQL itself.
+
+The oracle for the normaliser's type decoding (streams/debezium.py): each column is
+rendered in SQL from its declared type (``to_char``, ``::text``, ``to_json``), never from
+what Debezium sent, so a wrong decoding cannot agree with itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+
+def _iso(expr: sql.Composable) -> sql.Composable:
+    """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero."""
+    return sql.SQL(
+        "to_char({e}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN date_part('microseconds', {e})::bigint % 1000000 <> 0 "
+        "THEN to_char({e}, '.US') ELSE '' END"
+    ).format(e=expr)
+
+
+def text_expression(column: str, data_type: str) -> sql.Composable:
+    """The SQL rendering of one column as the change record's text (NULL stays NULL)."""
+    c = sql.Identifier(column)
+    if data_type == "date":
+        return sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c)
+    if data_type == "timestamp without time zone":
+        return _iso(c)
+    if data_type == "timestamp with time zone":
+        return sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c)))
+    if data_type == "time without time zone":
+        return sql.SQL("substr({}, 12)").format(_iso(sql.SQL("('2000-01-01'::date + {})").format(c)))
+    if data_type == "boolean":
+        return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
+    if data_type == "ARRAY":
+        return sql.SQL("to_json({})::text").format(c)
+    return sql.SQL("{}::text").format(c)
+
+
+def rows_as_text(conn: psycopg.Connection[Any], table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every row of ``schema.table`` with each (or each named) column as its change-record text."""
+    schema, _, name = table.partition(".")
+    types = dict(
+        conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            (schema, name),
+        ).fetchall()
+    )
+    wanted = columns or list(types)
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(sql.SQL("{} AS {}").format(text_expression(c, types[c]), sql.Identifier(c)) for c in wanted),
+        sql.Identifier(schema, name),
+    )
+    cur = conn.execute(query)
+    names = [d.name for d in cur.description or []]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

@@ -1,0 +1,329 @@
+"""What the normaliser delivers beyond order, on the real stack: every column type as its
+natural text, the source position on every record (tombstones too), a raw record it
+cannot read stops it by name, and `mcq streams normalize` stops cleanly on SIGTERM/SIGINT.
+
+The typed table is created by the test and captured only through ``apply_capture``
+(registry -> replica identity -> connector), as a user's table would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from mcq.capture.apply import apply_capture
+from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic
+from mcq.config import Settings
+from mcq.connect_rest import ConnectClient
+from mcq.contract import registry_client
+from mcq.registry import Registry, parse_registry
+from mcq.smoke import delete_topics
+from mcq.stack import Stack
+from mcq.topics.plan import TopicSpec, apply_topics
+from streams.normalize import POSITION_HEADER, NormalizeError, run_normalize
+from tests.integration.pgtext import rows_as_text
+from tests.integration.test_normalize import decode_topic, last_state
+from tests.integration.worlds import drop_slot, wait_slot_active
+
+COLUMNS = {
+    "id": "integer PRIMARY KEY",
+    "born": "date",
+    "seen": "timestamp",
+    "seen_ms": "timestamp(3)",
+    "changed": "timestamptz",
+    "opens": "time",
+    "amount": "numeric(12,2)",
+    "active": "boolean",
+    "ref": "uuid",
+    "doc": "jsonb",
+    "tags": "text[]",
+    "n": "integer",
+    "note": "text",
+}
+ROWS = [
+    "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "
+    "'13:14:15.25', 1234.50, true, 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"b\": [1, 2], \"a\": \"x\"}', "
+    "ARRAY['x', 'y \"q\"', NULL], 42, 'plain')",
+    "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
+    "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '')",
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+]
+
+
+@dataclass(frozen=True)
+class TypedWorld:
+    registry: Registry
+    registry_yaml: str
+    table: str
+    raw_topic: str
+
+
+def typed_registry_yaml(token: str, schema: str) -> str:
+    return f"""
+sources:
+  - name: y{token}
+    schemas: [{schema}]
+    publication: mcq_y{token}
+    slot: mcq_y{token}
+tables:
+  - tname: TYPED
+    comment: test only - one column of each type
+    feeds:
+      - source: y{token}
+        table: {schema}.typed
+        keys: {{pkey_number: id}}
+        columns: [{", ".join(COLUMNS)}]
+listeners: []
+"""
+
+
+def sql(settings: Settings, *statements: str) -> None:
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)
+
+
+@pytest.fixture(scope="module")
+def typed(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
+    """A table with a column of each type, default replica identity, captured through apply_capture."""
+    token = uuid.uuid4().hex[:8]
+    schema = f"y_{token}"
+    columns = ", ".join(f"{name} {decl}" for name, decl in COLUMNS.items())
+    sql(
+        settings,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.typed ({columns})",
+        *(f"INSERT INTO {schema}.typed VALUES {row}" for row in ROWS),
+    )
+    text = typed_registry_yaml(token, schema)
+    registry = parse_registry(text, "typed-test.yaml")
+    source = registry.sources[0]
+    apply_capture(registry, settings, report=lambda _: None)
+    wait_slot_active(settings, source.slot_name)
+    try:
+        yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
+    finally:
+        with ConnectClient(settings.connect) as client:
+            client.delete(connector_name(source))
+        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+            drop_slot(conn, source.slot_name)
+            conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication_name}"')
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        delete_topics(settings, [raw_topic(source, f"{schema}.typed"), raw_topic(source, OUTBOX_TABLE)])
+
+
+def prefixed(settings: Settings, letter: str) -> Settings:
+    return settings.model_copy(update={"topic_prefix": f"t{letter}{uuid.uuid4().hex[:8]}"})
+
+
+def normalize_once(settings: Settings, registry: Registry, checkpoint: Path) -> list[str]:
+    lines: list[str] = []
+    run_normalize(settings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+    return lines
+
+
+def wait_raw(settings: Settings, topic: str, count: int, timeout_s: float = 60) -> None:
+    """Until the raw topic holds at least ``count`` records (Debezium delivered them)."""
+    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+            except Exception:  # the topic may not exist yet
+                high = 0
+            if high >= count:
+                return
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+    raise AssertionError(f"{topic}: fewer than {count} records after {timeout_s:.0f} s")
+
+
+def records_with_headers(
+    settings: Settings, topic: str
+) -> list[tuple[dict[str, Any], dict[str, Any] | None, dict[str, bytes]]]:
+    """(key, value, headers) of every record, decoded, in offset order within each partition."""
+    des = AvroDeserializer(registry_client(settings))
+    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
+    out = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low])
+        expected = sum(high - low for low, high in ends.values())
+        deadline = time.monotonic() + 60
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            key = des(msg.key(), SerializationContext(topic, MessageField.KEY))
+            value = msg.value()
+            decoded = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
+            out.append((key, decoded, {k: v for k, v in (msg.headers() or []) if v is not None}))
+    finally:
+        consumer.close()
+    return out
+
+
+def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
+    typed: TypedWorld, settings: Settings, tmp_path: Path
+) -> None:
+    """date, timestamp(3/6), timestamptz, time, numeric(12,2), boolean, uuid, jsonb, text[],
+    integer and text, NULLs included, compared with PostgreSQL's own rendering of each type."""
+    tsettings = prefixed(settings, "y")
+    wait_raw(settings, typed.raw_topic, len(ROWS))
+    normalize_once(tsettings, typed.registry, tmp_path / "checkpoint")
+    topic = typed.registry.tables[0].topic(tsettings.topic_prefix)
+    state = {k[4]: v for k, v in last_state(decode_topic(tsettings, topic)).items()}  # by pkey_number
+    with psycopg.connect(settings.source.dsn()) as conn:
+        expected = {int(row["id"]): row for row in rows_as_text(conn, typed.table)}
+    assert set(state) == set(expected)
+    for key, row in expected.items():
+        assert state[key]["after"] == row, key
+    # spelled out once, so the oracle itself is checked too
+    first = state[1]["after"]
+    assert first["born"] == "1987-06-05"
+    assert first["seen"] == "2024-02-29T13:14:15.123456" and first["seen_ms"] == "2024-02-29T13:14:15.500000"
+    assert first["changed"] == "2024-02-29T11:14:15.500000Z" and first["opens"] == "13:14:15.250000"
+    assert (first["amount"], first["active"], first["n"]) == ("1234.50", "true", "42")
+    assert first["ref"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert json.loads(first["doc"]) == {"a": "x", "b": [1, 2]} and json.loads(first["tags"]) == ["x", 'y "q"', None]
+    assert state[2]["after"]["seen"] == "1969-12-31T23:59:59" and state[2]["after"]["changed"] == "2000-01-01T04:00:00Z"
+    assert all(value is None for column, value in state[3]["after"].items() if column != "id")
+
+
+def test_a_table_captured_by_apply_gets_full_replica_identity_and_whole_before_images(
+    typed: TypedWorld, settings: Settings
+) -> None:
+    schema, _, table = typed.table.partition(".")
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        ).fetchone()
+        assert row == ("f",)
+        conn.execute(f"UPDATE {typed.table} SET note = 'before-image' WHERE id = 2")
+    consumer = Consumer(
+        {**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
+    )
+    before = None
+    try:
+        consumer.subscribe([typed.raw_topic])
+        deadline = time.monotonic() + 60
+        while before is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() or msg.value() is None:
+                continue
+            event = json.loads(msg.value())["payload"]  # type: ignore[arg-type]
+            if event["op"] == "u" and event["after"]["note"] == "before-image":
+                before = event["before"]
+    finally:
+        consumer.close()
+    assert before is not None, "the update never reached the raw topic"
+    assert set(before) == set(COLUMNS) and before["note"] == "" and before["n"] == -7
+
+
+def test_every_record_and_tombstone_carries_its_source_position_header(
+    typed: TypedWorld, settings: Settings, tmp_path: Path
+) -> None:
+    tsettings = prefixed(settings, "h")
+    sql(
+        settings,
+        f"INSERT INTO {typed.table} (id, note) VALUES (50, 'doomed')",
+        f"DELETE FROM {typed.table} WHERE id = 50",
+    )
+    time.sleep(3)  # Debezium delivers the delete and its raw tombstone
+    normalize_once(tsettings, typed.registry, tmp_path / "checkpoint")
+    topic = typed.registry.tables[0].topic(tsettings.topic_prefix)
+    records = records_with_headers(tsettings, topic)
+    assert records and all(POSITION_HEADER in headers for _, _, headers in records)
+    mine = [record for record in records if record[0]["pkey_number"] == 50]
+    assert [v["change_type"] if v else None for _, v, _ in mine] == ["INSERT", "DELETE", None]
+    (_, delete, delete_headers), (_, _, tombstone_headers) = mine[1], mine[2]
+    position = f"{delete['source']['last_commit_lsn']}/{delete['source']['lsn']}".encode("ascii")  # type: ignore[index]
+    assert delete_headers[POSITION_HEADER] == position
+    assert tombstone_headers[POSITION_HEADER] == position
+    insert_position = mine[0][2][POSITION_HEADER].decode().split("/")
+    assert int(insert_position[0]) < int(delete["source"]["last_commit_lsn"])  # type: ignore[index]
+
+
+def test_a_raw_record_that_is_not_a_change_event_stops_the_normaliser_naming_where_it_is(
+    settings: Settings, tmp_path: Path, stack: Stack
+) -> None:
+    """Nothing is skipped silently: not even a record written by a connector with another converter."""
+    token = uuid.uuid4().hex[:8]
+    registry = parse_registry(typed_registry_yaml(token, f"y_{token}"), "typed-test.yaml")
+    topic = raw_topic(registry.sources[0], f"y_{token}.typed")
+    envelope = {"op": "c", "before": None, "after": {"id": 1}, "source": {"lsn": 10, "sequence": '[null,"10"]'}}
+    apply_topics(settings, [TopicSpec(topic, 1, {"cleanup.policy": "delete"})])
+    producer = Producer(settings.kafka.client_config())
+    producer.produce(topic, key=b'{"id":1}', value=json.dumps(envelope).encode())
+    producer.produce(topic, key=b'{"id":2}', value=b"\x00\x00\x00\x00\x07avro-bytes")  # an Avro converter's record
+    producer.flush(10)
+    try:
+        with pytest.raises(NormalizeError) as refused:
+            normalize_once(prefixed(settings, "u"), registry, tmp_path / "checkpoint")
+        message = str(refused.value)
+        assert f"{topic} partition 0 offset 1" in message and "value.converter" in message
+        assert "\n" not in message
+    finally:
+        delete_topics(settings, [topic])
+
+
+def wait_for_line(log: Path, text: str, job: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} after {timeout_s:.0f} s: {log.read_text()[-3000:]}"
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
+    typed: TypedWorld, settings: Settings, tmp_path: Path, signum: signal.Signals
+) -> None:
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(typed.registry_yaml)
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": f"ts{uuid.uuid4().hex[:8]}"}
+    log = tmp_path / "normalize.log"
+    with log.open("w") as out:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+             "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "1 second"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for_line(log, "batch 0:", job)
+            # SIGTERM as Kubernetes sends it, to the process; SIGINT as a terminal's Ctrl-C, to the group
+            if signum == signal.SIGTERM:
+                job.send_signal(signum)
+            else:
+                os.killpg(job.pid, signum)
+            sent = time.monotonic()
+            code = job.wait(30)
+            took = time.monotonic() - sent
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(30)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert f"{signum.name} received" in text and "Traceback" not in text, text[-3000:]
+    print(f"{signum.name}: exit {code} after {took:.1f} s")

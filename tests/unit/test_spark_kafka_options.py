@@ -1,0 +1,46 @@
+"""``kafka.extra`` reaches Spark's Kafka source and sink as ``kafka.*`` options, as the
+README says: under the Java client's name, and never when only librdkafka understands it."""
+
+from __future__ import annotations
+
+from mcq.config import KafkaSettings
+
+
+def spark_options(**extra: str) -> dict[str, str]:
+    return KafkaSettings(bootstrap_servers="b:9092", extra=extra).spark_options()
+
+
+def test_an_extra_property_the_java_client_shares_is_passed_as_a_kafka_option() -> None:
+    opts = spark_options(**{"client.id": "mcq-normalize", "request.timeout.ms": "45000", "sasl.mechanism": "PLAIN"})
+    assert opts["kafka.client.id"] == "mcq-normalize"
+    assert opts["kafka.request.timeout.ms"] == "45000"
+    assert opts["kafka.sasl.mechanism"] == "PLAIN"
+    assert opts["kafka.bootstrap.servers"] == "b:9092"
+
+
+def test_an_extra_property_the_java_client_names_otherwise_is_renamed() -> None:
+    opts = spark_options(**{"topic.metadata.refresh.interval.ms": "1000", "queue.buffering.max.ms": "5"})
+    assert opts["kafka.metadata.max.age.ms"] == "1000" and opts["kafka.linger.ms"] == "5"
+    assert "kafka.topic.metadata.refresh.interval.ms" not in opts
+
+
+def test_a_ca_file_in_extra_becomes_a_pem_truststore_and_no_host_check_is_the_empty_algorithm() -> None:
+    opts = spark_options(**{"ssl.ca.location": "/etc/ca.pem", "ssl.endpoint.identification.algorithm": "none"})
+    assert opts["kafka.ssl.truststore.type"] == "PEM"
+    assert opts["kafka.ssl.truststore.location"] == "/etc/ca.pem"
+    assert opts["kafka.ssl.endpoint.identification.algorithm"] == ""
+
+
+def test_librdkafka_only_and_spark_managed_properties_are_not_passed() -> None:
+    opts = spark_options(
+        **{
+            "debug": "all",
+            "enable.partition.eof": "true",
+            "ssl.key.location": "/k.pem",
+            "sasl.kerberos.keytab": "/kt",
+            "sasl.password": "secret",
+            "group.id": "g",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    assert set(opts) == {"kafka.bootstrap.servers", "kafka.security.protocol"}
