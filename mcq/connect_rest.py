@@ -107,6 +107,27 @@ class ConnectClient:
     def delete(self, name: str) -> bool:
         return self._request("DELETE", f"/connectors/{name}").status_code != 404
 
+    def stop(self, name: str, timeout_s: float = 60.0) -> bool:
+        """Stop a connector (tasks shut down, config kept) and wait until it is STOPPED;
+        False when there is no such connector."""
+        if self._request("PUT", f"/connectors/{name}/stop").status_code == 404:
+            return False
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            last = self.status(name)
+            if last is None:
+                return False
+            if last["connector"].get("state") == "STOPPED" and not last.get("tasks"):
+                return True
+            time.sleep(0.5)
+        raise ConnectError(f"connector {name} not STOPPED after {timeout_s:.0f} s: {last}")
+
+    def reset_offsets(self, name: str) -> bool:
+        """Forget a STOPPED connector's source offsets (KIP-875), so that a connector made
+        again under this name starts afresh; False when there is no such connector."""
+        return self._request("DELETE", f"/connectors/{name}/offsets").status_code != 404
+
     def wait_running(self, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
         """Wait until the connector and all its tasks are RUNNING; fail with the task's trace."""
         deadline = time.monotonic() + timeout_s

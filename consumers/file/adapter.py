@@ -4,14 +4,13 @@ listener that generates XML"), for a system that picks files up.
 A file appears whole or not at all: it is written under a temporary name, flushed to
 disk and renamed into place. Each change carries its idempotency key (key and source
 position), so a reader can ignore a change delivered twice (after a crash between the
-write and the commit). Names sort in the order the files were written.
+write and the commit). Names sort in the order the files were written (names.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -19,8 +18,11 @@ from pathlib import Path
 
 from consumers.adapter import Adapter
 from consumers.exceptions import AdapterError, TargetUnavailable
+from consumers.file.names import FileNamer
 from consumers.file.settings import FileSettings
 from mcq.change import KEY_FIELDS, Change
+from mcq.config import Settings
+from mcq.registry.model import Listener
 
 
 def to_xml(listener: str, changes: Sequence[Change]) -> bytes:
@@ -59,6 +61,10 @@ class FileAdapter(Adapter):
     settings_model = FileSettings
     settings: FileSettings
 
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        self.names = FileNamer(listener.name)
+
     def open(self) -> None:
         try:
             self.settings.directory.mkdir(parents=True, exist_ok=True)
@@ -73,7 +79,7 @@ class FileAdapter(Adapter):
             return []
         fmt = self.settings.format
         body = to_xml(self.listener.name, changes) if fmt == "xml" else to_jsonl(changes)
-        name = f"{self.listener.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}"
+        name = self.names.next()
         final = self.settings.directory / f"{name}.{fmt}"
         temp = self.settings.directory / f".{name}.{uuid.uuid4().hex}.tmp"
         try:

@@ -1,13 +1,30 @@
-"""Each listener instance serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``."""
+"""Each listener instance serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``.
+
+The address is bound when the server is made, so a port another process holds is
+refused at once, as a :class:`HealthAddressTaken` that names the address (not a raw
+``OSError`` from inside the runtime).
+"""
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from consumers.exceptions import ListenerConfigError
+
+
+class HealthAddressTaken(ListenerConfigError):
+    """The health endpoint's address cannot be bound (in use, not local, not allowed)."""
+
+    def __init__(self, host: str, port: int, why: str) -> None:
+        super().__init__(f"health endpoint {host}:{port}: {why}")
+        self.host = host
+        self.port = port
 
 
 class ListenerMetrics:
@@ -65,7 +82,13 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: not logged
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                why = f"port {port} is already in use by another process"
+            raise HealthAddressTaken(host, port, why) from None
         self._thread = threading.Thread(target=self._server.serve_forever, name="mcq-health", daemon=True)
 
     @staticmethod

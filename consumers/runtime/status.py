@@ -1,10 +1,15 @@
 """``mcq status``: the process monitor's report, per listener: instances alive and their
 last heartbeat, pending changes (lag) per topic and in total, the age of the oldest
-pending change, and what the instances applied, parked and dead-lettered.
+pending change, what the instances applied, parked, failed and dead-lettered, and the
+dead letters nobody has requeued or discarded yet (the dead-letter depth).
 
 A real-time listener with no live instance is DEAD; a listener whose oldest pending
 change is older than its ``stuck_after_s`` (plus, for a batch listener, the time between
-two of its scheduled runs) is STUCK. Either makes ``mcq status`` exit non-zero.
+two of its scheduled runs) is STUCK. Either makes ``mcq status`` exit non-zero, and so
+does a listener whose unresolved dead letters reach its
+``delivery.alert_after_dead_letters`` (the Cerebrum daemon's "report after N failed"):
+each dead letter is a change its target does not hold, so its target is not the
+source's last state until someone requeues or discards it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import KafkaException
 from croniter import croniter
 
+from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.heartbeat import Beat, read_beats
 from consumers.runtime.topics import ListenerTopics, heartbeat_topic
 from mcq.config import Settings
@@ -49,6 +55,26 @@ class ListenerStatus:
     last_heartbeat: float | None = None
     lags: list[TopicLag] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    """Entries of the dead-letter topic not yet requeued or discarded (``mcq dlq list NAME``)."""
+    alert_after_dead_letters: int | None = None
+    """The listener's threshold (``delivery.alert_after_dead_letters``); None: never alert."""
+
+    @property
+    def failed(self) -> int:
+        """Failed delivery attempts, summed over the instances' last heartbeats."""
+        return self.counters.get("failed", 0)
+
+    @property
+    def dead_letter_alert(self) -> str | None:
+        """One line when the unresolved dead letters reach the threshold, else None."""
+        limit = self.alert_after_dead_letters
+        if limit is None or self.dead_letters < limit:
+            return None
+        return (
+            f"listener {self.name}: {self.dead_letters} unresolved dead letter(s), "
+            f"alert threshold {limit}; inspect with: mcq dlq list {self.name}"
+        )
 
     @property
     def pending(self) -> int:
@@ -61,7 +87,8 @@ class ListenerStatus:
 
     @property
     def failing(self) -> bool:
-        return self.verdict in ("DEAD", "STUCK")
+        """DEAD, STUCK, or dead letters at the alert threshold: ``mcq status`` exits 1."""
+        return self.verdict in ("DEAD", "STUCK") or self.dead_letter_alert is not None
 
 
 def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[TopicLag]:
@@ -136,7 +163,16 @@ def listener_status(
         for k, v in beat.counters.items():
             counters[k] = counters.get(k, 0) + v
     status = ListenerStatus(
-        listener.name, listener.schedule, "OK", "", alive, max((b.at for b in mine), default=None), lags, counters
+        listener.name,
+        listener.schedule,
+        "OK",
+        "",
+        alive,
+        max((b.at for b in mine), default=None),
+        lags,
+        counters,
+        dead_letters=len(DeadLetters(settings, listener.name).entries()),
+        alert_after_dead_letters=listener.delivery.alert_after_dead_letters,
     )
     age = status.oldest_pending_age_s
     limit = listener.delivery.stuck_after_s + _schedule_gap_s(listener)

@@ -1,4 +1,14 @@
-"""The names a listener owns in Kafka: its consumer groups and its system topics."""
+"""The names a listener owns in Kafka: its consumer groups and its system topics.
+
+Nothing a listener still has to handle may expire silently (AQ's expiration goes to the
+exception queue, never into the void). So the work-item topics (the retry lane, the bulk
+lane, the dead letters) keep their records until they are consumed: ``retention.ms`` is
+-1, and a record leaves only when the topic is deleted. A change that is not delivered
+in time is expired by the listener itself, which moves it to the dead-letter topic with
+the reason ``expired`` (an interest's ``expire_after_s``) -- the broker never drops one.
+Consumed records stay on disk; a deployment that needs the space trims a topic below
+its consumer groups' committed offsets (``kafka-delete-records``), never by age.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +16,11 @@ from dataclasses import dataclass
 
 from mcq.topics.plan import TopicSpec, refresh_topic
 
-WEEK_MS = str(7 * 24 * 3600 * 1000)
-# Work items: kept a week, or for ever where they wait for a person
-RETRY_CONFIG = {"cleanup.policy": "delete", "retention.ms": WEEK_MS}
-BULK_CONFIG = {"cleanup.policy": "delete", "retention.ms": WEEK_MS}
-DLQ_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
+# Work items: kept until consumed, never dropped by age or size (see above)
+WORK_ITEMS_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+RETRY_CONFIG = dict(WORK_ITEMS_CONFIG)
+BULK_CONFIG = dict(WORK_ITEMS_CONFIG)
+DLQ_CONFIG = dict(WORK_ITEMS_CONFIG)
 # State: the last value per key is what matters
 STATE_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
 

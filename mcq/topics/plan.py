@@ -23,8 +23,9 @@ LOGICAL_CONFIG = {
     "segment.ms": str(3600 * 1000),
 }
 # Refresh requests (mcq_log_* for a table that has source feeds) are work items, not
-# state: kept a week, never compacted.
-REFRESH_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
+# state: never compacted, and kept until consumed -- never dropped by age or size, since
+# a listener that is away longer would lose them silently (consumers/runtime/topics.py).
+REFRESH_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 SYSTEM_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
 
 

@@ -26,6 +26,18 @@ from tests.integration.worlds import Captured, captured_world
 
 PEOPLE = 10_000
 
+# The test's own deadlines, measured on two cores, and pytest's timeout made from them:
+# pytest-timeout counts the module fixture's setup (loading and capturing the world) and
+# the teardown too, so the limit is their sum plus a margin, and it fires only when the
+# test hangs past every deadline of its own (pyproject's 600 s is for everything else).
+WORLD_SETUP_S = 300  # 10,000 people loaded and captured (big_world)
+FIRST_BATCH_S = 600  # the normaliser's first micro-batch (Spark's start included)
+CHANGES_S = 120  # random_changes: 2,000 changes
+CONVERGE_S = 1500  # LDAP and the import table equal to the source
+LAST_CHECK_S = 180  # a check started just before CONVERGE_S runs to its end
+TEARDOWN_S = 240  # three processes stopped (60 s each at most), LDAP and schemas removed
+TIMEOUT_S = WORLD_SETUP_S + FIRST_BATCH_S + CHANGES_S + CONVERGE_S + LAST_CHECK_S + TEARDOWN_S + 300
+
 
 @pytest.fixture(scope="module")
 def big_world(stack: Stack, settings: Settings) -> Iterator[Captured]:
@@ -94,6 +106,7 @@ def random_changes(settings: Settings, schema: str, n: int, seed: int) -> None:
                     done += 1
 
 
+@pytest.mark.timeout(TIMEOUT_S)
 def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     big_world: Captured, settings: Settings, tmp_path: Path
 ) -> None:
@@ -156,13 +169,13 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     ]
     try:
         # the changes come while the initial load is on its way: after the first micro-batch
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + FIRST_BATCH_S
         while "batch 0:" not in (tmp_path / "pipeline.log").read_text() and time.monotonic() < deadline:
             assert procs[0].poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
             time.sleep(1)
         random_changes(settings, big_world.schema, 2_000, seed=5)
         ldap = insite = Check("none", problems=["not checked yet"])
-        deadline = time.monotonic() + 1500
+        deadline = time.monotonic() + CONVERGE_S
         while time.monotonic() < deadline:
             for p in procs:
                 assert p.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
