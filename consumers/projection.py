@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from consumers.exceptions import ConsumerError
-from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey
+from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry.model import Registry
@@ -50,10 +50,24 @@ class IndexedState:
         self._rows: dict[str, dict[str, tuple[ChangeKey, Row]]] = defaultdict(dict)  # ref -> key text -> row
         self._by_person: dict[tuple[str, int], set[str]] = defaultdict(set)
         self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value)
+        self._positions: dict[str, Position] = {}  # key text -> position of its last change
 
-    def put(self, ref: str, key: ChangeKey, row: Row | None) -> None:
-        """Set (or, with None, remove) the state of a key."""
+    def entries(self, ref: str, **key: str | int) -> list[tuple[ChangeKey, Row, Position | None]]:
+        """The live keys, rows and positions of a table/subtype whose key fields are the given
+        values (all of them when none is given)."""
+        table = self._rows[ref]
+        texts: set[str] | None = None
+        for f, v in key.items():
+            found = self._by_key.get((ref, f, str(v)), set())
+            texts = set(found) if texts is None else texts & found
+        chosen = sorted(table) if texts is None else sorted(t for t in texts if t in table)
+        return [(table[t][0], table[t][1], self._positions.get(t)) for t in chosen]
+
+    def put(self, ref: str, key: ChangeKey, row: Row | None, position: Position | None = None) -> None:
+        """Set (or, with None, remove) the state of a key, and the source position it is from."""
         text = key.text()
+        if position is not None:
+            self._positions[text] = position
         fields = [(f, str(v)) for f in KEY_FIELDS if (v := getattr(key, f)) is not None]
         rows = self._rows[ref]
         if row is None:
@@ -145,7 +159,7 @@ class StateStore(IndexedState):
             return True  # the listener itself dead-letters a bad record; the projection cannot use it
         if change is None:
             return True
-        self.put(self._topics[topic], change.key, change.state)
+        self.put(self._topics[topic], change.key, change.state, change.position)
         return True
 
     def _ends(self) -> dict[tuple[str, int], int]:

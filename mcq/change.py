@@ -22,6 +22,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext, Se
 from mcq.contract import schema_text
 
 ChangeType = Literal["INSERT", "UPDATE", "DELETE"]
+Cause = Literal["source", "entered-view", "left-view", "tombstone", "refresh"]
+"""Why a listener gets a change: the source change itself; a change that brought the row
+into the listener's view (an INSERT with the full state) or took it out (a DELETE for
+that listener only); a tombstone standing for a delete whose record compaction removed;
+a refresh request resolved to the key's current state."""
+POSITION_HEADER = "mcq.position"
+"""Kafka header of every record the normaliser writes: its source position (``commit/lsn``);
+the only place a tombstone carries one."""
 KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
 
 
@@ -47,6 +55,12 @@ class Position:
 
     def __str__(self) -> str:
         return f"{self.last_commit_lsn}/{self.lsn}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``commit/lsn`` back into a position; ValueError when it is not one."""
+        a, b = text.split("/")[:2]
+        return cls(int(a), int(b))
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,20 @@ class ChangeKey:
         """A stable text form, used as a key where bytes of the Avro key would vary by topic."""
         return json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True)
 
+    @classmethod
+    def from_text(cls, text: str) -> ChangeKey:
+        d = json.loads(text)
+        return cls(d["tname"], d.get("subtype"), d.get("person_id"), d.get("pkey_string"), d.get("pkey_number"),
+                   d.get("aux_string"))  # fmt: skip
+
+    def within(self, other: ChangeKey) -> bool:
+        """Whether this key is one of those ``other`` names: same TNAME, same subtype unless
+        ``other`` has none, and equal in every key field ``other`` sets (a partial key, as a
+        refresh request may give)."""
+        if self.tname != other.tname or (other.subtype is not None and self.subtype != other.subtype):
+            return False
+        return all(getattr(other, f) is None or getattr(other, f) == getattr(self, f) for f in KEY_FIELDS)
+
     def __str__(self) -> str:
         parts = [f"{f}={getattr(self, f)}" for f in KEY_FIELDS if getattr(self, f) is not None]
         return f"{self.ref}[{', '.join(parts)}]"
@@ -97,6 +125,8 @@ class Change:
     txid: int | None = None
     origin: str = "unknown"
     call_stack: str | None = None
+    cause: Cause = "source"
+    """Why the listener gets it (not part of the record: a listener's view of it)."""
     # where it was read from; not part of the record
     topic: str | None = field(default=None, compare=False)
     partition: int | None = field(default=None, compare=False)
@@ -160,6 +190,7 @@ class Change:
             "after": self.after,
             "before": self.before,
             "origin": self.origin,
+            "cause": self.cause,
         }
 
     @classmethod
@@ -207,6 +238,24 @@ class ChangeCodec:
         self._key_ser = AvroSerializer(client, schema_text("change_key"), conf=conf)
         self._value_ser = AvroSerializer(client, schema_text("change_record"), conf=conf)
         self._des = AvroDeserializer(client)
+
+    def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:
+        """The logical key of a record (a tombstone's, say). Raises BadChange naming the record."""
+        where = f"{topic}[{partition}]@{offset}"
+        if key is None:
+            raise BadChange(where, "a record without a key")
+        try:
+            k = self._des(key, SerializationContext(topic, MessageField.KEY))
+            return ChangeKey(k["tname"], k.get("subtype"), k.get("person_id"), k.get("pkey_string"),
+                             k.get("pkey_number"), k.get("aux_string"))  # fmt: skip
+        except SchemaRegistryError as exc:
+            if exc.http_status_code >= 500:
+                raise RegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
+            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
+        except (SerializationError, KeyError, TypeError, ValueError) as exc:
+            raise BadChange(where, f"not a change key: {exc}") from None
+        except OSError as exc:
+            raise RegistryUnavailable(f"{where}: schema registry: {exc}") from None
 
     def decode(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
         """The change of a record; None for a tombstone. Raises BadChange naming the record."""

@@ -20,7 +20,9 @@ from rich.table import Table
 from mcq.capture.apply import CaptureError
 from mcq.config import ConfigError, Settings, load_settings
 from mcq.connect_rest import ConnectClient, ConnectError
+from mcq.output import cell, say
 from mcq.registry import Registry, RegistryError, load_registry
+from mcq.registry.model import Interest
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack, StackError
 
@@ -39,12 +41,19 @@ def _settings() -> Settings:
     try:
         return load_settings()
     except ConfigError as exc:
-        err_console.print(f"mcq: {exc}")
+        _err(f"mcq: {exc}")
         sys.exit(EXIT_CONFIG)
 
 
-def _say(line: str) -> None:
-    console.print(line)
+def _say(line: object) -> None:
+    """Print a report line (runtime, stack, demo…): it may quote a target's error or a
+    record's value, so it is never read as markup (mcq/output.py)."""
+    say(console, line)
+
+
+def _err(line: object) -> None:
+    """Print an error line on stderr, never read as markup."""
+    say(err_console, line)
 
 
 @click.group()
@@ -87,7 +96,7 @@ def up(only: str | None) -> None:
     try:
         st.up(report=_say)
     except StackError as exc:
-        err_console.print(f"mcq stack up: {exc}")
+        _err(f"mcq stack up: {exc}")
         sys.exit(EXIT_FAILED)
 
 
@@ -109,7 +118,7 @@ def status(only: str | None) -> None:
         table.add_column(col)
     for r in rows:
         state = "[green]up[/green]" if r.up else "[red]down[/red]"
-        table.add_row(r.name, r.address, str(r.pid or "-"), state, r.detail)
+        table.add_row(r.name, r.address, str(r.pid or "-"), state, cell(r.detail))
     console.print(table)
     if not all(r.up for r in rows):
         sys.exit(EXIT_DOWN)
@@ -129,9 +138,9 @@ def logs(service: str | None, lines: int, follow: bool) -> None:
     if follow and len(chosen) != 1:
         raise click.UsageError("--follow needs one SERVICE")
     for svc in chosen:
-        console.rule(f"{svc.name}: {svc.handle.log_file}")
+        console.rule(cell(f"{svc.name}: {svc.handle.log_file}"))
         for line in svc.handle.tail(lines):
-            console.print(line, markup=False)
+            _say(line)
     if follow:
         _follow(chosen[0].handle.log_file)
 
@@ -143,7 +152,7 @@ def _follow(path: Path) -> None:
             while True:
                 chunk = fh.readline()
                 if chunk:
-                    console.print(chunk.decode(errors="replace").rstrip("\n"), markup=False)
+                    _say(chunk.decode(errors="replace").rstrip("\n"))
                 else:
                     time.sleep(0.5)
         except KeyboardInterrupt:
@@ -165,7 +174,7 @@ def _load_registry_file(file: Path) -> Registry:
     try:
         return load_registry(file)
     except RegistryError as exc:
-        err_console.print(str(exc), markup=False)
+        _err(str(exc))
         sys.exit(EXIT_FAILED)
 
 
@@ -174,7 +183,7 @@ def _load_registry_file(file: Path) -> Registry:
 def validate(file: Path) -> None:
     """Check a registry file; every problem is one line with file:line (exit 1)."""
     reg = _load_registry_file(file)
-    console.print(
+    _say(
         f"{file}: valid: {len(reg.sources)} sources, {len(reg.tables)} tables/subtypes, "
         f"{len(reg.listeners)} listeners, {len(reg.interests)} interests"
     )
@@ -192,10 +201,10 @@ def registry_apply(file: Path) -> None:
     try:
         change = _store().apply(reg)
     except RegistryError as exc:
-        err_console.print(f"mcq registry apply: {exc}", markup=False)
+        _err(f"mcq registry apply: {exc}")
         sys.exit(EXIT_FAILED)
     for line in change.lines() or ["no change"]:
-        console.print(line, markup=False)
+        _say(line)
 
 
 @registry.command("diff")
@@ -204,7 +213,7 @@ def registry_diff(file: Path) -> None:
     """Show what `apply FILE` would change (exit 0 either way)."""
     change = _store().diff(_load_registry_file(file))
     for line in change.lines() or ["no change"]:
-        console.print(line, markup=False)
+        _say(line)
 
 
 @registry.command("show")
@@ -222,19 +231,30 @@ def registry_show() -> None:
             t.ref,
             t.topic(_settings().topic_prefix),
             ", ".join(f.table for f in t.feeds) or "(explicit log)",
-            f"{p.origin} at {p.first_seen}" if p else "-",
+            cell(f"{p.origin} at {p.first_seen}" if p else "-"),
         )
     console.print(tables)
     listeners = Table(title="listeners")
     for col in ("listener", "schedule", "adapter", "owner", "interests"):
         listeners.add_column(col)
     for lst in reg.listeners:
-        interests = [
-            (i.tname if i.subtype is None else f"{i.tname}/{i.subtype}") + (f" [{i.rule}]" if i.rule else "")
-            for i in reg.interests_of(lst.name)
-        ]
-        listeners.add_row(lst.name, lst.schedule, lst.adapter.type, lst.owner, "\n".join(interests))
+        interests = [_interest_line(i) for i in reg.interests_of(lst.name)]
+        listeners.add_row(lst.name, lst.schedule, lst.adapter.type, cell(lst.owner), cell("\n".join(interests)))
     console.print(listeners)
+
+
+def _interest_line(i: Interest) -> str:
+    """One interest as ``registry show`` prints it: table/subtype, rule, allow-list, delay, expiry."""
+    parts = [i.tname if i.subtype is None else f"{i.tname}/{i.subtype}"]
+    if i.rule:
+        parts.append(f"[{i.rule}]")
+    if i.columns is not None:
+        parts.append(f"columns: {', '.join(i.columns)}")
+    if i.delay_s:
+        parts.append(f"delay {i.delay_s:g} s")
+    if i.expire_after_s:
+        parts.append(f"expires after {i.expire_after_s:g} s")
+    return " ".join(parts)
 
 
 # ------------------------------------------------------------------ connect
@@ -259,7 +279,7 @@ def _current_registry(registry_file: Path | None) -> Registry:
     try:
         return _store().read()
     except RegistryError as exc:
-        err_console.print(f"mcq: reading the registry store: {exc}", markup=False)
+        _err(f"mcq: reading the registry store: {exc}")
         sys.exit(EXIT_FAILED)
 
 
@@ -277,7 +297,7 @@ def connect_render(registry_file: Path | None, out: Path | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, config in configs.items():
         (out / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
-        console.print(f"wrote {out / f'{name}.json'}")
+        _say(f"wrote {out / f'{name}.json'}")
 
 
 @connect_group.command("apply")
@@ -289,7 +309,7 @@ def connect_apply(registry_file: Path | None) -> None:
     try:
         apply_capture(_current_registry(registry_file), _settings(), report=_say)
     except (ConnectError, CaptureError) as exc:
-        err_console.print(f"mcq connect apply: {exc}", markup=False)
+        _err(f"mcq connect apply: {exc}")
         sys.exit(EXIT_FAILED)
 
 
@@ -308,7 +328,7 @@ def connect_status() -> None:
             states = [st["connector"]["state"], *(t.get("state") for t in tasks)]
             healthy &= all(s == "RUNNING" for s in states)
             trace = next((t.get("trace", "").splitlines()[0] for t in tasks if t.get("trace")), "")
-            table.add_row(name, st["connector"]["state"], ", ".join(str(t.get("state")) for t in tasks), trace)
+            table.add_row(name, st["connector"]["state"], ", ".join(str(t.get("state")) for t in tasks), cell(trace))
     console.print(table)
     if not healthy:
         sys.exit(EXIT_DOWN)
@@ -323,7 +343,30 @@ def connect_restart(name: str | None) -> None:
         for n in names:
             client.restart(n)
             client.wait_running(n)
-            console.print(f"{n}: restarted, RUNNING")
+            _say(f"{n}: restarted, RUNNING")
+
+
+@connect_group.command("remove")
+@click.argument("source", required=False)
+@FROM_FILE
+def connect_remove(source: str | None, registry_file: Path | None) -> None:
+    """Remove SOURCE's capture (every source of the registry when omitted): delete its
+    connector and its stored offsets, drop its replication slot and publication.
+
+    Raw and logical topics and the outbox stay. Removing what is gone is a no-op."""
+    from mcq.capture.remove import remove_capture
+
+    reg = _current_registry(registry_file)
+    chosen = [s for s in reg.sources if source is None or s.name == source]
+    if source is not None and not chosen:
+        known = ", ".join(s.name for s in reg.sources) or "none"
+        _err(f"mcq connect remove: no source named {source} in the registry (known: {known})")
+        sys.exit(EXIT_CONFIG)
+    try:
+        remove_capture(chosen, _settings(), report=_say)
+    except (ConnectError, CaptureError) as exc:
+        _err(f"mcq connect remove: {exc}")
+        sys.exit(EXIT_FAILED)
 
 
 # ------------------------------------------------------------------ topics
@@ -342,7 +385,7 @@ def topics_apply(registry_file: Path | None) -> None:
 
     reg = _current_registry(registry_file)
     result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
-    console.print(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
+    _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
     if result.drift:
         sys.exit(EXIT_DOWN)
 
@@ -373,9 +416,9 @@ def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
         try:
             topic = table.topic(_settings().topic_prefix)
             key_id, value_id = register_topic(client, topic, compatibility)  # type: ignore[arg-type]
-            console.print(f"{topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
+            _say(f"{topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
         except SchemaRefused as exc:
-            err_console.print(f"mcq schemas apply: {exc}", markup=False)
+            _err(f"mcq schemas apply: {exc}")
             failed = True
     if failed:
         sys.exit(EXIT_FAILED)
@@ -412,7 +455,7 @@ def streams_normalize(
 ) -> None:
     """Normalise raw Debezium topics into the compacted logical topics of the registry."""
     from mcq.contract import SchemaRefused
-    from streams.normalize import run_normalize
+    from streams.normalize import NormalizeError, run_normalize
 
     settings = _settings()
     try:
@@ -426,31 +469,59 @@ def streams_normalize(
             max_offsets_per_trigger=max_offsets_per_trigger,
             report=_say,
         )
-    except SchemaRefused as exc:
-        err_console.print(f"mcq streams normalize: {exc}", markup=False)
+    except (SchemaRefused, NormalizeError) as exc:
+        _err(f"mcq streams normalize: {exc}")
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
-        console.print("normalize: stopped")
+        _say("normalize: stopped")
 
 
 # ------------------------------------------------------------------ listeners
+
+
+DEFAULT_HTTP_PORT = 8080
+
+
+def _health_port(given: int | None, no_http: bool, until_caught_up: bool) -> int | None:
+    """The health endpoint's port, None for none: a catch-up run (a cron job) is over
+    before a probe would ask, so it serves one only when a port is asked for."""
+    if no_http or (given is None and until_caught_up):
+        return None
+    return DEFAULT_HTTP_PORT if given is None else given
 
 
 @main.command("listen")
 @click.argument("name")
 @FROM_FILE
 @click.option("--until-caught-up", is_flag=True, help="Handle what is pending now, then exit 0 (a cron catch-up run).")
-@click.option("--http-host", default="0.0.0.0", show_default=True, help="Address of /livez, /readyz and /metrics.")
-@click.option("--http-port", default=8080, show_default=True, type=click.IntRange(min=0), help="0 picks a free port.")
+@click.option(
+    "--http-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of /livez, /readyz and /metrics (0.0.0.0: every interface, e.g. in a pod).",
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(min=0, max=65535),
+    help=f"Port of the health endpoint (default {DEFAULT_HTTP_PORT}; 0 picks a free port). "
+    "An --until-caught-up run serves none unless this is given.",
+)
 @click.option("--no-http", is_flag=True, help="Serve no health or metrics endpoint.")
 def listen(
-    name: str, registry_file: Path | None, until_caught_up: bool, http_host: str, http_port: int, no_http: bool
+    name: str,
+    registry_file: Path | None,
+    until_caught_up: bool,
+    http_host: str,
+    http_port: int | None,
+    no_http: bool,
 ) -> None:
     """Run listener NAME: apply the changes it is interested in, commit as they are accepted.
 
     Stops on SIGTERM/SIGINT after the batch in flight. Exit 0 when stopped or caught up,
-    1 when the runtime failed, 2 for a listener or adapter that cannot run as configured."""
+    1 when the runtime failed, 2 for a listener or adapter that cannot run as configured
+    (a health port already taken included)."""
     from consumers.exceptions import ConsumerError, ListenerConfigError
+    from consumers.runtime.health import HealthAddressTaken
     from consumers.runtime.listener import ListenerRuntime, stop_on_signals
     from mcq.contract import SchemaRefused
     from mcq.topics.read import TopicReadError
@@ -463,16 +534,19 @@ def listen(
             name,
             registry=registry,
             http_host=http_host,
-            http_port=None if no_http else http_port,
+            http_port=_health_port(http_port, no_http, until_caught_up),
             report=_say,
         )
         with stop_on_signals(runtime):
             sys.exit(runtime.run(until_caught_up=until_caught_up))
+    except HealthAddressTaken as exc:
+        _err(f"mcq listen: {name}: {exc}; choose another with --http-port (0: any free port) or --no-http")
+        sys.exit(EXIT_CONFIG)
     except ListenerConfigError as exc:
-        err_console.print(f"mcq listen: {exc}", markup=False)
+        _err(f"mcq listen: {exc}")
         sys.exit(EXIT_CONFIG)
     except (ConsumerError, RegistryError, SchemaRefused, TopicReadError) as exc:
-        err_console.print(f"mcq listen: {exc}", markup=False)
+        _err(f"mcq listen: {exc}")
         sys.exit(EXIT_FAILED)
 
 
@@ -483,22 +557,25 @@ def listen(
 def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json: bool) -> None:
     """Process monitor: per listener, instances alive, pending changes, oldest pending, counts.
 
-    Exits 1 when a listener is DEAD (real-time, no live instance) or STUCK (its oldest
-    pending change is older than its limit), so cron or a probe can alert."""
+    Exits 1 when a listener is DEAD (real-time, no live instance), STUCK (its oldest
+    pending change is older than its limit), or holds as many unresolved dead letters as
+    its delivery.alert_after_dead_letters (one line each on stderr, naming the command
+    that lists them), so cron or a probe can alert."""
+    from consumers.exceptions import DeadLetterError
     from consumers.runtime.status import status_report
 
     settings = _settings()
     registry = _current_registry(registry_file)
     unknown = [n for n in names if registry.listener(n) is None]
     if unknown:
-        err_console.print(f"mcq status: no listener named {', '.join(unknown)} in the registry", markup=False)
+        _err(f"mcq status: no listener named {', '.join(unknown)} in the registry")
         sys.exit(EXIT_CONFIG)
     from mcq.topics.read import TopicReadError
 
     try:
         report = status_report(settings, registry, list(names) or None)
-    except TopicReadError as exc:
-        err_console.print(f"mcq status: {exc}", markup=False)
+    except (TopicReadError, DeadLetterError) as exc:
+        _err(f"mcq status: {exc}")
         sys.exit(EXIT_FAILED)
     if as_json:
         console.print_json(
@@ -515,6 +592,10 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
                         "oldest_pending_age_s": r.oldest_pending_age_s,
                         "pending_by_topic": {x.topic: x.pending for x in r.lags if x.pending},
                         "counters": r.counters,
+                        "failed": r.failed,
+                        "dead_letters": r.dead_letters,
+                        "alert_after_dead_letters": r.alert_after_dead_letters,
+                        "alert": r.dead_letter_alert,
                     }
                     for r in report
                 ]
@@ -530,7 +611,9 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
             "oldest",
             "applied",
             "parked",
-            "dead",
+            "failed",
+            "dead-lettered",
+            "dlq",
             "superseded",
             "why",
         )
@@ -547,14 +630,19 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
                 f"{age:.0f} s" if age is not None else "-",
                 str(c.get("applied", 0)),
                 str(c.get("parked", 0)),
+                str(r.failed),
                 str(c.get("dead_lettered", 0)),
+                f"{r.dead_letters}" + (f"/{r.alert_after_dead_letters}" if r.alert_after_dead_letters else ""),
                 str(c.get("superseded", 0)),
-                r.reason,
+                cell(r.reason),
             )
             for lag in r.lags:
                 if lag.pending:
-                    table.add_row(f"  {lag.topic}", lag.lane, "", "", str(lag.pending), "", "", "", "", "", "")
+                    table.add_row(f"  {lag.topic}", lag.lane, "", "", str(lag.pending), *[""] * 8)
         console.print(table)
+    for r in report:
+        if r.dead_letter_alert:
+            _err(f"mcq status: {r.dead_letter_alert}")
     sys.exit(EXIT_FAILED if any(r.failing for r in report) else 0)
 
 
@@ -574,14 +662,25 @@ def _dead_letters(name: str) -> DeadLetters:
 @click.option("--all", "include_resolved", is_flag=True, help="Also requeued and discarded entries.")
 def dlq_list(name: str, include_resolved: bool) -> None:
     """Dead letters of listener NAME (unresolved ones unless --all)."""
-    entries = _dead_letters(name).entries(include_resolved)
+    from consumers.exceptions import DeadLetterError
+
+    try:
+        entries = _dead_letters(name).entries(include_resolved)
+    except DeadLetterError as exc:
+        _err(f"mcq dlq list: {exc}")
+        sys.exit(EXIT_FAILED)
     table = Table("id", "failed at", "attempts", "from", "error", "resolution")
     for e in entries:
         table.add_row(
-            e.id, e.failed_at, str(e.attempts), e.origin, e.error[:120], e.resolution["action"] if e.resolution else ""
+            e.id,
+            e.failed_at,
+            str(e.attempts),
+            cell(e.origin),
+            cell(e.error[:120]),
+            e.resolution["action"] if e.resolution else "",
         )
     console.print(table)
-    console.print(f"{len(entries)} dead letter(s)")
+    _say(f"{len(entries)} dead letter(s)")
 
 
 @dlq.command("show")
@@ -595,7 +694,7 @@ def dlq_show(name: str, entry_id: str) -> None:
     try:
         entry = letters.get(entry_id)
     except DeadLetterError as exc:
-        err_console.print(f"mcq dlq show: {exc}", markup=False)
+        _err(f"mcq dlq show: {exc}")
         sys.exit(EXIT_FAILED)
     console.print_json(
         json.dumps(
@@ -619,7 +718,7 @@ def _pick(name: str, ids: tuple[str, ...], everything: bool) -> tuple[DeadLetter
     try:
         entries = letters.entries() if everything else [letters.get(i) for i in ids]
     except DeadLetterError as exc:
-        err_console.print(f"mcq dlq: {exc}", markup=False)
+        _err(f"mcq dlq: {exc}")
         sys.exit(EXIT_FAILED)
     return letters, entries
 
@@ -635,9 +734,9 @@ def dlq_requeue(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
 
     letters, entries = _pick(name, ids, everything)
     try:
-        console.print(f"requeued {letters.requeue(entries, reason)} dead letter(s) to {letters.topics.retry}")
+        _say(f"requeued {letters.requeue(entries, reason)} dead letter(s) to {letters.topics.retry}")
     except DeadLetterError as exc:
-        err_console.print(f"mcq dlq requeue: {exc}", markup=False)
+        _err(f"mcq dlq requeue: {exc}")
         sys.exit(EXIT_FAILED)
 
 
@@ -649,7 +748,7 @@ def dlq_requeue(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
 def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) -> None:
     """Mark dead letters as dealt with; they stay in the topic for the record."""
     letters, entries = _pick(name, ids, everything)
-    console.print(f"discarded {letters.discard(entries, reason)} dead letter(s)")
+    _say(f"discarded {letters.discard(entries, reason)} dead letter(s)")
 
 
 @main.command("demo")
@@ -691,14 +790,14 @@ def world_load(people: int, seed: int, schema: str, replace: bool) -> None:
             create_schema(conn, schema, replace=replace)
             existing = conn.execute(f'SELECT count(*) FROM "{schema}".people').fetchone()
             if existing and existing[0] and not replace:
-                console.print(f"{schema}: already holds {existing[0]} people; kept (use --replace to reload)")
+                _say(f"{schema}: already holds {existing[0]} people; kept (use --replace to reload)")
                 return
             started = time.monotonic()
-            counts = load(conn, schema, generate(people, seed), report=lambda line: console.print(f"  {line}"))
+            counts = load(conn, schema, generate(people, seed), report=lambda line: _say(f"  {line}"))
     except (psycopg.Error, ValueError) as exc:
-        err_console.print(f"mcq world load: {settings.source}: {exc}".strip(), markup=False)
+        _err(f"mcq world load: {settings.source}: {exc}".strip())
         sys.exit(EXIT_FAILED)
-    console.print(
+    _say(
         f"{schema}: loaded {sum(counts.values())} rows ({people} people, seed {seed}) "
         f"in {time.monotonic() - started:.1f} s"
     )
@@ -724,7 +823,7 @@ def smoke() -> None:
     try:
         run_smoke(_settings(), report=_say)
     except SmokeFailed as exc:
-        err_console.print(f"mcq smoke: {exc}")
+        _err(f"mcq smoke: {exc}")
         sys.exit(EXIT_FAILED)
 
 

@@ -36,7 +36,8 @@ from consumers.ldap.entries import (
     person_entry,
 )
 from consumers.ldap.settings import LdapAdapterSettings
-from consumers.projection import SourceState, StateStore, open_state
+from consumers.projection import open_state
+from consumers.runtime.view import ListenerView, ViewState
 from mcq.change import Change
 
 
@@ -45,7 +46,7 @@ class LdapAdapter(Adapter):
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
     _conn: Connection | None = None
-    store: StateStore | SourceState | None = None
+    store: ViewState | None = None
 
     @property
     def people_dn(self) -> str:
@@ -74,7 +75,9 @@ class LdapAdapter(Adapter):
     def open(self) -> None:
         if self.store is None:
             assert self.registry is not None, "bind(registry) first"
-            self.store = open_state(self.mcq_settings, self.registry, STATE, self.settings.state)
+            # what the listener may see of it: its interests' rules and allow-lists govern the entries
+            state = open_state(self.mcq_settings, self.registry, STATE, self.settings.state)
+            self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
         self._connection()
 
     def close(self) -> None:

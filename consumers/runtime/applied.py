@@ -1,15 +1,34 @@
-"""What a listener has applied: the source position of the last change applied per key.
+"""What a listener has done per key, shared by its instances through a compacted topic.
 
-Kept in memory and in the listener's compacted ``applied`` topic, so that every instance
-(and the next run) knows it: a change not newer than what was applied for its key is a
-duplicate or a replay (skipped), and a parked change that a newer one overtook is
-superseded (dropped, counted). Written before the offsets are committed.
+Three facts per logical key, each its own record in ``<prefix>.listener.NAME.applied``
+(compacted: the last value per record key is what counts):
+
+* ``<key>`` = ``commit/lsn`` (the key is at the target) or ``commit/lsn/-`` (it is not:
+  deleted at the source, or left this listener's view): the position of the last change
+  applied, and whether the key is now *present* at the target. A change not newer than
+  it is a duplicate or a replay (skipped), a parked change a newer one overtook is
+  superseded, and whether the key is present decides what a change means to this
+  listener (an insert when it enters the view, a delete when it leaves it, nothing for a
+  tombstone of a key the target never had).
+* ``park:<key>`` = ``commit/lsn``: the newest change of the key parked in the retry
+  lane. While it is newer than what was applied or dead-lettered, the key is *blocked*:
+  its later changes queue behind it in the retry lane instead of overtaking it, so the
+  changes of one key are applied by one consumer, in order, whichever instance holds
+  which partition.
+* ``dead:<key>`` = ``commit/lsn``: the newest change of the key dead-lettered (the
+  parked queue of the key is resolved up to there).
+
+Written before the offsets are committed (the caller flushes the producer), so the next
+owner of a partition, which reads the topic to its end when partitions are assigned,
+knows all of it.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -18,17 +37,32 @@ from mcq.change import ChangeKey, Position
 from mcq.config import Settings
 from mcq.topics.read import watermarks
 
+PARK, DEAD = "park:", "dead:"
 
-def _parse(value: bytes) -> Position:
-    a, b = value.decode().split("/")
-    return Position(int(a), int(b))
+
+@dataclass(frozen=True)
+class Applied:
+    """The last change applied for a key, and whether the key is at the target now."""
+
+    position: Position
+    present: bool = True
+
+    def text(self) -> str:
+        return f"{self.position}" if self.present else f"{self.position}/-"
+
+    @classmethod
+    def parse(cls, value: bytes) -> Applied:
+        parts = value.decode().split("/")
+        return cls(Position(int(parts[0]), int(parts[1])), present=len(parts) < 3)
 
 
 class AppliedPositions:
     def __init__(self, settings: Settings, topic: str, producer: Producer) -> None:
         self.topic = topic
         self._producer = producer
-        self._positions: dict[str, Position] = {}
+        self._applied: dict[str, Applied] = {}
+        self._marks: dict[str, Position] = {}  # park:<key> and dead:<key>
+        self._keys: dict[str, ChangeKey] = {}  # parsed keys, for lookups by partial key
         self._consumer = Consumer(
             {
                 **settings.kafka.client_config(),
@@ -46,18 +80,73 @@ class AppliedPositions:
         self._consumer.assign([TopicPartition(topic, p, -2) for p in self._partitions])  # -2: beginning
 
     def __len__(self) -> int:
-        return len(self._positions)
+        return len(self._applied)
+
+    # ------------------------------------------------------------------ reading
 
     def get(self, key: ChangeKey) -> Position | None:
-        return self._positions.get(key.text())
+        found = self._applied.get(key.text())
+        return found.position if found else None
 
-    def record(self, key: ChangeKey, position: Position) -> None:
-        """Remember an applied change; the caller flushes the producer before committing."""
+    def present(self, key: ChangeKey) -> bool:
+        """Whether the key is at the target (as far as this listener applied changes)."""
+        found = self._applied.get(key.text())
+        return found is not None and found.present
+
+    def blocked(self, key: ChangeKey) -> bool:
+        """Whether a change of the key waits in the retry lane: later ones queue behind it."""
         text = key.text()
-        current = self._positions.get(text)
+        parked = self._marks.get(PARK + text)
+        if parked is None:
+            return False
+        applied = self._applied.get(text)
+        dead = self._marks.get(DEAD + text)
+        return not ((applied is not None and applied.position >= parked) or (dead is not None and dead >= parked))
+
+    def parked(self, key: ChangeKey) -> Position | None:
+        """The newest change of the key parked in the retry lane, if any ever was."""
+        return self._marks.get(PARK + key.text())
+
+    def present_keys(self) -> Iterator[ChangeKey]:
+        """Every key present at the target."""
+        for text, applied in self._applied.items():
+            if applied.present:
+                yield self._key(text)
+
+    def _key(self, text: str) -> ChangeKey:
+        key = self._keys.get(text)
+        if key is None:
+            key = self._keys[text] = ChangeKey.from_text(text)
+        return key
+
+    # ------------------------------------------------------------------ writing
+
+    def record(self, key: ChangeKey, position: Position, present: bool = True) -> None:
+        """Remember an applied change; the caller flushes the producer before committing.
+        A position equal to the one held is written again when presence changes (a
+        tombstone without position, a refresh of the same state)."""
+        text = key.text()
+        current = self._applied.get(text)
+        if current is None or position > current.position or (position == current.position and not present):
+            self._put(text, Applied(position, present))
+
+    def mark_parked(self, key: ChangeKey, position: Position) -> None:
+        self._mark(PARK + key.text(), position)
+
+    def mark_dead(self, key: ChangeKey, position: Position) -> None:
+        self._mark(DEAD + key.text(), position)
+
+    def _put(self, text: str, applied: Applied) -> None:
+        self._applied[text] = applied
+        self._producer.produce(self.topic, key=text.encode(), value=applied.text().encode())
+
+    def _mark(self, name: str, position: Position) -> None:
+        current = self._marks.get(name)
         if current is None or position > current:
-            self._positions[text] = position
-            self._producer.produce(self.topic, key=text.encode(), value=str(position).encode())
+            self._marks[name] = position
+            self._producer.produce(self.topic, key=name.encode(), value=str(position).encode())
+
+    # ------------------------------------------------------------------ following the topic
 
     def _take(self, timeout_s: float) -> bool:
         msg = self._consumer.poll(timeout_s)
@@ -69,11 +158,22 @@ class AppliedPositions:
                 return True
             raise ConsumerError(f"reading {self.topic}: {err}")
         key, value = (msg.key() or b"").decode(), msg.value()
-        if value is not None:
-            pos = _parse(value)
-            current = self._positions.get(key)
-            if current is None or pos > current:
-                self._positions[key] = pos
+        if value is None:
+            return True
+        if key.startswith((PARK, DEAD)):
+            a, b = value.decode().split("/")[:2]
+            pos = Position(int(a), int(b))
+            if key not in self._marks or pos > self._marks[key]:
+                self._marks[key] = pos
+            return True
+        applied = Applied.parse(value)
+        current = self._applied.get(key)
+        if (
+            current is None
+            or applied.position > current.position
+            or (applied.position == current.position and applied.present != current.present)
+        ):
+            self._applied[key] = applied
         return True
 
     def catch_up(self, timeout_s: float = 60.0) -> None:

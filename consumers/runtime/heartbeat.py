@@ -30,6 +30,9 @@ class Counters:
     failed: int = 0
     """Failed attempts (each in-place retry counts)."""
     parked: int = 0
+    """Failed, and put in the retry lane with a hold."""
+    queued: int = 0
+    """Put in the retry lane behind a parked change of the same key, or until its delay is over."""
     superseded: int = 0
     dead_lettered: int = 0
     bulk_applied: int = 0

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -42,13 +44,15 @@ from consumers.exceptions import (
     ListenerConfigError,
     TargetUnavailable,
 )
+from consumers.projection import StateStore
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
-from consumers.runtime.interests import interested
-from consumers.runtime.parking import Origin, backoff_s, failure_headers, hold_until_ms
+from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
+from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.topics import ListenerTopics
-from mcq.change import BadChange, Change, ChangeCodec, RegistryUnavailable
+from consumers.runtime.view import ListenerView, Verdict
+from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position, RegistryUnavailable
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry.model import Listener, Registry
@@ -62,12 +66,14 @@ TP = tuple[str, int]
 
 @dataclass
 class _Item:
-    """One record of a batch on its way through the loop."""
+    """One record of a batch on its way through the loop (a refresh request becomes one
+    item per key it names, each with the request's record)."""
 
     msg: Message
     origin: Origin
     change: Change | None = None
     retry_lane: bool = False
+    verdict: Verdict | None = None
 
 
 class ListenerRuntime:
@@ -97,6 +103,8 @@ class ListenerRuntime:
         self.registry = registry
         self.listener = self._listener(registry)
         self.delivery = self.listener.delivery
+        self.view = ListenerView(registry, name)
+        self.refresher = RefreshResolver(registry, self.view, self._open_store)
         self.adapter = adapter or make_adapter(self.listener, settings)
         self.adapter.bind(registry)
         self.counters = Counters()
@@ -129,8 +137,8 @@ class ListenerRuntime:
         prefix = self.settings.topic_prefix
         return [*sorted({t.topic(prefix) for t in self.registry.tables_of(self.name)}), self.topics.retry]
 
-    def wants(self, change: Change) -> bool:
-        return interested(self.registry, self.name, change)
+    def _open_store(self, refs: list[str]) -> StateStore:
+        return StateStore(self.settings, self.registry, refs)
 
     def _reload_registry(self) -> None:
         if self._reader is None or not self._reader.poll(0):
@@ -142,6 +150,9 @@ class ListenerRuntime:
             self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
             return
         self.registry, self.listener, self.delivery = registry, listener, listener.delivery
+        self.view = ListenerView(registry, self.name)
+        self.refresher.close()
+        self.refresher = RefreshResolver(registry, self.view, self._open_store)
         self.adapter.bind(registry)
         topics = self.realtime_topics()
         if topics != self._realtime_topics:
@@ -355,9 +366,13 @@ class ListenerRuntime:
     # ------------------------------------------------------------------ a batch
 
     def _process(self, consumer: Consumer, msgs: list[Message], lane: str) -> None:
-        todo: list[_Item] = []
+        """Decode, judge each change against this listener's view and what it applied, apply
+        the newest change per key, then flush and commit (the acknowledgement)."""
+        self.applied.refresh()  # what the other instances resolved meanwhile
+        todo: dict[str, _Item] = {}  # key text -> the newest change of the key in this batch
         blocked: set[TP] = set()
         last: dict[TP, int] = {}
+        requests: list[_Item] = []
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -386,17 +401,21 @@ class ListenerRuntime:
                 self._dead_letter(item, str(exc), "bad-record")
                 continue
             if item.change is None:
-                continue  # the tombstone after a delete: the delete record was applied
-            if not self.wants(item.change):
-                self._count("filtered")
                 continue
-            applied = self.applied.get(item.change.key)
-            if applied is not None and item.change.position <= applied:
-                self._count("superseded" if item.retry_lane else "skipped")
+            if item.origin.topic == self.topics.refresh:
+                requests.append(item)
                 continue
-            todo.append(item)
+            self._candidate(item, todo)
+        if requests:
+            self.refresher.prepare([r.change for r in requests if r.change is not None])
+            present = list(self.applied.present_keys())
+            for request in requests:
+                assert request.change is not None
+                for change in self.refresher.resolve(request.change, present):
+                    self._candidate(_Item(request.msg, request.origin, change, request.retry_lane), todo)
+        work = [decided for item in todo.values() if (decided := self._decide(item)) is not None]
         try:
-            self._apply(todo, lane)
+            self._apply(work, lane)
         except _Abandon:
             # stopping while the target is down: acknowledge only what was handled
             for item in self._undone:
@@ -409,11 +428,97 @@ class ListenerRuntime:
                 self._done[tp] = offset + 1
             self._commit(consumer, [TopicPartition(t, p, self._done[(t, p)]) for t, p in last], lane)
 
+    def _candidate(self, item: _Item, todo: dict[str, _Item]) -> None:
+        """Keep a change if it is news for this listener: of a table it covers, newer than
+        what it applied for the key, and the newest of its key in this batch (the last
+        state wins: an older change of a key never reaches the target after a newer one)."""
+        change = item.change
+        assert change is not None
+        key = change.key
+        if not self.view.covers(key):
+            self._count("filtered")
+            return
+        applied = self.applied.get(key)
+        # a refresh repairs: it re-applies the state the listener already applied
+        lenient = change.cause in ("refresh", "tombstone")
+        if applied is not None and (change.position < applied or (change.position == applied and not lenient)):
+            self._count("superseded" if item.retry_lane else "skipped")
+            return
+        parked = self.applied.parked(key)
+        if item.retry_lane and parked is not None and parked > change.position:
+            self._count("superseded")  # a newer change of the key waits behind it and carries the state
+            return
+        text = key.text()
+        held = todo.get(text)
+        if held is not None:
+            self._count("superseded")
+            assert held.change is not None
+            if held.change.position > change.position:
+                return
+            del todo[text]  # keep the order of arrival of the newest
+        todo[text] = item
+
+    def _decide(self, item: _Item) -> _Item | None:
+        """What the newest change of a key is to this listener: a wait behind the key's
+        parked change, nothing (outside its view), a delay, an expiry, or work."""
+        change = item.change
+        assert change is not None
+        key = change.key
+        if not item.retry_lane and self.applied.blocked(key):
+            self._queue(item, "waiting", f"waiting behind a parked change of {key}", time.time())
+            return None
+        # a refresh's delete is said even to a target the listener thinks has nothing: it repairs
+        present = self.applied.present(key) or (change.cause == "refresh" and change.change_type == "DELETE")
+        seen, verdict = self.view.see(change, present)
+        if seen is None:
+            self._count("filtered")
+            return None
+        item = _Item(item.msg, item.origin, seen, item.retry_lane, verdict)
+        due = self._due_at(seen, verdict.delay_s)
+        if due is not None and due > time.time():
+            self._queue(item, "delayed", f"delayed {verdict.delay_s:g} s after its commit", due)
+            return None
+        if self._expired(item):
+            return None
+        return item
+
+    @staticmethod
+    def _due_at(change: Change, seconds: float | None) -> float | None:
+        return change.entry_time.timestamp() + seconds if seconds else None
+
+    def _expired(self, item: _Item) -> bool:
+        """AQ's expiration: a change not applied in time goes to the dead-letter topic."""
+        assert item.change is not None and item.verdict is not None
+        limit = item.verdict.expire_after_s
+        deadline = self._due_at(item.change, limit)
+        if deadline is None or deadline > time.time():
+            return False
+        late = time.time() - item.change.entry_time.timestamp()
+        self._dead_letter(item, f"expired: not applied within {limit:g} s of its commit ({late:.1f} s ago)", "expired")
+        return True
+
+    def _queue(self, item: _Item, kind: str, why: str, until: float) -> None:
+        """Into the retry lane behind the key's parked changes (or until a delay is over);
+        the key is blocked until the retry lane has resolved it."""
+        assert item.change is not None
+        self._producer.produce(
+            self.topics.retry,
+            key=item.msg.key(),
+            value=item.msg.value(),
+            headers=failure_headers(
+                self.name, item.origin, item.origin.attempts, why, kind, int(until * 1000), str(item.change.position)
+            ),
+        )
+        self.applied.mark_parked(item.change.key, item.change.position)
+        self._count("queued")
+
     def _decode(self, msg: Message) -> Change | None:
         """Decode a record; while the schema registry does not answer, wait for it."""
         attempt = 0
         while True:
             try:
+                if msg.value() is None:
+                    return self._tombstone(msg)
                 return self.codec.decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
                                          msg.value())  # fmt: skip
             except RegistryUnavailable as exc:
@@ -423,15 +528,44 @@ class ListenerRuntime:
                     raise _Abandon() from None
                 attempt += 1
 
+    def _tombstone(self, msg: Message) -> Change:
+        """A tombstone is a delete: compaction may have removed the DELETE record before it
+        (a listener that was behind sees only the tombstone). Its position is in a header;
+        without one (written before positions were), it stands at the key's applied position."""
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        key = self.codec.decode_key(topic, partition, offset, msg.key())
+        text = headers_of(msg).get(POSITION_HEADER)
+        try:
+            position = Position.parse(text) if text else (self.applied.get(key) or Position(0, 0))
+        except ValueError:
+            where = f"{topic}[{partition}]@{offset}"
+            raise BadChange(where, f"header {POSITION_HEADER} is not a position: {text!r}") from None
+        stamp = msg.timestamp()[1]
+        return Change(
+            key=key,
+            change_type="DELETE",
+            position=position,
+            entry_time=datetime.fromtimestamp(stamp / 1000, UTC) if stamp > 0 else datetime.now(UTC),
+            source_table=key.ref,
+            origin="tombstone",
+            cause="tombstone",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
     def _apply(self, items: list[_Item], lane: str) -> None:
         start = 0
         while start < len(items):
+            items = items[:start] + [i for i in items[start:] if not self._expired(i)]
+            if start >= len(items):
+                break
             self._undone = items[start:]
             changes = [i.change for i in items[start:] if i.change is not None]
             outcomes = self.adapter.apply_batch(changes)
             for item, outcome in zip(items[start:], outcomes, strict=True):
                 if isinstance(outcome, TargetUnavailable):
-                    self._wait_for_target(outcome)
+                    self._wait_for_target(outcome, give_up=partial(self._any_overdue, items[start:]))
                     break
                 start += 1
                 if outcome is None:
@@ -440,9 +574,17 @@ class ListenerRuntime:
                     self._failed(item, outcome, lane)
         self._undone = []
 
+    def _any_overdue(self, items: list[_Item]) -> bool:
+        return any(self._overdue(i) for i in items)
+
+    def _overdue(self, item: _Item) -> bool:
+        assert item.change is not None
+        deadline = self._due_at(item.change, item.verdict.expire_after_s if item.verdict else None)
+        return deadline is not None and deadline <= time.time()
+
     def _applied(self, item: _Item, lane: str) -> None:
         assert item.change is not None
-        self.applied.record(item.change.key, item.change.position)
+        self.applied.record(item.change.key, item.change.position, present=item.change.change_type != "DELETE")
         self._last_applied_at = time.time()
         self.metrics.last_applied.labels(listener=self.name).set(self._last_applied_at)
         self._count("applied")
@@ -457,12 +599,16 @@ class ListenerRuntime:
             for attempt in range(self.delivery.retries_in_place):
                 if self._stop.wait(backoff_s(attempt, self.delivery.backoff_initial_s, self.delivery.backoff_max_s)):
                     break
+                if self._expired(item):
+                    return
                 outcome = self.adapter.apply_batch([item.change])[0]
                 if outcome is None:
                     self._applied(item, lane)
                     return
                 if isinstance(outcome, TargetUnavailable):
-                    self._wait_for_target(outcome)
+                    self._wait_for_target(outcome, give_up=lambda: self._overdue(item))
+                    if self._expired(item):
+                        return
                     return self._failed(item, ChangeFailed(str(error)), lane)
                 self._count("failed")
                 error = outcome
@@ -478,29 +624,42 @@ class ListenerRuntime:
             self.topics.retry,
             key=item.msg.key(),
             value=item.msg.value(),
-            headers=failure_headers(self.name, item.origin, attempts, str(error), "failed", until_ms),
+            headers=failure_headers(
+                self.name, item.origin, attempts, str(error), "failed", until_ms, str(item.change.position)
+            ),
         )
+        self.applied.mark_parked(item.change.key, item.change.position)
         self._count("parked")
         self.report(
-            f"listener {self.name}: parked {item.change.key} from {item.origin.where} "
+            f"listener {self.name}: parked {item.change.key} at {item.change.position} from {item.origin.where} "
             f"(attempt {attempts} of {self.delivery.max_attempts}, hold {hold:.0f} s): {error}"
         )
 
     def _dead_letter(self, item: _Item, error: str, kind: str, attempts: int | None = None) -> None:
         attempts = attempts if attempts is not None else item.origin.attempts + 1
+        position = str(item.change.position) if item.change is not None else headers_of(item.msg).get(POSITION_HEADER)
         self._producer.produce(
             self.topics.dlq,
             key=item.msg.key(),
             value=item.msg.value(),
-            headers=failure_headers(self.name, item.origin, attempts, error, kind),
+            headers=failure_headers(self.name, item.origin, attempts, error, kind, None, position),
         )
+        if item.change is not None:
+            self.applied.mark_dead(item.change.key, item.change.position)
         self._count("dead_lettered")
-        self.report(f"listener {self.name}: dead-lettered {item.origin.where} after {attempts} attempt(s): {error}")
+        what = f"{item.change.key} at {item.change.position}" if item.change is not None else "a record"
+        self.report(
+            f"listener {self.name}: dead-lettered {what} from {item.origin.where} ({kind}) "
+            f"after {attempts} attempt(s): {error}"
+        )
 
-    def _wait_for_target(self, error: TargetUnavailable | None) -> None:
-        """Back off until the target answers; the loop's work stays where it is."""
+    def _wait_for_target(self, error: TargetUnavailable | None, give_up: Callable[[], bool] | None = None) -> None:
+        """Back off until the target answers; the loop's work stays where it is. ``give_up``
+        ends the wait early (a change that has expired meanwhile goes to the dead letters)."""
         attempt = 0
         while True:
+            if give_up is not None and give_up():
+                return
             if error is None:
                 try:
                     self.adapter.open()
@@ -558,7 +717,7 @@ class ListenerRuntime:
         c = self.counters
         return (
             f"applied {c.applied} ({c.bulk_applied} bulk), skipped {c.skipped}, filtered {c.filtered}, "
-            f"failed attempts {c.failed}, parked {c.parked}, superseded {c.superseded}, "
+            f"failed attempts {c.failed}, parked {c.parked}, queued {c.queued}, superseded {c.superseded}, "
             f"dead-lettered {c.dead_lettered}"
         )
 

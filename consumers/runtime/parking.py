@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
+from mcq.change import POSITION_HEADER
+
 H_ATTEMPTS = "mcq.attempts"
 H_HOLD_UNTIL = "mcq.hold_until_ms"
 H_ERROR = "mcq.error"
@@ -73,19 +75,29 @@ def backoff_s(attempt: int, initial: float, maximum: float) -> float:
 
 
 def failure_headers(
-    listener: str, origin: Origin, attempts: int, error: str, kind: str, hold_until_ms: int | None = None
+    listener: str,
+    origin: Origin,
+    attempts: int,
+    error: str,
+    kind: str,
+    hold_until_ms: int | None = None,
+    position: str | None = None,
 ) -> Headers:
+    """Headers of a parked or dead change. ``position`` (the change's source position) goes
+    along so that a tombstone keeps the one only its header had."""
     h: Headers = [
         (H_LISTENER, listener.encode()),
         (H_TOPIC, origin.topic.encode()),
         (H_PARTITION, str(origin.partition).encode()),
         (H_OFFSET, str(origin.offset).encode()),
         (H_ATTEMPTS, str(attempts).encode()),
-        (H_ERROR, error.encode()[:8000]),
+        (H_ERROR, error.encode("utf-8", "replace")[:8000]),
         (H_ERROR_KIND, kind.encode()),
         (H_FAILED_AT, str(int(time.time() * 1000)).encode()),
         (H_HOST, socket.gethostname().encode()),
     ]
     if hold_until_ms is not None:
         h.append((H_HOLD_UNTIL, str(hold_until_ms).encode()))
+    if position is not None:
+        h.append((POSITION_HEADER, position.encode()))
     return h

@@ -20,7 +20,8 @@ from psycopg import sql
 from consumers.adapter import Adapter
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
-from consumers.projection import SourceState, StateStore, open_state
+from consumers.projection import open_state
+from consumers.runtime.view import ListenerView, ViewState
 from consumers.sql_import.settings import SqlImportSettings
 from mcq.change import Change
 from mcq.config import Settings
@@ -46,7 +47,7 @@ class SqlImportAdapter(Adapter):
             f"import table {s.vendor_schema}.{s.table}", settings, s.database, s.dsn, s.statement_timeout_ms,
             self._setup,
         )  # fmt: skip
-        self.store: StateStore | SourceState | None = None
+        self.store: ViewState | None = None
 
     def _setup(self, conn: Connection) -> None:
         s = self.settings
@@ -63,7 +64,9 @@ class SqlImportAdapter(Adapter):
     def open(self) -> None:
         if self.store is None:
             assert self.registry is not None, "bind(registry) first"
-            self.store = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state)
+            # what the listener may see of it: its interests' rules and allow-lists govern the entries
+            state = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state)
+            self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
         self.target.connection()
 
     def close(self) -> None:

@@ -135,6 +135,10 @@ class Delivery(_Model):
     heartbeat_timeout_s: float = Field(default=30.0, gt=0)
     stuck_after_s: float = Field(default=600.0, gt=0)
     """A live listener whose oldest pending change is older than this is stuck."""
+    alert_after_dead_letters: int | None = Field(default=1, ge=1)
+    """``mcq status`` exits 1 once this many dead letters are unresolved (neither requeued
+    nor discarded): each one is a change its target does not hold, so the default alerts
+    on the first. ``null`` never alerts (the depth is still shown)."""
 
 
 class Listener(_Model):
@@ -169,6 +173,15 @@ class Interest(_Model):
     subtype: str | None = ALL_SUBTYPES
     """A subtype, ``*`` for all subtypes of TNAME, or null for the table without subtype."""
     rule: str | None = None
+    columns: tuple[Identifier, ...] | None = None
+    """The columns this listener may see of the covered tables (an allow-list); default all
+    captured. A target never receives another column, not even through a projection."""
+    delay_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    """AQ's delay: a change is not applied before this many seconds after its source commit;
+    a newer change of the key arriving meanwhile supersedes it."""
+    expire_after_s: float | None = Field(default=None, gt=0)
+    """AQ's expiration: a change not applied within this many seconds of its source commit
+    goes to the dead-letter topic as ``expired``."""
     comment: str = ""
 
     @field_validator("rule")
@@ -266,6 +279,14 @@ class Registry(_Model):
                 unknown = sorted(rule.fields() - known)
                 if unknown:
                     out.append(((*here, "rule"), f"rule reads {', '.join(unknown)}, which no covered table has"))
+            if interest.columns is not None and covered:
+                captured = {c for t in covered for c in t.columns()}
+                unknown = sorted(set(interest.columns) - captured) if captured else []
+                if unknown:
+                    problem = f"columns {', '.join(unknown)} are not captured by any covered table"
+                    out.append(((*here, "columns"), problem))
+            if interest.delay_s and interest.expire_after_s and interest.expire_after_s <= interest.delay_s:
+                out.append(((*here, "expire_after_s"), "expire_after_s must be longer than delay_s"))
         return out
 
 

@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.topics import ListenerTopics
-from mcq.change import Change, ChangeCodec, ChangeKey, Position
+from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
@@ -128,9 +128,10 @@ def produce(settings: Settings, topic: str, changes: list[Change], tombstones: b
     producer = Producer({**settings.kafka.client_config(), "linger.ms": 20, "enable.idempotence": True})
     for i, c in enumerate(changes):
         key, value = codec.encode(topic, c)
-        producer.produce(topic, key=key, value=value)
+        headers = [(POSITION_HEADER, str(c.position).encode())]
+        producer.produce(topic, key=key, value=value, headers=headers)
         if c.change_type == "DELETE" and tombstones:
-            producer.produce(topic, key=key, value=None)
+            producer.produce(topic, key=key, value=None, headers=headers)
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(120) == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -14,16 +15,20 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
+from confluent_kafka import Producer
 
 from consumers.runtime.dlq import DeadLetters
-from consumers.runtime.heartbeat import read_beats
+from consumers.runtime.heartbeat import Counters, Heartbeat, read_beats
+from consumers.runtime.parking import Origin, failure_headers
 from consumers.runtime.status import listener_status, status_report
+from mcq.change import ChangeCodec
 from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
+from mcq.topics.plan import apply_topics
 from tests.integration.listeners import (
     change,
     expected_state,
@@ -166,6 +171,9 @@ def test_parked_change_superseded_by_a_newer_one_is_dropped(
         wait_for("the parked one to come due", lambda: rt.counters.superseded == 1, 60)
         assert target_state(w.settings, w.table) == {new.key.text(): new.after}
         assert rt.counters.dead_lettered == 0 and rt.counters.parked == 1
+        # the newer one waited behind it in the retry lane (its key was blocked), so the two
+        # were applied by one consumer in order: the parked one is superseded there
+        assert rt.counters.queued == 1
 
 
 def test_realtime_change_overtakes_a_full_bulk_lane(
@@ -292,3 +300,81 @@ def test_content_rule_selects_which_changes_a_listener_gets(
         wait_for("the office phone", lambda: office.key.text() in target_state(w.settings, w.table), 60)
         wait_for("the home phone filtered", lambda: rt.counters.filtered == 1, 30)
         assert home.key.text() not in target_state(w.settings, w.table)
+
+
+def test_status_shows_dead_letter_depth_and_failed_count_and_exits_1_at_the_threshold(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    threshold = "stuck_after_s: 600\n      alert_after_dead_letters: 2"
+    w.registry_file.write_text(w.registry_file.read_text().replace("stuck_after_s: 600", threshold))
+    apply_topics(w.settings, w.topics.specs())
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+    codec = ChangeCodec(registry_client(w.settings))
+    # an instance that is alive and counts failures, as the runtime publishes it
+    beat = Heartbeat(producer, w.topics.heartbeats, w.name, interval_s=1, timeout_s=120)
+    assert beat.beat("running", Counters(applied=5, failed=9, parked=4, dead_lettered=3), 3, None, None, force=True)
+
+    def dead_letter(pid: int, error: str) -> None:
+        """A dead letter written the way the runtime writes one."""
+        c = change("PHONE", pid, "REJECT", "INSERT")
+        key, value = codec.encode(w.phone_topic, c)
+        headers = failure_headers(w.name, Origin(w.phone_topic, 0, pid), 3, error, "rejected")
+        producer.produce(w.topics.dlq, key=key, value=value, headers=headers)
+        assert producer.flush(30) == 0
+
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    as_json = ["status", w.name, "--registry", str(w.registry_file), "--json"]
+
+    def status(args: list[str]) -> tuple[int, str, str]:
+        beat.beat("running", Counters(applied=5, failed=9, parked=4, dead_lettered=3), 3, None, None, force=True)
+        assert producer.flush(30) == 0
+        result = CliRunner().invoke(cli, args, env=env)
+        return result.exit_code, result.stdout, result.stderr
+
+    dead_letter(1, "target said: [/bold] no_rejects \x1b[31m")
+    code, out, err = status(as_json)
+    [row] = json.loads(out)
+    assert (code, row["verdict"], row["dead_letters"], row["alert_after_dead_letters"]) == (0, "OK", 1, 2), out + err
+    assert row["failed"] == 9 and row["counters"]["failed"] == 9 and row["alert"] is None
+    assert err == ""
+
+    dead_letter(2, "again")
+    code, out, err = status(as_json)
+    [row] = json.loads(out)
+    line = f"listener {w.name}: 2 unresolved dead letter(s), alert threshold 2; inspect with: mcq dlq list {w.name}"
+    assert (code, row["dead_letters"], row["alert"]) == (1, 2, line), out + err
+    assert err == f"mcq status: {line}\n"
+
+    code, out, err = status(as_json[:-1])  # the table says the same
+    assert code == 1 and err == f"mcq status: {line}\n", out + err
+    assert " 2/2 " in out and " 9 " in out, out
+
+    [first, _] = DeadLetters(w.settings, w.name).entries()
+    discarded = CliRunner().invoke(cli, ["dlq", "discard", w.name, first.id, "--reason", "fixed by hand"], env=env)
+    assert discarded.exit_code == 0, discarded.output
+    code, out, err = status(as_json)
+    [row] = json.loads(out)
+    assert (code, row["dead_letters"], row["alert"]) == (0, 1, None), out + err
+
+
+def test_listen_on_a_taken_port_fails_in_one_line_and_a_catch_up_run_serves_no_health(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    listen = ["listen", w.name, "--registry", str(w.registry_file)]
+    with socket.socket() as taken:  # another listener on this host holds the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = CliRunner().invoke(cli, [*listen, "--http-port", str(port)], env=env)
+    assert refused.exit_code == 2, refused.output
+    assert refused.output == (
+        f"mcq listen: {w.name}: health endpoint 127.0.0.1:{port}: port {port} is already in use by another "
+        "process; choose another with --http-port (0: any free port) or --no-http\n"
+    )
+    produce(w.settings, w.phone_topic, [change("PHONE", 1, "555", "INSERT")])
+    caught_up = CliRunner().invoke(cli, [*listen, "--until-caught-up"], env=env)
+    assert caught_up.exit_code == 0, caught_up.output
+    assert "caught up" in caught_up.output and "health" not in caught_up.output, caught_up.output

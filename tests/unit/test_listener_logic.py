@@ -8,9 +8,11 @@ import pytest
 
 from consumers.adapter import adapter_class, make_adapter
 from consumers.exceptions import ChangeFailed, ListenerConfigError, TargetUnavailable
-from consumers.runtime.interests import interested
+from consumers.projection import IndexedState
 from consumers.runtime.parking import backoff_s
+from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.topics import ListenerTopics
+from consumers.runtime.view import ListenerView, ViewState
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
@@ -37,7 +39,7 @@ listeners:
     adapter: {type: table}
 interests:
   - {listener: LDAP, tname: PERSON, subtype: "*"}
-  - {listener: Unity, tname: PERSON, subtype: Status, rule: "status = 'Active'"}
+  - {listener: Unity, tname: PERSON, subtype: Status, rule: "status = 'Active'", columns: [person_id, status]}
 """
 
 
@@ -58,27 +60,79 @@ def registry():  # type: ignore[no-untyped-def]
     return parse_registry(REGISTRY, "listeners.yaml")
 
 
+def see(registry, listener: str, change: Change, present: bool) -> Change | None:  # type: ignore[no-untyped-def]
+    return ListenerView(registry, listener).see(change, present)[0]
+
+
 def test_an_all_subtypes_interest_takes_every_subtype_and_nothing_else(registry) -> None:  # type: ignore[no-untyped-def]
-    assert interested(registry, "LDAP", status_change("UPDATE", "Active", "Active"))
-    room = Change(ChangeKey("ROOM", None, None, "R1"), "INSERT", Position(1, 1), datetime.now(UTC), "x", {"r": "1"})
-    assert not interested(registry, "LDAP", room)
+    view = ListenerView(registry, "LDAP")
+    assert view.covers(ChangeKey("PERSON", "Status", 42)) and view.covers(ChangeKey("PERSON", "Telephone", 42))
+    assert not view.covers(ChangeKey("ROOM", None, None, "R1"))
 
 
 @pytest.mark.parametrize(
-    ("kind", "after", "before", "expected"),
+    ("kind", "after", "before", "present", "expected", "cause"),
     [
-        ("INSERT", "Active", None, True),
-        ("INSERT", "Former-Active", None, False),
-        ("UPDATE", "Former-Active", "Active", True),  # leaving the selection is news to the listener
-        ("UPDATE", "Former-Active", "Retired", False),
-        ("DELETE", None, "Active", True),  # a delete is judged by the row that went away
-        ("DELETE", None, "Former-Active", False),
+        ("INSERT", "Active", None, False, "INSERT", "source"),
+        ("INSERT", "Former-Active", None, False, None, None),
+        ("UPDATE", "Active", "Active", True, "UPDATE", "source"),
+        # entering the view: an insert with the full state, whatever the source called it
+        ("UPDATE", "Active", "Retired", False, "INSERT", "entered-view"),
+        # leaving the view: a delete for this listener
+        ("UPDATE", "Former-Active", "Active", True, "DELETE", "left-view"),
+        ("UPDATE", "Former-Active", "Retired", False, None, None),
+        # compaction removed the update that took it out: the target still has it, so it goes
+        ("UPDATE", "Former-Active", "Retired", True, "DELETE", "left-view"),
+        ("DELETE", None, "Active", True, "DELETE", "source"),
+        ("DELETE", None, "Former-Active", False, None, None),
+        # a delete of a row the rule never let in, but at the target (before-image lost): still a delete
+        ("DELETE", None, None, True, "DELETE", "source"),
     ],
 )
-def test_a_content_rule_sees_the_row_after_and_before_the_change(  # type: ignore[no-untyped-def]
-    registry, kind: str, after: str | None, before: str | None, expected: bool
+def test_a_listener_gets_what_the_change_means_to_a_target_mirroring_its_view(  # type: ignore[no-untyped-def]
+    registry, kind: str, after: str | None, before: str | None, present: bool, expected: str | None, cause: str | None
 ) -> None:
-    assert interested(registry, "Unity", status_change(kind, after, before)) is expected
+    seen = see(registry, "Unity", status_change(kind, after, before), present)
+    assert (seen.change_type if seen else None) == expected
+    assert (seen.cause if seen else None) == cause
+    if seen is not None and seen.change_type != "DELETE":
+        assert seen.after == {"person_id": "42", "status": after}
+
+
+def test_an_allow_list_keeps_every_other_column_from_the_listener(registry) -> None:  # type: ignore[no-untyped-def]
+    change = status_change("INSERT", "Active", None)
+    change = Change(change.key, "INSERT", change.position, change.entry_time, "x",
+                    {"person_id": "42", "status": "Active", "id_number": "secret"})  # fmt: skip
+    seen = see(registry, "Unity", change, False)
+    assert seen is not None and seen.after == {"person_id": "42", "status": "Active"}
+    assert "id_number" in (see(registry, "LDAP", change, False).after or {})  # no allow-list: every column
+
+
+def test_a_projection_sees_only_the_rows_and_columns_of_the_view(registry) -> None:  # type: ignore[no-untyped-def]
+    state = IndexedState()
+    state.put("PERSON/Status", ChangeKey("PERSON", "Status", 1), {"person_id": "1", "status": "Active", "x": "1"})
+    state.put("PERSON/Status", ChangeKey("PERSON", "Status", 2), {"person_id": "2", "status": "Retired", "x": "2"})
+    view = ViewState(state, ListenerView(registry, "Unity"))
+    assert view.rows("PERSON/Status") == [{"person_id": "1", "status": "Active"}]
+    assert view.row("PERSON/Status", 2) is None
+    assert view.rows("PERSON/Telephone") == []  # no interest at all
+
+
+def test_a_refresh_resolves_to_the_current_state_or_a_delete(registry) -> None:  # type: ignore[no-untyped-def]
+    state = IndexedState()
+    state.put("PERSON/Status", ChangeKey("PERSON", "Status", 1), {"person_id": "1", "status": "Active"}, Position(5, 6))
+    resolver = RefreshResolver(registry, ListenerView(registry, "LDAP"), lambda refs: state)
+    request = Change(ChangeKey("PERSON", None, 1), "UPDATE", Position(90, 91), datetime.now(UTC), "x",
+                     origin="explicit mcq_log_update")  # fmt: skip
+    resolver.prepare([request])
+    gone = ChangeKey("PERSON", "Telephone", 1, aux_string="home")
+    other = ChangeKey("PERSON", "Telephone", 2, aux_string="home")
+    out = resolver.resolve(request, present=[gone, other])
+    assert [(c.key, c.change_type, c.position, c.cause) for c in out] == [
+        (ChangeKey("PERSON", "Status", 1), "UPDATE", Position(5, 6), "refresh"),
+        (gone, "DELETE", Position(90, 91), "refresh"),
+    ]
+    assert out[0].after == {"person_id": "1", "status": "Active"}
 
 
 def test_backoff_grows_exponentially_with_jitter_and_stays_under_the_cap() -> None:
@@ -155,3 +209,33 @@ def test_an_adapter_must_implement_apply_or_apply_batch() -> None:
 
         class Nothing(Adapter):  # defining it is the test
             kind = "nothing"
+
+
+def test_adsi_entries_carry_no_home_numbers_while_ldap_entries_do() -> None:
+    from consumers.ldap.entries import PEOPLE, PHONES, person_entry
+    from mcq.config import PROJECT_ROOT
+    from mcq.registry import load_registry
+
+    campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
+    state = IndexedState()
+    state.put(PEOPLE, ChangeKey("PERSON", "PEOPLE", 7), {"person_id": "7", "first_name": "Ada", "last_name": "L"})
+    for tele, number in (("campus", "+1-518-276-0001"), ("home", "+1-518-555-0199")):
+        row = {"person_id": "7", "tele_type": tele, "phone_number": number}
+        state.put(PHONES, ChangeKey("PERSON", "Telephone", 7, aux_string=tele), row)
+
+    def entry(listener: str):  # type: ignore[no-untyped-def]
+        return person_entry(ViewState(state, ListenerView(campus, listener)), 7, "ou=people", 100)  # type: ignore[arg-type]
+
+    assert entry("ADSI").attributes["homePhone"] == []
+    assert entry("ADSI").attributes["telephoneNumber"] == ["+1-518-276-0001"]
+    assert entry("LDAP").attributes["homePhone"] == ["+1-518-555-0199"]
+
+
+def test_a_refresh_of_a_key_named_whole_that_is_gone_is_a_delete(registry) -> None:  # type: ignore[no-untyped-def]
+    resolver = RefreshResolver(registry, ListenerView(registry, "LDAP"), lambda refs: IndexedState())
+    request = Change(ChangeKey("PERSON", "Status", 3), "UPDATE", Position(90, 91), datetime.now(UTC), "x")
+    resolver.prepare([request])
+    out = resolver.resolve(request, present=[])
+    assert [(c.key, c.change_type, c.cause) for c in out] == [(ChangeKey("PERSON", "Status", 3), "DELETE", "refresh")]
+    # and the listener says it even though it never applied the key
+    assert see(registry, "Unity", out[0], present=True) is not None

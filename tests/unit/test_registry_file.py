@@ -144,3 +144,43 @@ def test_yaml_that_does_not_parse_names_its_line(tmp_path: Path) -> None:
     path.write_text("sources:\n  - name: campus\n    schemas: [campus\n")
     with pytest.raises(RegistryFileError, match=rf"{re.escape(str(path))}:\d+: not valid YAML"):
         load_registry(path)
+
+
+def test_an_allow_list_naming_a_column_no_covered_table_captures_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(
+        tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"tele_type = 'campus'\", columns: [person_id, pin_code]"
+    )
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line and "columns pin_code are not captured" in problem
+
+
+def test_an_expiry_shorter_than_the_delay_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(
+        tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"tele_type = 'campus'\", delay_s: 60, expire_after_s: 30"
+    )
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line and "expire_after_s must be longer than delay_s" in problem
+
+
+def test_a_negative_delay_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"tele_type = 'campus'\", delay_s: -5")
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line and "delay_s" in problem
+
+
+def test_registry_show_prints_an_interests_rule_allow_list_delay_and_expiry() -> None:
+    from mcq.cli import _interest_line
+    from mcq.registry.model import Interest
+
+    line = _interest_line(
+        Interest(
+            listener="X",
+            tname="PERSON",
+            subtype="Status",
+            rule="status = 'A'",
+            columns=("person_id", "status"),
+            delay_s=60,
+            expire_after_s=3600,
+        )
+    )
+    assert line == "PERSON/Status [status = 'A'] columns: person_id, status delay 60 s expires after 3600 s"
