@@ -156,7 +156,9 @@ def test_changes_made_while_connect_is_down_are_not_lost(stack: Stack, settings:
     assert events[1]["after"]["last_name"] == "Murray Hopper"
 
 
-def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_to_run(settings: Settings) -> None:
+def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_to_run(
+    stack: Stack, settings: Settings
+) -> None:
     """REPLICA IDENTITY FULL needs the table's owner: a user who is not gets one line that
     names each table and the exact statement its owner must run, and nothing is changed."""
     token = uuid.uuid4().hex[:8]
@@ -185,7 +187,9 @@ def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_t
         _sql(settings, f"DROP SCHEMA {schema} CASCADE", f"DROP ROLE {role}")
 
 
-def test_connect_apply_refuses_a_feed_that_is_not_a_table_before_any_connector_exists(settings: Settings) -> None:
+def test_connect_apply_refuses_a_feed_that_is_not_a_table_before_any_connector_exists(
+    stack: Stack, settings: Settings
+) -> None:
     token = uuid.uuid4().hex[:8]
     schema = f"ri_{token}"
     _sql(settings, f"CREATE SCHEMA {schema}", f"CREATE VIEW {schema}.people AS SELECT 1 AS person_id, 'x' AS name")
