@@ -369,7 +369,7 @@ class ListenerRuntime:
         """Decode, judge each change against this listener's view and what it applied, apply
         the newest change per key, then flush and commit (the acknowledgement)."""
         self.applied.refresh()  # what the other instances resolved meanwhile
-        todo: dict[str, _Item] = {}  # key text -> the newest change of the key in this batch
+        todo: dict[str, list[_Item]] = {}  # key text -> the key's changes in this batch
         blocked: set[TP] = set()
         last: dict[TP, int] = {}
         requests: list[_Item] = []
@@ -413,9 +413,8 @@ class ListenerRuntime:
                 assert request.change is not None
                 for change in self.refresher.resolve(request.change, present):
                     self._candidate(_Item(request.msg, request.origin, change, request.retry_lane), todo)
-        work = [decided for item in todo.values() if (decided := self._decide(item)) is not None]
         try:
-            self._apply(work, lane)
+            self._apply_in_rounds(todo, lane)
         except _Abandon:
             # stopping while the target is down: acknowledge only what was handled
             for item in self._undone:
@@ -428,10 +427,9 @@ class ListenerRuntime:
                 self._done[tp] = offset + 1
             self._commit(consumer, [TopicPartition(t, p, self._done[(t, p)]) for t, p in last], lane)
 
-    def _candidate(self, item: _Item, todo: dict[str, _Item]) -> None:
-        """Keep a change if it is news for this listener: of a table it covers, newer than
-        what it applied for the key, and the newest of its key in this batch (the last
-        state wins: an older change of a key never reaches the target after a newer one)."""
+    def _candidate(self, item: _Item, todo: dict[str, list[_Item]]) -> None:
+        """Keep a change if it is news for this listener: of a table it covers, and newer
+        than what it applied for the key."""
         change = item.change
         assert change is not None
         key = change.key
@@ -448,15 +446,24 @@ class ListenerRuntime:
         if item.retry_lane and parked is not None and parked > change.position:
             self._count("superseded")  # a newer change of the key waits behind it and carries the state
             return
-        text = key.text()
-        held = todo.get(text)
-        if held is not None:
-            self._count("superseded")
-            assert held.change is not None
-            if held.change.position > change.position:
-                return
-            del todo[text]  # keep the order of arrival of the newest
-        todo[text] = item
+        todo.setdefault(key.text(), []).append(item)
+
+    def _apply_in_rounds(self, todo: dict[str, list[_Item]], lane: str) -> None:
+        """Apply a batch in rounds holding at most one change per key, each key's changes in
+        source order: a change that fails is parked before the next change of its key is
+        judged, and that one then queues behind it — an older change of a key never reaches
+        the target after a newer one, even through retries in place."""
+        queues = [
+            sorted(items, key=lambda i: i.change.position if i.change else Position(0, 0)) for items in todo.values()
+        ]
+        try:
+            while queues:
+                round_ = [q.pop(0) for q in queues]
+                queues = [q for q in queues if q]
+                self._apply([d for item in round_ if (d := self._decide(item)) is not None], lane)
+        except _Abandon:
+            self._undone = [*self._undone, *(i for q in queues for i in q)]  # not handled: read again
+            raise
 
     def _decide(self, item: _Item) -> _Item | None:
         """What the newest change of a key is to this listener: a wait behind the key's
@@ -738,6 +745,10 @@ class ListenerRuntime:
             if self._health:
                 self._health.stop()
             self.report(f"listener {self.name}: stopped; {self.summary()}")
+
+
+def _position(item: _Item) -> Position:
+    return item.change.position if item.change is not None else Position(0, 0)
 
 
 class _Abandon(Exception):
