@@ -275,7 +275,11 @@ class NormalizeJob:
         plain = self._record(topic, key, "X", null_map, null_map, origin, stack, False).withField(
             "change_type", change_type
         )
-        mine = F.col("raw_topic").isin(*self.plan.outbox_topics) & F.col("e.op").isin("c", "r")
+        scope = row.getItem("source")
+        in_scope: Column = F.lit(False)
+        for topic_name, source in self.plan.outbox_sources:  # an entry for another source is not ours
+            in_scope = in_scope | ((F.col("raw_topic") == topic_name) & (scope.isNull() | (scope == source)))
+        mine = in_scope & F.col("e.op").isin("c", "r")
         return (
             F.when(~mine, F.array().cast(RECORDS_TYPE))
             .when(

@@ -1,7 +1,9 @@
 """What the normaliser reads and writes, derived from the registry (pure, no Spark).
 
 Each *feed* (a source table feeding a logical table/subtype) becomes one projection of
-its raw Debezium topic; the outbox ``mcq.change_log`` of each source is read too.
+its raw Debezium topic; the outbox ``mcq.change_log`` of each source is read too, keeping
+the entries that name that source or none (``mcq/capture/outbox.sql``: one database may
+serve several deployments, and every source's connector captures the one outbox).
 Explicit log entries for a logical table that has no source feed *are* its changes and
 go to its logical topic; for a table fed by source tables they are refresh requests and
 go to the refresh topic (a compacted logical topic must only ever hold real state).
@@ -39,6 +41,9 @@ class FeedPlan:
 class NormalizePlan:
     feeds: tuple[FeedPlan, ...]
     outbox_topics: tuple[str, ...]
+    outbox_sources: tuple[tuple[str, str], ...]
+    """(raw outbox topic, the source it was captured for): an entry scoped to another
+    source is not this deployment's."""
     explicit_topics: tuple[tuple[str, str | None, str], ...]
     """(tname, subtype, logical topic) of tables whose changes come only from the explicit log."""
     refresh_topic: str
@@ -71,6 +76,7 @@ def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
     return NormalizePlan(
         feeds=feeds,
         outbox_topics=tuple(raw_topic(s, OUTBOX_TABLE) for s in registry.sources),
+        outbox_sources=tuple((raw_topic(s, OUTBOX_TABLE), s.name) for s in registry.sources),
         explicit_topics=tuple((t.tname, t.subtype, t.topic(prefix)) for t in registry.tables if not t.feeds),
         refresh_topic=refresh_topic(prefix),
     )

@@ -25,7 +25,7 @@ from mcq.registry.model import Registry, Source
 OUTBOX_TABLE = "mcq.change_log"
 OUTBOX_COLUMNS = (
     "log_id", "tname", "subtype", "change_type", "person_id", "pkey_string", "pkey_number", "aux_string",
-    "call_stack", "logged_at", "txid",
+    "call_stack", "logged_at", "txid", "source",
 )  # fmt: skip
 
 

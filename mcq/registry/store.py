@@ -1,5 +1,7 @@
 """The registry's run-time home: a compacted Kafka topic, as Connect and schema
-registries keep theirs.
+registries keep theirs -- one per deployment, ``<topic prefix>._registry`` (beside its
+``<prefix>._refresh`` and ``<prefix>._heartbeats``), so two registries applied under two
+``MCQ_TOPIC_PREFIX`` values never replace each other.
 
 One record per definition, keyed ``<kind>/<id>`` (``table/PERSON/Telephone``,
 ``listener/LDAP``, ``interest/LDAP|PERSON|*``), value the definition as JSON; a removed
@@ -26,7 +28,11 @@ from mcq.config import Settings
 from mcq.registry.exceptions import RegistryStoreError
 from mcq.registry.model import Interest, Listener, LogicalTable, Registry, Source
 
-REGISTRY_TOPIC = "_mcq.registry"
+
+def registry_topic(prefix: str) -> str:
+    """The store of the deployment whose topics start with ``prefix``."""
+    return f"{prefix}._registry"
+
 
 _KINDS: dict[str, type[Source] | type[LogicalTable] | type[Listener] | type[Interest]] = {
     "source": Source,
@@ -106,9 +112,9 @@ def assemble(records: dict[str, dict[str, Any]]) -> Registry:
 class RegistryStore:
     """Read and write the registry topic."""
 
-    def __init__(self, settings: Settings, topic: str = REGISTRY_TOPIC) -> None:
+    def __init__(self, settings: Settings, topic: str | None = None) -> None:
         self.settings = settings
-        self.topic = topic
+        self.topic = topic or registry_topic(settings.topic_prefix)
         self._conf = settings.kafka.client_config()
 
     def ensure_topic(self) -> None:
@@ -195,8 +201,8 @@ class RegistryReader:
     """A long-lived reader: catches up once, then :meth:`poll` applies new records, so a
     running listener sees an interest added later without restarting."""
 
-    def __init__(self, settings: Settings, topic: str = REGISTRY_TOPIC) -> None:
-        self.topic = topic
+    def __init__(self, settings: Settings, topic: str | None = None) -> None:
+        self.topic = topic = topic or registry_topic(settings.topic_prefix)
         self.records: dict[str, dict[str, Any]] = {}
         self._consumer = Consumer(
             {

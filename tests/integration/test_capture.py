@@ -104,6 +104,8 @@ def test_mcq_log_update_and_figure_5_arrive_through_the_outbox(settings: Setting
     figure5 = (PROJECT_ROOT / "examples" / "refresh_transfer_students.sql").read_text().replace("campus.", f"{s}.")
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
         transfers = {r[0] for r in conn.execute(f"SELECT username FROM {s}.logins WHERE admit_cohort = 'TR200209'")}
+        # the connector's snapshot holds every older entry of the shared outbox too
+        before = conn.execute("SELECT coalesce(max(log_id), 0) FROM mcq.change_log").fetchone()[0]  # type: ignore[index]
         conn.execute(figure5)
     explicit = _events(
         settings,
@@ -118,15 +120,18 @@ def test_mcq_log_update_and_figure_5_arrive_through_the_outbox(settings: Setting
         42,
         None,
     )
+    assert entry["source"] is None  # named no source: every source of the database takes it
     assert entry["call_stack"].startswith("PL/pgSQL function mcq_log_update(")
     if transfers:
         refreshed = _events(
             settings,
             captured.topic("mcq.change_log"),
-            lambda k, v: v is not None and v["after"]["pkey_string"] in transfers,
+            lambda k, v: v is not None and v["after"]["pkey_string"] in transfers and v["after"]["log_id"] > before,
             expect=len(transfers),
         )
         assert {e["after"]["pkey_string"] for e in refreshed} == transfers
+        # Figure 5 names the source it is meant for (one database may serve several deployments)
+        assert {e["after"]["source"] for e in refreshed} == {"campus"}
         # the paper's call stack: who called the logging routine (here Figure 5's anonymous block)
         assert all("inline_code_block" in e["after"]["call_stack"] for e in refreshed)
 

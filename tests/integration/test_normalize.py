@@ -24,7 +24,7 @@ from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import KEY_FIELDS
 from mcq.stack import Stack
-from mcq.topics.plan import TopicSpec, apply_topics
+from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
 from streams.normalize import run_normalize
 from streams.plan import FeedPlan, plan_normalize
 from tests.integration.pgtext import rows_as_text
@@ -280,9 +280,18 @@ def driven(world: Captured, registry: Registry, nsettings: Settings, checkpoint:
         f"WHERE person_id = {PA}",
         f"UPDATE {s}.logins SET last_login = now() WHERE username = 'zztest'",
     )
+    # explicit entries scoped to this deployment's source, to another one's, and to none
+    marker = f"zz{uuid.uuid4().hex[:6]}"
+    own = world.source.name
+    with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s, source => %s)", (f"{marker}-own", own))
+        conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s, source => 'elsewhere')", (f"{marker}-arg",))
+        conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s)", (f"{marker}-unscoped",))
+        conn.execute("SET mcq.source = 'elsewhere'")
+        conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s)", (f"{marker}-session",))
     time.sleep(3)  # let Debezium deliver the last transactions before the batch is planned
     lines = normalize_once(nsettings, registry, checkpoint)
-    return {"values": values, "lines": lines, "members": (g, u1, u2)}
+    return {"values": values, "lines": lines, "members": (g, u1, u2), "explicit": marker}
 
 
 def _records_of(nsettings: Settings, topic: str, match: dict[str, Any]) -> list[dict[str, Any] | None]:
@@ -317,6 +326,17 @@ def test_each_source_table_yields_insert_update_delete_in_order(
             assert tail[-1]["before"][watched] == vs[2]  # type: ignore[index]
         assert tail[2]["after"] is None and tail[2]["before"] is not None  # type: ignore[index]
         assert tail[0]["provenance"]["origin"] == f"table {feed.source_table}"  # type: ignore[index]
+
+
+def test_explicit_entries_scoped_to_another_source_are_not_this_deployments(
+    nsettings: Settings, driven: dict[str, Any]
+) -> None:
+    """One database, several deployments: every source's connector captures the one outbox,
+    and an entry naming another source (argument or session setting) is not a refresh here."""
+    marker = driven["explicit"]
+    topic = refresh_topic(nsettings.topic_prefix)
+    seen = {k["pkey_string"] for k, _ in decode_topic(nsettings, topic) if (k["pkey_string"] or "").startswith(marker)}
+    assert seen == {f"{marker}-own", f"{marker}-unscoped"}
 
 
 def test_a_moved_key_is_a_delete_of_the_old_key_and_an_insert_of_the_new(

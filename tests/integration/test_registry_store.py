@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.registry import Interest, load_registry
@@ -78,3 +82,36 @@ def test_first_seen_provenance_is_kept_from_the_first_caller(stack: Stack, setti
     again = store.record_first_seen("PERSON/Telephone", "mcq_log_update() from refresh_transfer_students")
     assert again == first
     assert [p.origin for p in store.provenance()] == ["source table campus.directory_telephone"]
+
+
+def _mcq(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
+    return subprocess.run(
+        [sys.executable, "-m", "mcq.cli", *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_two_registries_applied_under_two_prefixes_keep_separate_stores(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """Two deployments on one cluster: applying the second registry leaves the first whole,
+    and each prefix's readers (listeners, the normaliser's provenance) see only their own."""
+    campus, small = f"ra{token}", f"rb{token}"
+    reg = load_registry(CAMPUS)
+    other = tmp_path / "other.yaml"
+    text = CAMPUS.read_text()
+    other.write_text(text[: text.index("\nlisteners:")] + "\nlisteners: []\ninterests: []\n")
+    assert _mcq(campus, "registry", "apply", str(CAMPUS)).returncode == 0
+    applied = _mcq(small, "registry", "apply", str(other))
+    assert applied.returncode == 0, applied.stderr
+    assert not any(line.startswith("- ") for line in applied.stdout.splitlines())  # nothing of campus's removed
+    first = RegistryStore(settings.model_copy(update={"topic_prefix": campus})).read()
+    second = RegistryStore(settings.model_copy(update={"topic_prefix": small})).read()
+    assert {x.name for x in first.listeners} == {x.name for x in reg.listeners}
+    assert set(first.interests) == set(reg.interests)
+    assert not second.listeners and {t.ref for t in second.tables} == {t.ref for t in reg.tables}
+    RegistryStore(settings.model_copy(update={"topic_prefix": small})).record_first_seen("LOGINS", "test")
+    assert not RegistryStore(settings.model_copy(update={"topic_prefix": campus})).provenance()
+    shown = _mcq(campus, "registry", "show")
+    assert shown.returncode == 0 and "LDAP" in shown.stdout
+    assert "LDAP" not in _mcq(small, "registry", "show").stdout
