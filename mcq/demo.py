@@ -5,8 +5,11 @@ waits for the initial load to reach them, performs a scripted burst of changes i
 source (a new hire, a telephone changed twice, a status change, a transfer-student
 refresh through the explicit-log function, a deletion, a change the vendor trigger
 rejects), runs Insite's batch catch-up, prints what each listener applied, what is
-pending, parked and dead-lettered, and ends with a check that LDAP and the vendor table
-hold, key by key, what the source holds. Exit 0 when they do.
+pending, parked and dead-lettered, and ends with checks (:mod:`mcq.checks`, derived from
+the source tables, never from the listeners' code) that LDAP, the vendor table and BEST's
+files hold, key by key, what the source holds. Exit 0 only when every check it prints
+holds: the initial load in LDAP, LDAP, the vendor table and BEST's files after the burst,
+and the vendor trigger's refusal in Insite's dead-letter topic.
 """
 
 from __future__ import annotations
@@ -16,154 +19,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from ldap3 import LEVEL, Connection, Server
 
-from consumers.ldap.entries import STATE, group_entry, person_entry
-from consumers.projection import source_snapshot
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.status import status_report
 from consumers.runtime.topics import ListenerTopics
+from mcq.checks import Check, check_files, check_insite, check_ldap
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.registry.model import Registry
 
 Say = Callable[[str], None]
 REALTIME = ("LDAP", "BEST")
-SQL_IMPORT_STATE = ("PERSON/PEOPLE", "PERSON/Status", "PERSON/Dir_Orgn", "DEPARTMENT")
 
 
-@dataclass
-class Check:
-    """The result of comparing a target with the source."""
-
-    target: str
-    checked: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def line(self) -> str:
-        verdict = "equal to the source" if self.ok else f"{len(self.problems)} difference(s)"
-        return f"check {self.target}: {self.checked} keys, {verdict}"
-
-
-def _ldap(settings: Settings) -> Connection:
-    s = settings.ldap
-    return Connection(Server(s.url), user=s.bind_dn, password=s.password.get_secret_value(), auto_bind=True)
-
-
-def _entries(conn: Connection, container: str) -> dict[str, dict[str, list[str]]]:
-    conn.search(container, "(objectClass=*)", LEVEL, attributes=["*"], paged_size=1000)
-    out = {
-        e.entry_dn.lower(): {k: sorted(map(str, v)) for k, v in e.entry_attributes_as_dict.items()}
-        for e in conn.entries
-    }
-    cookie = conn.result.get("controls", {}).get("1.2.840.113556.1.4.319", {}).get("value", {}).get("cookie")
-    while cookie:
-        conn.search(container, "(objectClass=*)", LEVEL, attributes=["*"], paged_size=1000, paged_cookie=cookie)
-        out.update(
-            {
-                e.entry_dn.lower(): {k: sorted(map(str, v)) for k, v in e.entry_attributes_as_dict.items()}
-                for e in conn.entries
-            }
-        )
-        cookie = conn.result.get("controls", {}).get("1.2.840.113556.1.4.319", {}).get("value", {}).get("cookie")
-    return out
-
-
-def check_ldap(settings: Settings, registry: Registry, people_dn: str, groups_dn: str, default_gid: int = 100) -> Check:
-    """Every person and group of the source has exactly its entry, and no other entry exists."""
-    check = Check("LDAP")
-    source = source_snapshot(settings, registry, [r for r in STATE if registry.table(*_ref(r))])
-    conn = _ldap(settings)
-    try:
-        people, groups = _entries(conn, people_dn), _entries(conn, groups_dn)
-        wanted: dict[str, Any] = {}
-        for row in source.rows("PERSON/PEOPLE"):
-            entry = person_entry(source, int(row["person_id"] or 0), people_dn, default_gid)
-            if entry:
-                wanted[entry.dn.lower()] = entry
-        for row in source.rows("GROUPS"):
-            entry = group_entry(source, row["group_name"] or "", groups_dn)
-            if entry:
-                wanted[entry.dn.lower()] = entry
-        have = {**people, **groups}
-        for dn, entry in wanted.items():
-            check.checked += 1
-            got = have.get(dn)
-            if got is None:
-                check.problems.append(f"{dn}: missing")
-                continue
-            for attr, values in entry.attributes.items():
-                if sorted(values) != got.get(attr, []):
-                    check.problems.append(f"{dn}: {attr} is {got.get(attr, [])}, the source says {sorted(values)}")
-        for dn in have.keys() - wanted.keys():
-            check.problems.append(f"{dn}: in the directory, not in the source")
-    finally:
-        conn.unbind()
-    return check
-
-
-def _ref(ref: str) -> tuple[str, str | None]:
-    tname, _, subtype = ref.partition("/")
-    return tname, subtype or None
-
-
-def check_insite(settings: Settings, registry: Registry, vendor_schema: str, rejected: set[int]) -> Check:
-    """SA_PERSON holds every person of the source as the trigger would, except the ones whose
-    change the trigger rejected (those are in the dead-letter topic)."""
-    from consumers.sql_import.adapter import ORGN
-
-    check = Check("Insite SA_PERSON")
-    source = source_snapshot(settings, registry, SQL_IMPORT_STATE)
-    try:
-        with psycopg.connect(settings.vendor.dsn()) as conn:
-            rows = conn.execute(
-                f"SELECT person_number, person_last_name, person_first_name, person_location, person_text1, "
-                f"person_memo FROM {vendor_schema}.sa_person"
-            ).fetchall()
-        have = {r[0]: tuple(r[1:]) for r in rows}
-        for person in source.rows("PERSON/PEOPLE"):
-            pid = int(person["person_id"] or 0)
-            if pid in rejected:
-                continue
-            check.checked += 1
-            status = source.row("PERSON/Status", pid)
-            orgns = sorted(source.rows(ORGN, pid), key=lambda r: int(r.get("dept_id") or 0))
-            orgn = title = None
-            if orgns:
-                title = orgns[0].get("title")
-                dept = source.keyed("DEPARTMENT", pkey_number=orgns[0].get("dept_id") or "")
-                orgn = dept[0].get("name") if dept else None
-            got = have.get(str(pid))
-            if got is None:
-                check.problems.append(f"person {pid}: missing")
-                continue
-            want_status = (status or {}).get("status")
-            if want_status is None:  # the trigger's rule: No Status on insert, Former-<old> after
-                ok_status = got[2] == "No Status" or (got[2] or "").startswith("Former-")
-            else:
-                ok_status = got[2] == want_status[:24]
-            if (got[0], got[1], got[3], got[4]) != (
-                person["last_name"],
-                person["first_name"],
-                orgn,
-                title,
-            ) or not ok_status:
-                check.problems.append(
-                    f"person {pid}: {got}, the source says "
-                    f"{(person['last_name'], person['first_name'], want_status, orgn, title)}"
-                )
-    finally:
-        pass
-    return check
+def world_schema(registry: Registry) -> str:
+    """The schema holding the campus world's tables: the one the registry's PERSON/PEOPLE feed names."""
+    table = registry.table("PERSON", "PEOPLE")
+    if table is None or not table.feeds:
+        raise ValueError("the registry has no feed of PERSON/PEOPLE: which schema holds the world?")
+    return table.feeds[0].schema_name
 
 
 def _sql(settings: Settings, *statements: str | tuple[str, tuple[Any, ...]]) -> None:
@@ -292,7 +169,9 @@ def run_demo(settings: Settings, registry: Registry, say: Say = print, timeout_s
         say("demo: the initial load flows: source -> Debezium -> Spark -> Kafka -> LDAP")
         first = converge("the initial load to reach LDAP", lambda: check_ldap(settings, registry, people_dn, groups_dn))
         say(first.line())
-        rejected = burst(settings, "campus", say)
+        for problem in first.problems[:10]:
+            say(f"  {problem}")
+        rejected = burst(settings, world_schema(registry), say)
         ldap = converge("the burst to reach LDAP", lambda: check_ldap(settings, registry, people_dn, groups_dn))
         for line in _status_lines(settings, registry, list(REALTIME)):
             say(line)
@@ -314,16 +193,15 @@ def run_demo(settings: Settings, registry: Registry, say: Say = print, timeout_s
         dead = DeadLetters(settings, "Insite").entries()
         for d in dead:
             say(f"demo: Insite dead letter {d.id} from {d.origin}: {d.error}")
+        best = converge("the burst to reach BEST's files", lambda: check_files(settings, registry, "BEST"))
         insite = check_insite(settings, registry, vendor_schema, rejected)
-        say(ldap.line())
-        say(insite.line())
-        for problem in (ldap.problems + insite.problems)[:20]:
-            say(f"  {problem}")
+        for check in (ldap, insite, best):
+            say(check.line())
+            for problem in check.problems[:10]:
+                say(f"  {problem}")
         refused = any("no last name" in d.error for d in dead)
         say(f"check: the trigger's refusal is in Insite's dead-letter topic: {'yes' if refused else 'NO'}")
-        files = sorted(Path("out/best").glob("*.jsonl")) if Path("out/best").is_dir() else []
-        say(f"check: BEST's listener wrote {len(files)} file(s) to out/best")
-        return 0 if ldap.ok and insite.ok and refused else 1
+        return 0 if all(c.ok for c in (first, ldap, insite, best)) and refused else 1
     finally:
         for proc in procs.values():
             if proc.poll() is None:
