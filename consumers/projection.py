@@ -151,10 +151,13 @@ class StateStore(IndexedState):
             if err.code() == KafkaError._PARTITION_EOF:
                 return True
             raise ConsumerError(f"projection: reading {msg.topic()}: {err}")
-        topic = msg.topic() or ""
-        self._next[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        self._next[(topic, partition)] = offset + 1
         try:
-            change = self._codec.decode(topic, msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
+            if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
+                self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
+                return True
+            change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
         except BadChange:
             return True  # the listener itself dead-letters a bad record; the projection cannot use it
         if change is None:

@@ -196,7 +196,8 @@ def _store() -> RegistryStore:
 @registry.command("apply")
 @REGISTRY_FILE
 def registry_apply(file: Path) -> None:
-    """Publish a registry file to the shared store; running processes pick it up."""
+    """Publish a registry file to this prefix's store (<MCQ_TOPIC_PREFIX>._registry); running
+    processes of the same prefix pick it up."""
     reg = _load_registry_file(file)
     try:
         change = _store().apply(reg)
@@ -221,6 +222,11 @@ def registry_show() -> None:
     """Show the registry as running processes see it, with first-seen provenance."""
     store = _store()
     reg = store.read()
+    if not (reg.sources or reg.tables or reg.listeners):
+        _err(
+            f"mcq registry show: the store {store.topic} is empty; each topic prefix has its own: "
+            f"apply a registry file under MCQ_TOPIC_PREFIX={_settings().topic_prefix}"
+        )
     provenance = {p.ref: p for p in store.provenance()}
     tables = Table(title="tables / subtypes")
     for col in ("table/subtype", "topic", "fed by", "first seen"):
@@ -558,9 +564,12 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
     """Process monitor: per listener, instances alive, pending changes, oldest pending, counts.
 
     Exits 1 when a listener is DEAD (real-time, no live instance), STUCK (its oldest
-    pending change is older than its limit), or holds as many unresolved dead letters as
+    pending change is older than its limit), holds as many unresolved dead letters as
     its delivery.alert_after_dead_letters (one line each on stderr, naming the command
-    that lists them), so cron or a probe can alert."""
+    that lists them), or has changes waiting (or that waited, until the refresh is
+    applied) on a logical topic longer than the topic keeps deletes (delete.retention.ms:
+    one line each on stderr, naming the refresh that repairs its target), so cron or a
+    probe can alert."""
     from consumers.exceptions import DeadLetterError
     from consumers.runtime.status import status_report
 
@@ -596,6 +605,7 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
                         "dead_letters": r.dead_letters,
                         "alert_after_dead_letters": r.alert_after_dead_letters,
                         "alert": r.dead_letter_alert,
+                        "tombstones_at_risk": r.tombstones_at_risk,
                     }
                     for r in report
                 ]
@@ -643,6 +653,8 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
     for r in report:
         if r.dead_letter_alert:
             _err(f"mcq status: {r.dead_letter_alert}")
+        if r.tombstones_at_risk:
+            _err(f"mcq status: {r.tombstones_at_risk}")
     sys.exit(EXIT_FAILED if any(r.failing for r in report) else 0)
 
 
@@ -755,7 +767,8 @@ def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
 @click.option("--timeout", default=900, show_default=True, type=click.IntRange(min=60), help="Seconds to converge.")
 def demo(timeout: int) -> None:
     """The whole pipeline on the campus world: normaliser and listeners running, a scripted
-    burst of changes, then LDAP and the vendor table checked key by key against the source.
+    burst of changes, then LDAP, the vendor table and BEST's files checked key by key
+    against the source.
 
     Expects `make run`'s earlier steps (stack, world, registry, topics, schemas, capture).
     Exit 0 when every target equals the source."""

@@ -1,7 +1,7 @@
 """What a listener has done per key, shared by its instances through a compacted topic.
 
 Three facts per logical key, each its own record in ``<prefix>.listener.NAME.applied``
-(compacted: the last value per record key is what counts):
+(compacted: the last value per record key is what counts), and one per logical topic:
 
 * ``<key>`` = ``commit/lsn`` (the key is at the target) or ``commit/lsn/-`` (it is not:
   deleted at the source, or left this listener's view): the position of the last change
@@ -17,6 +17,10 @@ Three facts per logical key, each its own record in ``<prefix>.listener.NAME.app
   which partition.
 * ``dead:<key>`` = ``commit/lsn``: the newest change of the key dead-lettered (the
   parked queue of the key is resolved up to there).
+* ``exposed:<topic>`` = a JSON :class:`~consumers.runtime.acks.ExposureMark`: changes the
+  listener read there had waited longer than the topic keeps tombstones, so deleted keys
+  may remain at its target; tombstoned once a whole-table refresh of the table has been
+  applied (``mcq status`` reports it until then).
 
 Written before the offsets are committed (the caller flushes the producer), so the next
 owner of a partition, which reads the topic to its end when partitions are assigned,
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from consumers.exceptions import ConsumerError
+from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
 from mcq.topics.read import watermarks
@@ -63,6 +68,7 @@ class AppliedPositions:
         self._applied: dict[str, Applied] = {}
         self._marks: dict[str, Position] = {}  # park:<key> and dead:<key>
         self._keys: dict[str, ChangeKey] = {}  # parsed keys, for lookups by partial key
+        self._exposed: dict[str, ExposureMark] = {}  # exposed:<topic>, by topic
         self._consumer = Consumer(
             {
                 **settings.kafka.client_config(),
@@ -136,6 +142,25 @@ class AppliedPositions:
     def mark_dead(self, key: ChangeKey, position: Position) -> None:
         self._mark(DEAD + key.text(), position)
 
+    def mark_exposed(self, mark: ExposureMark) -> bool:
+        """Remember that deletes on ``mark.topic`` may have been missed; the caller flushes
+        the producer before committing past the changes judged. A topic already marked
+        keeps its mark (the report and its repair are the same): False then."""
+        if mark.topic in self._exposed:
+            return False
+        self._exposed[mark.topic] = mark
+        self._producer.produce(self.topic, key=mark.key.encode(), value=mark.text().encode())
+        return True
+
+    def clear_exposed(self, topic: str) -> bool:
+        """Forget the mark of ``topic`` (a whole-table refresh repaired the target): True if
+        there was one."""
+        mark = self._exposed.pop(topic, None)
+        if mark is None:
+            return False
+        self._producer.produce(self.topic, key=mark.key.encode(), value=None)
+        return True
+
     def _put(self, text: str, applied: Applied) -> None:
         self._applied[text] = applied
         self._producer.produce(self.topic, key=text.encode(), value=applied.text().encode())
@@ -158,7 +183,7 @@ class AppliedPositions:
                 return True
             raise ConsumerError(f"reading {self.topic}: {err}")
         key, value = (msg.key() or b"").decode(), msg.value()
-        if value is None:
+        if fold_mark(self._exposed, key, value) or value is None:
             return True
         if key.startswith((PARK, DEAD)):
             a, b = value.decode().split("/")[:2]

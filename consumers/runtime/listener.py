@@ -13,7 +13,13 @@ Per batch: decode, keep the changes an interest (and its rule) selects, skip tho
 newer than what was applied for their key, apply the rest through the adapter, then
 flush what the batch produced (parked changes, dead letters, applied positions) and
 only then commit the offsets: the commit is the acknowledgement, and a change is never
-acknowledged before the target, the retry lane or the dead-letter topic holds it.
+acknowledged before the target, the retry lane or the dead-letter topic holds it. Each
+commit carries when it was made and how old what is left after it is (its offset
+metadata, consumers/runtime/acks.py), so ``mcq status`` can tell a listener that stayed
+behind longer than a topic keeps its tombstones. The listener judges the same when it
+reads a partition it had been reading before: changes that waited that long leave a mark
+in its applied topic (flushed before the commit past them) that ``mcq status`` reports
+until a whole-table refresh of the table has been applied here.
 
 A failing change is retried in place with back-off and jitter, then parked in the retry
 lane with a hold-until time, and dead-lettered after ``max_attempts`` delivery rounds.
@@ -34,6 +40,7 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from consumers.adapter import Adapter, make_adapter
 from consumers.exceptions import (
@@ -45,23 +52,26 @@ from consumers.exceptions import (
     TargetUnavailable,
 )
 from consumers.projection import StateStore
+from consumers.runtime.acks import AckMark, ExposureMark, exposure_line, waited_past_retention
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
-from consumers.runtime.topics import ListenerTopics
+from consumers.runtime.topics import ListenerTopics, tombstone_retention
 from consumers.runtime.view import ListenerView, Verdict
 from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position, RegistryUnavailable
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry.model import Listener, Registry
-from mcq.registry.store import REGISTRY_TOPIC, RegistryReader
+from mcq.registry.store import RegistryReader
 from mcq.topics.plan import apply_topics, plan_topics
-from mcq.topics.read import watermarks
+from mcq.topics.read import all_watermarks
 
 Report = Callable[[str], None]
 TP = tuple[str, int]
+# while the target is down: one line when it goes, one when it is back, and this reminder
+WAIT_REMINDER_S = 60.0
 
 
 @dataclass
@@ -85,7 +95,7 @@ class ListenerRuntime:
         name: str,
         *,
         registry: Registry | None = None,
-        registry_topic: str = REGISTRY_TOPIC,
+        registry_topic: str | None = None,
         adapter: Adapter | None = None,
         http_host: str = "127.0.0.1",
         http_port: int | None = 0,
@@ -111,7 +121,9 @@ class ListenerRuntime:
         self.metrics = ListenerMetrics(name)
         self._stop = threading.Event()
         self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
+        self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._target_up = True
+        self._down_since = self._reminded_at = 0.0
         self._last_tick = time.monotonic()
         self._last_applied_at: float | None = None
         self._realtime_topics: list[str] = []
@@ -120,6 +132,9 @@ class ListenerRuntime:
         self._undone: list[_Item] = []
         self._ends: dict[str, dict[TP, int]] = {"realtime": {}, "bulk": {}}
         self._done: dict[TP, int] = {}  # next offset to process, per partition handled here
+        self._acks: dict[TP, str] = {}  # the offset metadata committed with it (consumers/runtime/acks.py)
+        self._watched: set[TP] = set()  # read before (a commit with a mark): waits judged (_judge_waits)
+        self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
         self._health: HealthServer | None = None
         if http_port is not None:
             self._health = HealthServer(http_host, http_port, self.live, self.ready, self.metrics)
@@ -223,16 +238,14 @@ class ListenerRuntime:
         # offsets are committed at the end of every batch, so nothing processed is pending;
         # commit once more in case the last commit failed (the next owner starts there)
         lane = "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
-        mine = [
-            TopicPartition(tp.topic, tp.partition, self._done[(tp.topic, tp.partition)])
-            for tp in partitions
-            if (tp.topic, tp.partition) in self._done
-        ]
+        mine = self._offsets([(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._done])
         if mine:
             self._commit(consumer, mine, lane)
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._done.pop((tp.topic, tp.partition), None)
+            self._acks.pop((tp.topic, tp.partition), None)
+            self._watched.discard((tp.topic, tp.partition))
             self._ends[lane].pop((tp.topic, tp.partition), None)
 
     # ------------------------------------------------------------------ the loop
@@ -323,6 +336,7 @@ class ListenerRuntime:
     def _realtime_backlog(self) -> bool:
         """Whether a real-time partition (a retry partition on hold aside) has records we
         have not processed, by the high watermark of the last fetch: no broker round trip."""
+        self._learn(self._rt, None, list(self._rt_assignment))
         for tp in self._rt_assignment:
             key = (tp.topic, tp.partition)
             if key in self._held:
@@ -335,10 +349,28 @@ class ListenerRuntime:
     def _committed_or_zero(self, consumer: Consumer, tp: TopicPartition) -> int:
         key = (tp.topic, tp.partition)
         if key not in self._done:
-            committed = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)[0].offset
-            low, _ = watermarks(consumer, tp)
-            self._done[key] = committed if committed >= 0 else low
+            self._learn(consumer, None, [tp])
         return self._done[key]
+
+    def _learn(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
+        """What the group committed, and (for ``lane``) where each partition ended, for the
+        partitions not seen yet -- asked for all of them at once."""
+        new = [tp for tp in tps if (tp.topic, tp.partition) not in self._done]
+        ends = [tp for tp in tps if lane is not None and (tp.topic, tp.partition) not in self._ends[lane]]
+        if not new and not ends:
+            return
+        marks = all_watermarks(self._admin, list({(t.topic, t.partition): t for t in new + ends}.values()))
+        for tp in ends:
+            self._ends[lane][(tp.topic, tp.partition)] = marks[(tp.topic, tp.partition)][1]  # type: ignore[index]
+        if not new:
+            return
+        for committed in consumer.committed([TopicPartition(t.topic, t.partition) for t in new], timeout=10):
+            key = (committed.topic, committed.partition)
+            self._done[key] = committed.offset if committed.offset >= 0 else marks[key][0]
+            if committed.offset >= 0 and committed.metadata:
+                self._acks[key] = committed.metadata  # committed again unchanged until records are handled
+                if AckMark.parse(committed.metadata) is not None:
+                    self._watched.add(key)  # read here before: how long its changes waited is judged
 
     def _caught_up(self) -> bool:
         """Everything that was pending when we first saw each partition is handled."""
@@ -346,12 +378,11 @@ class ListenerRuntime:
             assigned = list(consumer.assignment())
             if not assigned:
                 return False
+            self._learn(consumer, lane, [tp for tp in assigned if (tp.topic, tp.partition) not in self._held])
             for tp in assigned:
                 key = (tp.topic, tp.partition)
                 if key in self._held:
                     continue  # parked changes not yet due wait for the next run
-                if key not in self._ends[lane]:
-                    self._ends[lane][key] = watermarks(consumer, tp)[1]
                 if self._committed_or_zero(consumer, tp) < self._ends[lane][key]:
                     return False
         return True
@@ -372,6 +403,8 @@ class ListenerRuntime:
         todo: dict[str, list[_Item]] = {}  # key text -> the key's changes in this batch
         blocked: set[TP] = set()
         last: dict[TP, int] = {}
+        stamps: dict[TP, int] = {}  # timestamp (ms) of the last record handled, per partition
+        firsts: dict[TP, Message] = {}  # the first record handled, per partition
         requests: list[_Item] = []
         for msg in msgs:
             err = msg.error()
@@ -395,6 +428,8 @@ class ListenerRuntime:
                     blocked.add(tp)
                     continue
             last[tp] = msg.offset() or 0
+            stamps[tp] = msg.timestamp()[1]
+            firsts.setdefault(tp, msg)
             try:
                 item.change = self._decode(msg)
             except BadChange as exc:
@@ -406,6 +441,7 @@ class ListenerRuntime:
                 requests.append(item)
                 continue
             self._candidate(item, todo)
+        self._judge_waits(consumer, firsts)
         if requests:
             self.refresher.prepare([r.change for r in requests if r.change is not None])
             present = list(self.applied.present_keys())
@@ -415,17 +451,61 @@ class ListenerRuntime:
                     self._candidate(_Item(request.msg, request.origin, change, request.retry_lane), todo)
         try:
             self._apply_in_rounds(todo, lane)
+            self._clear_exposures(requests)
         except _Abandon:
             # stopping while the target is down: acknowledge only what was handled
             for item in self._undone:
                 tp = (item.msg.topic() or "", item.msg.partition() or 0)
                 last[tp] = min(last[tp], (item.msg.offset() or 0) - 1)
+                stamps[tp] = min(stamps[tp], item.msg.timestamp()[1])  # what is left starts here
             raise
         finally:
             self._flush()
+            now = time.time()
             for tp, offset in last.items():
                 self._done[tp] = offset + 1
-            self._commit(consumer, [TopicPartition(t, p, self._done[(t, p)]) for t, p in last], lane)
+                self._acks[tp] = AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None).text()
+            self._commit(consumer, self._offsets(list(last)), lane)
+
+    def _judge_waits(self, consumer: Consumer, firsts: dict[TP, Message]) -> None:
+        """Whether the changes read now on a logical partition this listener had been reading
+        before waited longer than their topic keeps tombstones (consumers/runtime/acks.py):
+        judged against the commit (or the last batch) they follow, by their first record.
+        If so, one line, and a mark in the applied topic (flushed with the batch, before
+        its commit) that ``mcq status`` reports until a whole-table refresh clears it."""
+        tables = {t.topic(self.settings.topic_prefix): t for t in self.registry.tables_of(self.name)}
+        now = time.time()
+        for tp, msg in firsts.items():
+            table = tables.get(tp[0])
+            if table is None:
+                continue  # the retry lane and the bulk lane keep their records until consumed
+            self._committed_or_zero(consumer, TopicPartition(*tp))  # what the commit says, first time here
+            if tp not in self._watched:
+                continue
+            stamp = msg.timestamp()[1]
+            retention = tombstone_retention(self.settings, [tp[0]], self._retention)[tp[0]]
+            found = waited_past_retention(
+                self._done[tp], self._acks.get(tp), msg.offset(), stamp / 1000 if stamp > 0 else None, now, retention
+            )
+            if found is None or retention is None:
+                continue
+            mark = ExposureMark(tp[0], found[0], found[1], retention, table.tname, table.subtype)
+            line = exposure_line(self.name, [mark.exposure(table)])
+            if self.applied.mark_exposed(mark) and line:
+                self.report(line)
+
+    def _clear_exposures(self, requests: list[_Item]) -> None:
+        """A whole-table refresh applied here repairs what its tables' topics may have lost:
+        their exposure marks are cleared, once the refresh's changes have been applied."""
+        for request in requests:
+            assert request.change is not None
+            for table in self.refresher.whole_tables(request.change.key):
+                topic = table.topic(self.settings.topic_prefix)
+                if self.applied.clear_exposed(topic):
+                    self.report(
+                        f"listener {self.name}: whole-table refresh of {table.ref} applied; "
+                        f"deletes missed on {topic} repaired, no longer reported"
+                    )
 
     def _candidate(self, item: _Item, todo: dict[str, list[_Item]]) -> None:
         """Keep a change if it is news for this listener: of a table it covers, and newer
@@ -675,8 +755,15 @@ class ListenerRuntime:
                     error = TargetUnavailable("not ready")
                 except TargetUnavailable as exc:
                     error = exc
+            now = time.monotonic()
             if self._target_up:
                 self.report(f"listener {self.name}: target unavailable, waiting: {error}")
+                self._down_since = self._reminded_at = now
+            elif now - self._reminded_at >= WAIT_REMINDER_S:  # the change of state, then a slow reminder
+                self.report(
+                    f"listener {self.name}: still waiting for the target ({now - self._down_since:.0f} s): {error}"
+                )
+                self._reminded_at = now
             self._target_up = False
             self.metrics.target_up.labels(listener=self.name).set(0)
             self._last_tick = time.monotonic()
@@ -695,6 +782,19 @@ class ListenerRuntime:
         left = self._producer.flush(60)
         if left:
             raise ConsumerError(f"listener {self.name}: {left} record(s) not delivered to Kafka after 60 s")
+
+    def _offsets(self, partitions: list[TP]) -> list[TopicPartition]:
+        """What to commit for partitions handled here: the next offset and its metadata."""
+        out = []
+        for topic, partition in partitions:
+            ack = self._acks.get((topic, partition))
+            offset = self._done[(topic, partition)]
+            out.append(
+                TopicPartition(topic, partition, offset, metadata=ack)
+                if ack
+                else TopicPartition(topic, partition, offset)  # metadata=None is refused
+            )
+        return out
 
     def _commit(self, consumer: Consumer, offsets: list[TopicPartition], lane: str) -> None:
         if not offsets:

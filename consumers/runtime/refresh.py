@@ -28,7 +28,7 @@ from collections.abc import Callable
 from consumers.projection import IndexedState
 from consumers.runtime.view import ListenerView
 from mcq.change import KEY_FIELDS, Change, ChangeKey
-from mcq.registry.model import Registry
+from mcq.registry.model import LogicalTable, Registry
 
 StoreFactory = Callable[[list[str]], IndexedState]
 
@@ -50,6 +50,15 @@ class RefreshResolver:
             and (request.subtype is None or t.subtype == request.subtype)
             and self.view.covers(ChangeKey(t.tname, t.subtype))
         ]
+
+    def whole_tables(self, request: ChangeKey) -> list[LogicalTable]:
+        """The tables this listener covers that a request refreshes whole: it names no key
+        field (only the TNAME, maybe a subtype), so every key of them the target holds is
+        stated again or deleted -- what repairs deletes the listener may have missed."""
+        if any(getattr(request, f) is not None for f in KEY_FIELDS):
+            return []
+        refs = set(self.refs(request))
+        return [t for t in self.registry.tables if t.ref in refs]
 
     def prepare(self, requests: list[Change]) -> None:
         """Read the state of what the requests name, to the end of its topics as of now."""

@@ -9,7 +9,13 @@ two of its scheduled runs) is STUCK. Either makes ``mcq status`` exit non-zero, 
 does a listener whose unresolved dead letters reach its
 ``delivery.alert_after_dead_letters`` (the Cerebrum daemon's "report after N failed"):
 each dead letter is a change its target does not hold, so its target is not the
-source's last state until someone requeues or discards it.
+source's last state until someone requeues or discards it. So does a listener whose
+changes have waited on a compacted topic longer than the topic keeps tombstones
+(``delete.retention.ms``): deletes written meanwhile may be gone before it reads them,
+and its target would keep those keys (consumers/runtime/acks.py says how that is judged
+and what repairs it) -- judged live from what is pending, and from the marks the listener
+left in its applied topic when it read such changes (reported until a whole-table refresh
+repairs the target, however caught up it is): one line per listener.
 """
 
 from __future__ import annotations
@@ -24,12 +30,22 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import KafkaException
 from croniter import croniter
 
+from consumers.runtime.acks import (
+    AckMark,
+    Exposure,
+    ExposureMark,
+    behind_too_long,
+    exposure_line,
+    fold_mark,
+    merge_exposures,
+    oldest_pending_since,
+)
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.heartbeat import Beat, read_beats
-from consumers.runtime.topics import ListenerTopics, heartbeat_topic
+from consumers.runtime.topics import ListenerTopics, heartbeat_topic, tombstone_retention
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
-from mcq.topics.read import watermarks
+from mcq.topics.read import read_to_end, watermarks
 
 try:  # confluent-kafka >= 2.x
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -46,6 +62,26 @@ class TopicLag:
 
 
 @dataclass
+class PartitionLag:
+    """Where a group stands in one partition, and the first record waiting after it."""
+
+    topic: str
+    partition: int
+    committed: int
+    """The committed offset; negative when the group never committed here."""
+    pending: int
+    mark: AckMark | None = None
+    """What the commit says besides the offset (consumers/runtime/acks.py)."""
+    first_offset: int | None = None
+    first_at: float | None = None
+
+    @property
+    def since(self) -> float | None:
+        """When the oldest pending record was written, or the earliest it can have been."""
+        return oldest_pending_since(self.committed, self.mark, self.first_offset, self.first_at)
+
+
+@dataclass
 class ListenerStatus:
     name: str
     schedule: str
@@ -59,6 +95,9 @@ class ListenerStatus:
     """Entries of the dead-letter topic not yet requeued or discarded (``mcq dlq list NAME``)."""
     alert_after_dead_letters: int | None = None
     """The listener's threshold (``delivery.alert_after_dead_letters``); None: never alert."""
+    tombstones_at_risk: str | None = None
+    """One line when changes waited on a compacted topic longer than it keeps tombstones:
+    deletes may be lost to its target; it names the statement that repairs it."""
 
     @property
     def failed(self) -> int:
@@ -87,11 +126,16 @@ class ListenerStatus:
 
     @property
     def failing(self) -> bool:
-        """DEAD, STUCK, or dead letters at the alert threshold: ``mcq status`` exits 1."""
-        return self.verdict in ("DEAD", "STUCK") or self.dead_letter_alert is not None
+        """DEAD, STUCK, dead letters at the alert threshold or deletes at risk: ``mcq status`` exits 1."""
+        return (
+            self.verdict in ("DEAD", "STUCK")
+            or self.dead_letter_alert is not None
+            or self.tombstones_at_risk is not None
+        )
 
 
-def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[TopicLag]:
+def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> tuple[list[TopicLag], list[PartitionLag]]:
+    """Pending changes per topic of a lane, and per partition with what its commit says."""
     admin = AdminClient(settings.kafka.client_config())
     consumer = Consumer(
         {**settings.kafka.client_config(), "group.id": f"_mcq-status-{uuid.uuid4().hex}", "enable.auto.commit": False}
@@ -101,20 +145,25 @@ def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[
         partitions = [
             TopicPartition(t, p) for t in topics if t in meta and meta[t].error is None for p in meta[t].partitions
         ]
-        committed: dict[tuple[str, int], int] = {}
+        committed: dict[tuple[str, int], TopicPartition] = {}
         if partitions:
             try:
                 futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)])
                 for tp in futures[group].result().topic_partitions:
-                    committed[(tp.topic, tp.partition)] = tp.offset
+                    committed[(tp.topic, tp.partition)] = tp
             except KafkaException:
                 pass  # no such group yet: nothing committed
         start: list[TopicPartition] = []
         by_topic: dict[str, TopicLag] = {t: TopicLag(t, lane, 0) for t in topics}
+        by_partition: dict[tuple[str, int], PartitionLag] = {}
         for tp in partitions:
             low, high = watermarks(consumer, tp)
-            at = committed.get((tp.topic, tp.partition), -1)
-            at = low if at < low else at
+            done = committed.get((tp.topic, tp.partition))
+            offset = done.offset if done is not None else -1
+            at = low if offset < low else offset
+            part = PartitionLag(tp.topic, tp.partition, offset, max(0, high - at))
+            part.mark = AckMark.parse(done.metadata) if done is not None and offset >= 0 else None
+            by_partition[(tp.topic, tp.partition)] = part
             if high > at:
                 by_topic[tp.topic].pending += high - at
                 start.append(TopicPartition(tp.topic, tp.partition, at))
@@ -132,9 +181,45 @@ def _lags(settings: Settings, group: str, lane: str, topics: list[str]) -> list[
                     stamp = msg.timestamp()[1] / 1000
                     lag = by_topic[key[0]]
                     lag.oldest_at = stamp if lag.oldest_at is None else min(lag.oldest_at, stamp)
-        return list(by_topic.values())
+                    by_partition[key].first_offset = msg.offset()
+                    by_partition[key].first_at = stamp if msg.timestamp()[1] > 0 else None
+        return list(by_topic.values()), list(by_partition.values())
     finally:
         consumer.close()
+
+
+def _exposures(
+    settings: Settings,
+    registry: Registry,
+    partitions: list[PartitionLag],
+    now: float,
+    known: dict[str, int | None],
+) -> list[Exposure]:
+    """The topics on which a listener's changes waited longer than the topic keeps tombstones."""
+    judged = [p for p in partitions if p.pending > 0 and p.mark is not None]
+    if not judged:
+        return []
+    retention = tombstone_retention(settings, sorted({p.topic for p in judged}), known)
+    worst: dict[str, float] = {}
+    for part in judged:
+        waited = behind_too_long(part.pending, part.since, now, retention[part.topic])
+        if waited is not None:
+            worst[part.topic] = max(waited, worst.get(part.topic, 0.0))
+    tables = {t.topic(settings.topic_prefix): t for t in registry.tables}
+    return [Exposure(t, worst[t], retention[t] or 0, tables.get(t)) for t in sorted(worst)]
+
+
+def _marked(settings: Settings, registry: Registry, applied_topic: str) -> list[Exposure]:
+    """The exposures a listener marked in its applied topic when it read changes that had
+    waited longer than their topic keeps tombstones (until a whole-table refresh clears them)."""
+    marks: dict[str, ExposureMark] = {}
+    for msg in read_to_end(settings, applied_topic):
+        fold_mark(marks, (msg.key() or b"").decode(errors="replace"), msg.value())
+    tables = {t.topic(settings.topic_prefix): t for t in registry.tables}
+    return [
+        m.exposure(tables.get(m.topic) or (registry.table(m.tname, m.subtype) if m.tname else None))
+        for m in marks.values()
+    ]
 
 
 def _schedule_gap_s(listener: Listener) -> float:
@@ -148,14 +233,22 @@ def _schedule_gap_s(listener: Listener) -> float:
 
 
 def listener_status(
-    settings: Settings, registry: Registry, listener: Listener, beats: list[Beat], now: float | None = None
+    settings: Settings,
+    registry: Registry,
+    listener: Listener,
+    beats: list[Beat],
+    now: float | None = None,
+    retentions: dict[str, int | None] | None = None,
 ) -> ListenerStatus:
+    """``retentions``: the topics' tombstone retention already read (filled as it is read)."""
     now = now or time.time()
     topics = ListenerTopics(settings.topic_prefix, listener.name)
     realtime = [*sorted({t.topic(settings.topic_prefix) for t in registry.tables_of(listener.name)}), topics.retry]
-    lags = _lags(settings, topics.group, "realtime", realtime) + _lags(
-        settings, topics.bulk_group, "bulk", topics.bulk_lane()
-    )
+    rt_lags, rt_parts = _lags(settings, topics.group, "realtime", realtime)
+    bulk_lags, bulk_parts = _lags(settings, topics.bulk_group, "bulk", topics.bulk_lane())
+    lags = rt_lags + bulk_lags
+    live = _exposures(settings, registry, rt_parts + bulk_parts, now, {} if retentions is None else retentions)
+    exposures = merge_exposures(live, _marked(settings, registry, topics.applied))
     mine = [b for b in beats if b.listener == listener.name]
     alive = [b for b in mine if b.alive(now)]
     counters: dict[str, int] = {}
@@ -173,6 +266,7 @@ def listener_status(
         counters,
         dead_letters=len(DeadLetters(settings, listener.name).entries()),
         alert_after_dead_letters=listener.delivery.alert_after_dead_letters,
+        tombstones_at_risk=exposure_line(listener.name, exposures),
     )
     age = status.oldest_pending_age_s
     limit = listener.delivery.stuck_after_s + _schedule_gap_s(listener)
@@ -199,4 +293,5 @@ def listener_status(
 def status_report(settings: Settings, registry: Registry, names: list[str] | None = None) -> list[ListenerStatus]:
     beats = read_beats(settings, heartbeat_topic(settings.topic_prefix))
     wanted = [x for x in registry.listeners if not names or x.name in names]
-    return [listener_status(settings, registry, x, beats) for x in wanted]
+    retentions: dict[str, int | None] = {}  # read once per topic, whichever listeners share it
+    return [listener_status(settings, registry, x, beats, retentions=retentions) for x in wanted]

@@ -1,4 +1,5 @@
-"""The names a listener owns in Kafka: its consumer groups and its system topics.
+"""The names a listener owns in Kafka: its consumer groups and its system topics (and
+how long a topic keeps its tombstones, which the listener and ``mcq status`` judge by).
 
 Nothing a listener still has to handle may expire silently (AQ's expiration goes to the
 exception queue, never into the void). So the work-item topics (the retry lane, the bulk
@@ -14,6 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
+from confluent_kafka.cimpl import KafkaException
+
+from mcq.config import Settings
 from mcq.topics.plan import TopicSpec, refresh_topic
 
 # Work items: kept until consumed, never dropped by age or size (see above)
@@ -27,6 +33,25 @@ STATE_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "rete
 
 def heartbeat_topic(prefix: str) -> str:
     return f"{prefix}._heartbeats"
+
+
+def tombstone_retention(settings: Settings, topics: list[str], known: dict[str, int | None]) -> dict[str, int | None]:
+    """``delete.retention.ms`` of each compacted topic (None: not compacted, or not there),
+    read once per topic into ``known``."""
+    wanted = [t for t in topics if t not in known]
+    if wanted:
+        admin = AdminClient(settings.kafka.client_config())
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in wanted]
+        for resource, future in admin.describe_configs(resources).items():
+            try:
+                config = future.result()
+            except KafkaException:
+                known[resource.name] = None  # gone meanwhile: nothing to judge
+                continue
+            policy = config["cleanup.policy"].value if "cleanup.policy" in config else ""
+            retention = config["delete.retention.ms"].value if "delete.retention.ms" in config else None
+            known[resource.name] = int(retention) if "compact" in (policy or "") and retention is not None else None
+    return {t: known.get(t) for t in topics}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ PERSON/Dir_Orgn and DEPARTMENT. The row goes into the import table; the vendor's
 trigger inserts or updates its own table, or raises, and then the change fails with the
 database's message (retried, then dead-lettered). Pushing the current state makes a
 repeated delivery harmless. A deleted person is pushed once more without a status (the
-trigger records ``Former-<status>``).
+trigger records ``Former-<status>``), with the names from the delete's before image --
+or, when compaction left only the tombstone (a daily listener that catches up late), from
+the last row pushed for that person into the import table, which is ours. A person never
+pushed (or whose rows were flushed) has nothing at the vendor to mark as former.
 """
 
 from __future__ import annotations
@@ -101,15 +104,18 @@ class SqlImportAdapter(Adapter):
             return sorted({int(r["person_id"] or 0) for r in self.store.keyed(ORGN, pkey_number=dept)})
         return []  # space data (buildings, floors, rooms) has no person record to push
 
-    def record(self, person_id: int, change: Change) -> dict[str, str | None] | None:
+    def record(self, person_id: int, change: Change, conn: Connection | None = None) -> dict[str, str | None] | None:
         """The import row of a person now; None when there is no person to push."""
         assert self.store is not None
         person = self.store.row(PERSON, person_id)
         status_row = self.store.row(STATUS, person_id)
         if person is None:
-            if change.key.ref != PERSON or change.before is None:
+            if change.key.ref != PERSON or change.change_type != "DELETE":
                 return None  # not (or no longer) a person: nothing the vendor could hold
-            person, status_row = change.before, None  # deleted: pushed once more, without a status
+            person = change.before or (self._last_pushed(conn, person_id) if conn is not None else None)
+            if person is None:
+                return None  # never pushed: the vendor holds nothing to mark as former
+            status_row = None  # deleted: pushed once more, without a status
         orgns = sorted(self.store.rows(ORGN, person_id), key=lambda r: int(r.get("dept_id") or 0))
         orgn = title = None
         if orgns:
@@ -125,13 +131,24 @@ class SqlImportAdapter(Adapter):
             "title": title,
         }
 
+    def _last_pushed(self, conn: Connection, person_id: int) -> dict[str, str | None] | None:
+        """The names of the last row pushed for a person (a delete that is only a tombstone)."""
+        found = conn.execute(
+            sql.SQL("SELECT lastname, firstname FROM {} WHERE spriden_id = %s ORDER BY import_id DESC LIMIT 1").format(
+                self.table
+            ),
+            (str(person_id),),
+        ).fetchone()
+        return {"last_name": str(found[0]) if found[0] is not None else None,
+                "first_name": str(found[1]) if found[1] is not None else None} if found else None  # fmt: skip
+
     def _push(self, conn: Connection, change: Change) -> None:
         # one savepoint per person: a department's change reaches its other members even when
         # the vendor refuses one of them (that one fails the change: retried, dead-lettered)
         for person_id in self.people_of(change):
             if person_id in self._pushed:
                 continue
-            row = self.record(person_id, change)
+            row = self.record(person_id, change, conn)
             if row is None:
                 continue
             try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -12,7 +14,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from mcq.registry.store import REGISTRY_TOPIC
+from mcq.registry.store import registry_topic
 
 # Compaction keeps the last state per key; a tombstone must outlive a slow listener's
 # catch-up (a day) so it learns of the delete before compaction forgets the key.
@@ -56,7 +58,7 @@ def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
         for t in registry.tables
     ]
     specs.append(TopicSpec(refresh_topic(prefix), 3, dict(REFRESH_CONFIG), "explicit refresh requests (bulk lane)"))
-    specs.append(TopicSpec(REGISTRY_TOPIC, 1, dict(SYSTEM_CONFIG), "the registry store"))
+    specs.append(TopicSpec(registry_topic(prefix), 1, dict(SYSTEM_CONFIG), "the registry store"))
     return specs
 
 
@@ -85,8 +87,7 @@ def apply_topics(
     unchanged: list[str] = []
     present = [s for s in specs if s.name in existing]
     if present:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in present]
-        configs = {r.name: f.result() for r, f in admin.describe_configs(resources).items()}
+        configs = _describe(admin, [s.name for s in present])
         for spec in present:
             lines = []
             partitions = len(existing[spec.name].partitions)
@@ -103,3 +104,20 @@ def apply_topics(
         for line in drift:
             report(f"drift {line}")
     return TopicReport(created=created, unchanged=unchanged, drift=drift)
+
+
+def _describe(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> dict[str, Any]:
+    """Topic configs by name. A topic another process created a moment ago may not be known
+    to every broker yet (UNKNOWN_TOPIC_OR_PART): asked again until ``timeout_s``, so two
+    processes starting together (a listener and the normaliser) do not fail each other."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
+        try:
+            return {r.name: f.result() for r, f in admin.describe_configs(resources).items()}
+        except KafkaException as exc:
+            error = exc.args[0]
+            transient = error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or error.retriable()
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

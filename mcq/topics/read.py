@@ -6,6 +6,8 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from mcq.config import Settings
 
@@ -37,6 +39,30 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_YET)
             if not passing or time.monotonic() > deadline:
                 raise TopicReadError(f"reading {tp.topic}[{tp.partition}]: {err}") from None
+            time.sleep(0.5)
+
+
+def all_watermarks(
+    admin: AdminClient, tps: list[TopicPartition], timeout_s: float = 30.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) of many partitions in two requests, through the admin client: a consumer's
+    own offset queries wait behind its outstanding fetch (``fetch.wait.max.ms``) one by one."""
+    if not tps:
+        return {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            answers = []
+            for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
+                futures = admin.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps},
+                                             request_timeout=15)  # fmt: skip
+                answers.append({(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()})
+            return {key: (answers[0][key], answers[1][key]) for key in answers[1]}
+        except KafkaException as exc:
+            err = exc.args[0]
+            passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_YET)
+            if not passing or time.monotonic() > deadline:
+                raise TopicReadError(f"reading offsets of {sorted({t.topic for t in tps})}: {err}") from None
             time.sleep(0.5)
 
 

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from consumers.adapter import make_adapter
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.topics import ListenerTopics
-from mcq.change import Change, ChangeCodec, ChangeKey, Position
+from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
@@ -226,6 +226,35 @@ def test_import_table_trigger_applies_inserts_updates_and_deletes_idempotently(w
     finally:
         adapter.close()
     assert sa_person(world) == before
+
+
+def test_a_person_whose_delete_survived_compaction_only_as_a_tombstone_becomes_former(world: World) -> None:
+    """A daily listener that catches up after compaction sees no DELETE record, only the
+    tombstones: the vendor still learns that the person is gone."""
+    send_changes(
+        world,
+        ch("PERSON/PEOPLE", "INSERT", ADA, person_id=1),
+        ch("PERSON/Status", "INSERT", {"person_id": "1", "status": "Faculty"}, person_id=1),
+    )
+    insite = listener(world, "Insite")
+    with running(insite):
+        wait_for("Ada", lambda: sa_person(world).get("1", ())[2:3] == ("Faculty",))
+    codec = ChangeCodec(registry_client(world.settings))
+    producer = Producer(world.settings.kafka.client_config())
+    for gone in (
+        ch("PERSON/Status", "DELETE", None, None, person_id=1),
+        ch("PERSON/PEOPLE", "DELETE", None, None, person_id=1),
+    ):
+        table = world.registry.table(gone.key.tname, gone.key.subtype)
+        assert table is not None
+        topic = table.topic(world.settings.topic_prefix)
+        key, _ = codec.encode(topic, gone)
+        producer.produce(topic, key=key, value=None, headers={POSITION_HEADER: str(gone.position)})
+    assert producer.flush(30) == 0
+    with running(insite) as rt:  # a new run: nothing of Ada in memory but what the topics keep
+        wait_for("Former-Faculty", lambda: sa_person(world)["1"][2] == "Former-Faculty", 60)
+        assert rt.counters.dead_lettered == 0
+    assert sa_person(world)["1"][:2] == ("Lovelace", "Ada")
 
 
 def test_a_trigger_rejection_is_dead_lettered_with_the_database_message_and_the_rest_flows(world: World) -> None:
