@@ -35,12 +35,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from consumers.exceptions import ConsumerError
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
-from mcq.topics.read import watermarks
+from mcq.topics.read import all_watermarks
 
 PARK, DEAD = "park:", "dead:"
 
@@ -83,6 +84,7 @@ class AppliedPositions:
                 f"applied positions topic {topic} is missing: {meta.error if meta else 'no such topic'}"
             )
         self._partitions = sorted(meta.partitions)
+        self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._consumer.assign([TopicPartition(topic, p, -2) for p in self._partitions])  # -2: beginning
 
     def __len__(self) -> int:
@@ -203,7 +205,8 @@ class AppliedPositions:
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read what the other instances (and earlier runs) wrote, up to the end as of now."""
-        ends = {p: watermarks(self._consumer, TopicPartition(self.topic, p))[1] for p in self._partitions}
+        marks = all_watermarks(self._admin, [TopicPartition(self.topic, p) for p in self._partitions])
+        ends = {p: marks[(self.topic, p)][1] for p in self._partitions}
         deadline = time.monotonic() + timeout_s
         while True:
             positions = self._consumer.position([TopicPartition(self.topic, p) for p in self._partitions])
