@@ -262,39 +262,3 @@ def open_state(settings: Settings, registry: Registry, refs: Iterable[str], wher
     present = {t.ref for t in registry.tables}
     wanted = [r for r in refs if r in present]
     return SourceState(settings, registry, wanted) if where == "source" else StateStore(settings, registry, wanted)
-
-
-def source_snapshot(settings: Settings, registry: Registry, refs: Iterable[str]) -> IndexedState:
-    """Every row of the given tables, read from the source once, indexed like a StateStore:
-    what a check of a whole target against the source reads."""
-    import psycopg
-    from psycopg import sql
-
-    state = IndexedState()
-    with psycopg.connect(settings.source.dsn()) as conn:
-        for ref in refs:
-            tname, _, subtype = ref.partition("/")
-            table = registry.table(tname, subtype or None)
-            if table is None:
-                raise ConsumerError(f"projection: no logical table {ref} in the registry")
-            for feed in table.feeds:
-                schema, name = feed.table.split(".")
-                columns = sql.SQL(", ").join(
-                    sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in feed.columns
-                )
-                cur = conn.execute(
-                    sql.SQL("SELECT {} FROM {}.{}").format(columns, sql.Identifier(schema), sql.Identifier(name))
-                )
-                names = [d.name for d in cur.description or ()]
-                for values in cur.fetchall():
-                    row: Row = dict(zip(names, values, strict=True))
-                    k = {f: row.get(c) for f, c in feed.keys.items()}
-                    key = ChangeKey(
-                        tname, subtype or None,
-                        int(k["person_id"]) if k.get("person_id") is not None else None,  # type: ignore[arg-type]
-                        k.get("pkey_string"),
-                        int(k["pkey_number"]) if k.get("pkey_number") is not None else None,  # type: ignore[arg-type]
-                        k.get("aux_string"),
-                    )  # fmt: skip
-                    state.put(ref, key, row)
-    return state

@@ -38,8 +38,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mcq.registry.model import LogicalTable
+
+
+def _json_object(text: bytes | str | None) -> dict[str, Any] | None:
+    """A JSON object, or None for anything else (empty, not JSON, another JSON value)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,8 @@ class AckMark:
     @classmethod
     def parse(cls, text: str | None) -> AckMark | None:
         """The mark of a commit's metadata; None for metadata that is not one."""
-        if not text:
-            return None
-        try:
-            mark = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(mark, dict):
+        mark = _json_object(text)
+        if mark is None:
             return None
         at, since = mark.get("t"), mark.get("r")
         if not isinstance(at, int | float) or not isinstance(since, int | float | None):
@@ -161,13 +168,8 @@ class ExposureMark:
     @classmethod
     def parse(cls, topic: str, text: bytes | str | None) -> ExposureMark | None:
         """The mark a record's value holds; None for a value that is not one."""
-        if not text:
-            return None
-        try:
-            mark = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(mark, dict):
+        mark = _json_object(text)
+        if mark is None:
             return None
         since, waited, retention = mark.get("since"), mark.get("waited_s"), mark.get("retention_ms")
         tname, subtype = mark.get("tname"), mark.get("subtype")

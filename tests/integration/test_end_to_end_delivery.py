@@ -22,16 +22,13 @@ import pytest
 
 from consumers.runtime.listener import ListenerRuntime
 from mcq.capture.apply import apply_capture
-from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic
 from mcq.change import ChangeKey
 from mcq.config import Settings
-from mcq.connect_rest import ConnectClient
 from mcq.registry import parse_registry
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
-from tests.integration.worlds import drop_slot, wait_slot_active
+from tests.integration.worlds import uncapture, wait_slot_active
 
 REGISTRY = """
 sources:
@@ -185,10 +182,4 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
             if line["change_type"] == "UPDATE":
                 assert line["after"] == source[ChangeKey("ACCOUNT", pkey_number=line["pkey_number"]).text()]
     finally:
-        with ConnectClient(s.connect) as client:
-            client.delete(connector_name(registry.sources[0]))
-        with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
-            drop_slot(conn, slot)
-            conn.execute(f'DROP PUBLICATION IF EXISTS "{slot}"')
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        delete_topics(s, [raw_topic(registry.sources[0], t) for t in (f"{schema}.accounts", OUTBOX_TABLE)])
+        uncapture(s, registry, schema)

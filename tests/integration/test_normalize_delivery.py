@@ -27,9 +27,8 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from mcq.capture.apply import apply_capture
-from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic
+from mcq.capture.connector import raw_topic
 from mcq.config import Settings
-from mcq.connect_rest import ConnectClient
 from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.smoke import delete_topics
@@ -38,7 +37,7 @@ from mcq.topics.plan import TopicSpec, apply_topics
 from streams.normalize import POSITION_HEADER, NormalizeError, run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.worlds import drop_slot, wait_slot_active
+from tests.integration.worlds import uncapture, wait_slot_active
 
 COLUMNS = {
     "id": "integer PRIMARY KEY",
@@ -118,13 +117,7 @@ def typed(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
     try:
         yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
     finally:
-        with ConnectClient(settings.connect) as client:
-            client.delete(connector_name(source))
-        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-            drop_slot(conn, source.slot_name)
-            conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication_name}"')
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        delete_topics(settings, [raw_topic(source, f"{schema}.typed"), raw_topic(source, OUTBOX_TABLE)])
+        uncapture(settings, registry, schema)
 
 
 def prefixed(settings: Settings, letter: str) -> Settings:

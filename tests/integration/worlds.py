@@ -19,9 +19,9 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from mcq.capture.apply import apply_capture
-from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic
+from mcq.capture.connector import OUTBOX_TABLE, raw_topic
+from mcq.capture.remove import remove_capture
 from mcq.config import PROJECT_ROOT, Settings
-from mcq.connect_rest import ConnectClient
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import Source
 from mcq.smoke import delete_topics
@@ -64,16 +64,20 @@ def wait_slot_active(settings: Settings, slot: str, timeout_s: float = 90) -> No
     raise AssertionError(f"slot {slot} never became active")
 
 
-def drop_slot(conn: psycopg.Connection[Any], slot: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-        if row is None:
-            return
-        if not row[0]:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
-        time.sleep(0.5)
+def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
+    """Undo a test's capture: its sources' connectors, slots and publications (what
+    ``mcq connect remove`` does), its schema, and the raw topics of its feeds and outbox."""
+    remove_capture(list(registry.sources), settings, report=lambda _: None)
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    delete_topics(
+        settings,
+        [
+            raw_topic(source, table)
+            for source in registry.sources
+            for table in [*{f.table for t in registry.tables for f in t.feeds if f.source == source.name}, OUTBOX_TABLE]
+        ],
+    )
 
 
 @contextmanager
@@ -92,14 +96,7 @@ def captured_world(settings: Settings, people: int = 60, seed: int = 7) -> Itera
     try:
         yield cap
     finally:
-        with ConnectClient(settings.connect) as client:
-            client.delete(connector_name(source))
-        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-            drop_slot(conn, source.slot_name)
-            conn.execute(f'DROP PUBLICATION IF EXISTS "{source.publication_name}"')
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        tables = [f.table for t in registry.tables for f in t.feeds] + [OUTBOX_TABLE]
-        delete_topics(settings, [cap.topic(t) for t in tables])
+        uncapture(settings, registry, schema)
 
 
 def read_json_events(
