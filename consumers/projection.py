@@ -191,6 +191,10 @@ class StateStore(IndexedState):
                 )
             self._take(0.5)
 
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset to read per partition: the store holds every record before it."""
+        return dict(self._next)
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -253,8 +257,49 @@ class SourceState:
     def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
         """Nothing to catch up: the source is the truth."""
 
+    def positions(self) -> None:
+        """No topic positions: what the source holds is not tied to any change."""
+        return None
+
     def close(self) -> None:
         self._conn.close()
+
+
+class WrittenFrom:
+    """Which changes the last write of each target object (an LDAP entry, a person's
+    import row) already reflected: it was computed from a store that held every record
+    before ``positions``. A change among those needs no write of that object again.
+
+    During an initial load the first batch finds the store caught up with every aspect
+    topic, so a person's entry is written complete once; without this, it would be
+    written again for each later batch of another aspect topic (8 writes per person).
+    A change the store had not read when the object was written, a refresh (its record
+    is not in the store's topics), or a store that reads the source always writes.
+    Another instance writing the same object later wrote a state at least as new (its
+    store was caught up later), so skipping what this instance already wrote is safe."""
+
+    LIMIT = 1_000_000  # objects remembered; beyond this the memory is dropped and rebuilt
+
+    def __init__(self) -> None:
+        self._marks: dict[str, dict[tuple[str, int], int]] = {}
+
+    def reflected(self, obj: str, change: Change) -> bool:
+        mark = self._marks.get(obj)
+        if mark is None or change.topic is None or change.partition is None or change.offset is None:
+            return False
+        return mark.get((change.topic, change.partition), 0) > change.offset
+
+    def wrote(self, obj: str, positions: dict[tuple[str, int], int] | None) -> None:
+        """``obj`` was written from a store at ``positions`` (shared, never changed later)."""
+        if positions is None:
+            return
+        if len(self._marks) >= self.LIMIT:
+            self._marks.clear()
+        self._marks[obj] = positions
+
+    def forget(self) -> None:
+        """The view changed (a registry reload): what was written says nothing any more."""
+        self._marks.clear()
 
 
 def open_state(settings: Settings, registry: Registry, refs: Iterable[str], where: str) -> StateStore | SourceState:

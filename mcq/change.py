@@ -9,13 +9,16 @@ names the topic, partition and offset of the record at fault.
 
 from __future__ import annotations
 
+import io
 import json
+import struct
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
@@ -237,7 +240,25 @@ class ChangeCodec:
         conf = {"auto.register.schemas": auto_register, "use.latest.version": not auto_register}
         self._key_ser = AvroSerializer(client, schema_text("change_key"), conf=conf)
         self._value_ser = AvroSerializer(client, schema_text("change_record"), conf=conf)
-        self._des = AvroDeserializer(client)
+        self._client = client
+        self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema
+
+    def _des(self, data: bytes, ctx: SerializationContext) -> Any:
+        """Confluent's wire format (magic 0, schema id, Avro body) read with the writer's
+        schema, fetched once per id. (confluent-kafka's AvroDeserializer does the same, plus
+        a walk of the whole schema for field-encryption tags on every record: 3x slower.)"""
+        if len(data) < 5 or data[0] != 0:
+            raise SerializationError(f"not Confluent's wire format (first byte {data[:1]!r}, {len(data)} bytes)")
+        schema_id = int.from_bytes(data[1:5], "big")
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            schema = self._client.get_schema(schema_id)
+            writer = fastavro.parse_schema(json.loads(schema.schema_str or "null"))
+            self._writers[schema_id] = writer
+        try:
+            return fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, None)
+        except (EOFError, IndexError, struct.error, UnicodeDecodeError) as exc:
+            raise SerializationError(f"{ctx.field} does not match its schema {schema_id}: {exc!r}") from None
 
     def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:
         """The logical key of a record (a tombstone's, say). Raises BadChange naming the record."""

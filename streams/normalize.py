@@ -46,7 +46,7 @@ from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
-from streams.debezium import envelope
+from streams.debezium import with_envelope
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
 if TYPE_CHECKING:
@@ -146,14 +146,15 @@ class NormalizeJob:
         from pyspark.sql import functions as F
 
         seq = F.from_json(F.col("e.source.sequence"), "ARRAY<STRING>")
+        rows = raw.where(F.col("value").isNotNull()).select(
+            F.col("topic").alias("raw_topic"),
+            F.col("partition").alias("raw_partition"),
+            F.col("offset").alias("raw_offset"),
+            "value",
+        )
         return (
-            raw.where(F.col("value").isNotNull())
-            .select(
-                F.col("topic").alias("raw_topic"),
-                F.col("partition").alias("raw_partition"),
-                F.col("offset").alias("raw_offset"),
-                envelope(F.col("value")).alias("e"),
-            )
+            with_envelope(rows)
+            .drop("value")
             .withColumn("last_commit_lsn", F.coalesce(seq.getItem(0).cast("long"), F.lit(0)))
             .withColumn("lsn", F.coalesce(F.col("e.source.lsn"), seq.getItem(1).cast("long"), F.lit(0)))
             .withColumn(

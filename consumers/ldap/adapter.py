@@ -16,9 +16,9 @@ server's message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ldap3 import BASE, MODIFY_REPLACE, Connection, Server
+from ldap3 import BASE, MODIFY_REPLACE, NONE, Connection, Server
 from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
 
 from consumers.adapter import Adapter
@@ -36,9 +36,11 @@ from consumers.ldap.entries import (
     person_entry,
 )
 from consumers.ldap.settings import LdapAdapterSettings
-from consumers.projection import open_state
+from consumers.projection import WrittenFrom, open_state
 from consumers.runtime.view import ListenerView, ViewState
 from mcq.change import Change
+from mcq.config import Settings
+from mcq.registry.model import Listener, Registry
 
 NO_SUCH_OBJECT = 32
 ALREADY_EXISTS = 68
@@ -50,6 +52,18 @@ class LdapAdapter(Adapter):
     settings: LdapAdapterSettings
     _conn: Connection | None = None
     store: ViewState | None = None
+
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        self.written = WrittenFrom()
+        self.skipped = 0
+        """Writes left out because the entry's last write already reflected the change."""
+
+    def bind(self, registry: Registry) -> None:
+        super().bind(registry)
+        if self.store is not None:  # the rules and allow-lists of the new registry govern the entries
+            self.store.view = ListenerView(registry, self.listener.name)
+        self.written.forget()
 
     @property
     def people_dn(self) -> str:
@@ -64,8 +78,10 @@ class LdapAdapter(Adapter):
             return self._conn
         ldap = self.mcq_settings.ldap
         try:
+            # no schema read: the server validates what it is sent (and refuses with its reason)
+            server = Server(ldap.url, connect_timeout=5, get_info=NONE)
             conn = Connection(
-                Server(ldap.url, connect_timeout=5), user=ldap.bind_dn, password=ldap.password.get_secret_value(),
+                server, user=ldap.bind_dn, password=ldap.password.get_secret_value(),
                 auto_bind=True, raise_exceptions=True, receive_timeout=15,
             )  # fmt: skip
         except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
@@ -103,14 +119,20 @@ class LdapAdapter(Adapter):
         self.open()
         assert self.store is not None
         self.store.catch_up(changes)  # at least as new as every change of the batch
+        positions = self.store.positions()
         outcomes: list[AdapterError | None] = []
         made: set[str] = set()  # entries hold the current state: one write per entry and batch is enough
         for i, change in enumerate(changes):
             try:
                 for dn, entry in self.touched(change):
-                    if dn not in made:
-                        self.make(dn, entry)
-                        made.add(dn)
+                    if dn in made:
+                        continue
+                    if self.written.reflected(dn, change):
+                        self.skipped += 1
+                        continue
+                    self.make(dn, entry())
+                    made.add(dn)
+                    self.written.wrote(dn, positions)
                 outcomes.append(None)
             except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
                 self._conn = None
@@ -123,22 +145,23 @@ class LdapAdapter(Adapter):
                 break
         return outcomes
 
-    def touched(self, change: Change) -> list[tuple[str, Entry | None]]:
-        """(dn, what the entry must be now, or None: gone) for every entry a change touches."""
-        assert self.store is not None
-        key, gid = change.key, self.settings.default_gid
+    def touched(self, change: Change) -> list[tuple[str, Callable[[], Entry | None]]]:
+        """Every entry a change touches: (dn, what the entry must be now, or None: gone),
+        the entry computed only when asked (a write already made may make it unneeded)."""
+        store, key, gid = self.store, change.key, self.settings.default_gid
+        assert store is not None
+
+        def person(p: int) -> tuple[str, Callable[[], Entry | None]]:
+            return person_dn(p, self.people_dn), lambda: person_entry(store, p, self.people_dn, gid)
+
         if key.tname == "PERSON" or (key.tname == "LOGINS" and key.person_id is not None):
-            if key.person_id is None:
-                return []
-            return [(person_dn(key.person_id, self.people_dn),
-                     person_entry(self.store, key.person_id, self.people_dn, gid))]  # fmt: skip
+            return [] if key.person_id is None else [person(key.person_id)]
         if key.tname == DEPARTMENT and key.pkey_number is not None:
-            people = {int(r.get("person_id") or 0) for r in self.store.keyed(ORGN, pkey_number=key.pkey_number)}
-            return [(person_dn(p, self.people_dn), person_entry(self.store, p, self.people_dn, gid))
-                    for p in sorted(people)]  # fmt: skip
+            people = {int(r.get("person_id") or 0) for r in store.keyed(ORGN, pkey_number=key.pkey_number)}
+            return [person(p) for p in sorted(people)]
         if key.tname in (GROUPS, GROUP_MEM) and key.pkey_string is not None:
-            return [(group_dn(key.pkey_string, self.groups_dn),
-                     group_entry(self.store, key.pkey_string, self.groups_dn))]  # fmt: skip
+            name = key.pkey_string
+            return [(group_dn(name, self.groups_dn), lambda: group_entry(store, name, self.groups_dn))]
         return []
 
     def make(self, dn: str, entry: Entry | None) -> None:

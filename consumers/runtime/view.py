@@ -73,12 +73,18 @@ class ListenerView:
         self.registry = registry
         self.listener = listener
         self._interests = registry.interests_of(listener)
+        self._for: dict[tuple[str, str | None], list[Interest]] = {}
 
     def interests_for(self, tname: str, subtype: str | None) -> list[Interest]:
-        table = self.registry.table(tname, subtype)
-        if table is None:  # an explicit-only name the registry does not list as a table
-            return [i for i in self._interests if i.tname == tname]
-        return [i for i in self._interests if i.covers(table)]
+        found = self._for.get((tname, subtype))
+        if found is None:
+            table = self.registry.table(tname, subtype)
+            if table is None:  # an explicit-only name the registry does not list as a table
+                found = [i for i in self._interests if i.tname == tname]
+            else:
+                found = [i for i in self._interests if i.covers(table)]
+            self._for[(tname, subtype)] = found
+        return found
 
     def covers(self, key: ChangeKey) -> bool:
         return bool(self.interests_for(key.tname, key.subtype))
@@ -145,9 +151,17 @@ class ViewState:
     def close(self) -> None:
         self.inner.close()
 
+    def positions(self) -> dict[tuple[str, int], int] | None:
+        return self.inner.positions()
+
     def _filter(self, ref: str, rows: list[Row]) -> list[Row]:
         tname, _, subtype = ref.partition("/")
         interests = self.view.interests_for(tname, subtype or None)
+        if not interests:
+            return []
+        if all(i.parsed_rule() is None for i in interests):  # every row admitted: only columns to cut
+            columns = Verdict(tuple(interests)).columns
+            return [row if columns is None else project(row, columns) or {} for row in rows]
         out: list[Row] = []
         for row in rows:
             values = {**row, "tname": tname, "subtype": subtype or None}

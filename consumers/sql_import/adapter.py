@@ -23,12 +23,12 @@ from psycopg import sql
 from consumers.adapter import Adapter
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
-from consumers.projection import open_state
+from consumers.projection import WrittenFrom, open_state
 from consumers.runtime.view import ListenerView, ViewState
 from consumers.sql_import.settings import SqlImportSettings
 from mcq.change import Change
 from mcq.config import Settings
-from mcq.registry.model import Listener
+from mcq.registry.model import Listener, Registry
 
 PERSON = "PERSON/PEOPLE"
 STATUS = "PERSON/Status"
@@ -51,6 +51,15 @@ class SqlImportAdapter(Adapter):
             self._setup,
         )  # fmt: skip
         self.store: ViewState | None = None
+        self.written = WrittenFrom()
+        self.skipped = 0
+        """Pushes left out because the person's last push already reflected the change."""
+
+    def bind(self, registry: Registry) -> None:
+        super().bind(registry)
+        if self.store is not None:  # the rules and allow-lists of the new registry govern the records
+            self.store.view = ListenerView(registry, self.listener.name)
+        self.written.forget()
 
     def _setup(self, conn: Connection) -> None:
         s = self.settings
@@ -86,12 +95,17 @@ class SqlImportAdapter(Adapter):
             self.open()
         assert self.store is not None
         self.store.catch_up(changes)  # at least as new as every change of the batch
-        self._pushed: set[int] = set()  # the current record: one push per person and batch is enough
+        positions = self.store.positions()
+        self._pushed: dict[int, int] = {}  # person -> id(change) that pushed them: one push per batch is enough
         self._refused: dict[int, str] = {}  # id(change) -> the first refusal among its people
         outcomes = self.target.apply_batch(changes, self._push)
         for i, change in enumerate(changes):
             if outcomes[i] is None and id(change) in self._refused:
                 outcomes[i] = ChangeFailed(f"{change.where} {change.key}: {self._refused[id(change)]}")
+        committed = {id(c) for c, outcome in zip(changes, outcomes, strict=True) if outcome is None}
+        for person_id, pushed_by in self._pushed.items():
+            if pushed_by in committed:  # only a push that is in the database now
+                self.written.wrote(str(person_id), positions)
         return outcomes
 
     def people_of(self, change: Change) -> list[int]:
@@ -148,6 +162,9 @@ class SqlImportAdapter(Adapter):
         for person_id in self.people_of(change):
             if person_id in self._pushed:
                 continue
+            if self.written.reflected(str(person_id), change):
+                self.skipped += 1
+                continue
             row = self.record(person_id, change, conn)
             if row is None:
                 continue
@@ -165,4 +182,4 @@ class SqlImportAdapter(Adapter):
                     raise
                 self._refused.setdefault(id(change), first_line(exc))
                 continue
-            self._pushed.add(person_id)
+            self._pushed[person_id] = id(change)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from consumers.file.adapter import to_jsonl, to_xml
 from consumers.ldap.entries import group_entry, person_entry
-from consumers.projection import IndexedState
+from consumers.projection import IndexedState, WrittenFrom
 from consumers.webhook.settings import WebhookSettings
 from mcq.change import Change, ChangeKey, Position
 
@@ -98,3 +98,33 @@ def test_files_carry_the_idempotency_key_and_xml_marks_nulls() -> None:
 def test_a_webhook_token_never_prints() -> None:
     settings = WebhookSettings.model_validate({"url": "https://x.example/hook", "bearer_token": "s3cret"})
     assert "s3cret" not in repr(settings) and "s3cret" not in str(settings.model_dump())
+
+
+def _at(topic: str, partition: int, offset: int | None) -> Change:
+    return Change(
+        key=ChangeKey("PERSON", "Status", 1),
+        change_type="UPDATE",
+        position=Position(1, 1),
+        entry_time=datetime(2026, 1, 1, tzinfo=UTC),
+        source_table="campus.person_status",
+        after={"person_id": "1", "status": "Staff"},
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def test_a_change_the_last_write_was_computed_from_needs_no_write_again() -> None:
+    written = WrittenFrom()
+    assert not written.reflected("uid=1", _at("status", 0, 5))  # never written
+    written.wrote("uid=1", {("status", 0): 10, ("people", 0): 3})
+    assert written.reflected("uid=1", _at("status", 0, 9))  # the store had read it
+    assert not written.reflected("uid=1", _at("status", 0, 10))  # not read yet when written
+    assert not written.reflected("uid=1", _at("status", 1, 0))  # a partition the store had not read
+    assert not written.reflected("uid=1", _at("_refresh", 0, 0))  # a refresh always writes
+    assert not written.reflected("uid=1", _at("status", 0, None))  # a change from no record
+    assert not written.reflected("uid=2", _at("status", 0, 9))  # another object
+    written.wrote("uid=3", None)  # a store that reads the source: nothing is ever skipped
+    assert not written.reflected("uid=3", _at("status", 0, 0))
+    written.forget()  # the view changed
+    assert not written.reflected("uid=1", _at("status", 0, 9))

@@ -1,0 +1,91 @@
+"""Reading a change record in Confluent's wire format: what the listener and the projection
+stores decode every record with. The schemas come from a plain object standing in for the
+registry's lookup by id (the integration tests read real records through Apicurio)."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+
+import fastavro
+import pytest
+from confluent_kafka.schema_registry import Schema
+
+from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
+from mcq.contract import schema_text
+
+KEY_ID, VALUE_ID = 7, 8
+
+
+class SchemasById:
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def get_schema(self, schema_id: int) -> Schema:
+        self.asked.append(schema_id)
+        return Schema(schema_text({KEY_ID: "change_key", VALUE_ID: "change_record"}[schema_id]), "AVRO")
+
+
+def wire(schema_id: int, name: str, record: dict[str, object]) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(json.loads(schema_text(name))), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+
+
+CHANGE = Change(
+    key=ChangeKey("PERSON", "Telephone", 42, "Office", None, None),
+    change_type="UPDATE",
+    position=Position(1000, 1010),
+    entry_time=datetime(2026, 11, 23, 12, 0, 1, 500000, tzinfo=UTC),
+    source_table="campus.directory_telephone",
+    after={"person_id": "42", "tele_type": "Office", "phone_number": "+1 518 555 0100"},
+    before={"person_id": "42", "tele_type": "Office", "phone_number": None},
+    txid=77,
+    origin="table campus.directory_telephone",
+)
+
+
+def codec() -> tuple[ChangeCodec, SchemasById]:
+    client = SchemasById()
+    return ChangeCodec(client), client  # type: ignore[arg-type]
+
+
+def test_a_change_read_back_equals_the_change_written_and_names_its_record() -> None:
+    c, _ = codec()
+    key, value = wire(KEY_ID, "change_key", CHANGE.key.as_dict()), wire(VALUE_ID, "change_record", CHANGE.record())
+    read = c.decode("t", 3, 99, key, value)
+    assert read == CHANGE
+    assert read is not None and (read.topic, read.partition, read.offset) == ("t", 3, 99)
+    assert read.entry_time == CHANGE.entry_time and read.after == CHANGE.after and read.before == CHANGE.before
+
+
+def test_each_writer_schema_is_asked_for_once() -> None:
+    c, client = codec()
+    key, value = wire(KEY_ID, "change_key", CHANGE.key.as_dict()), wire(VALUE_ID, "change_record", CHANGE.record())
+    for offset in range(50):
+        c.decode("t", 0, offset, key, value)
+    assert sorted(client.asked) == [KEY_ID, VALUE_ID]
+
+
+def test_a_tombstone_has_no_change_but_its_key_is_read() -> None:
+    c, _ = codec()
+    key = wire(KEY_ID, "change_key", CHANGE.key.as_dict())
+    assert c.decode("t", 0, 1, key, None) is None
+    assert c.decode_key("t", 0, 1, key) == CHANGE.key
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"not avro at all",
+        b"\x01\x00\x00\x00\x08rest",  # another magic byte
+        wire(VALUE_ID, "change_record", CHANGE.record())[:30],  # cut short
+    ],
+    ids=["empty", "text", "magic", "truncated"],
+)
+def test_a_record_that_is_not_a_change_is_refused_naming_topic_partition_and_offset(value: bytes) -> None:
+    c, _ = codec()
+    with pytest.raises(BadChange, match=r"logical\.x\[2\]@41"):
+        c.decode("logical.x", 2, 41, wire(KEY_ID, "change_key", CHANGE.key.as_dict()), value)
