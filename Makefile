@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml)
 
-.PHONY: install system python jvm run test lint unit stack-up stack-down stack-status clean-stack
+.PHONY: install system python jvm run test lint unit bench bench-quick stack-up stack-down stack-status clean-stack
 
 install: system python jvm
 
@@ -51,6 +51,16 @@ unit: python
 
 test: install lint
 	$(BIN)/pytest
+
+# Benchmarks (never part of `make test`): every measurement of BENCHMARKS.md in one run,
+# its tables rewritten there; bench-quick: reduced sizes in about 5 minutes, printed only.
+bench: install
+	$(BIN)/mcq stack up
+	$(BIN)/python -m bench.run
+
+bench-quick: install
+	$(BIN)/mcq stack up
+	$(BIN)/python -m bench.run --quick
 
 stack-up: install
 	$(BIN)/mcq stack up

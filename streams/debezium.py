@@ -119,31 +119,40 @@ def decode_image(image: Column, names: Column) -> Column:
     )
 
 
-def with_envelope(df: DataFrame, value: str = "value", name: str = "e") -> DataFrame:
-    """``df`` plus column ``name``: its raw Kafka ``value`` (bytes) as the Debezium envelope
-    with decoded row images. ``op`` is null when the value is not a Debezium envelope in
-    either JSON form.
+class EnvelopeReader:
+    """Reads raw Kafka values (bytes) into Debezium envelopes with decoded row images.
 
     Three projections, each computing what the next one reads: the JSON is parsed once
     and the column-type map is built once per record. (In one projection both would sit
     inside the per-value lambda, which Spark evaluates without common subexpressions:
-    the whole record parsed again for every value of every image, 20x the work.)"""
-    from pyspark.sql import functions as F
+    the whole record parsed again for every value of every image, 20x the work.)
 
-    parsed = df.select("*", F.from_json(F.col(value).cast("string"), RAW_VALUE).alias("_mcq_raw"))
-    raw = F.col("_mcq_raw")
-    plain = F.struct(*(raw.getField(f).alias(f) for f in ("op", "before", "after", "source", "ts_ms")))
-    env = F.when(raw.getField("payload").isNotNull(), raw.getField("payload")).otherwise(plain)
-    row_schema = F.filter(raw.getField("schema").getField("fields"), lambda f: f.getField("field") == "after")
-    names = F.map_from_entries(
-        F.transform(
-            F.get(row_schema, 0).getField("fields"),
-            lambda c: F.struct(c.getField("field").alias("key"), c.getField("name").alias("value")),
+    The column expressions are built once, here: each is dozens of py4j calls, and a
+    streaming job applies them to every micro-batch."""
+
+    def __init__(self, value: str = "value") -> None:
+        from pyspark.sql import functions as F
+
+        self._parse = F.from_json(F.col(value).cast("string"), RAW_VALUE).alias("_mcq_raw")
+        raw = F.col("_mcq_raw")
+        plain = F.struct(*(raw.getField(f).alias(f) for f in ("op", "before", "after", "source", "ts_ms")))
+        env = F.when(raw.getField("payload").isNotNull(), raw.getField("payload")).otherwise(plain)
+        row_schema = F.filter(raw.getField("schema").getField("fields"), lambda f: f.getField("field") == "after")
+        names = F.map_from_entries(
+            F.transform(
+                F.get(row_schema, 0).getField("fields"),
+                lambda c: F.struct(c.getField("field").alias("key"), c.getField("name").alias("value")),
+            )
         )
-    )
-    split = parsed.select("*", env.alias("_mcq_env"), names.alias("_mcq_names")).drop("_mcq_raw")
-    env, names = F.col("_mcq_env"), F.col("_mcq_names")
-    decoded = env.withField("after", decode_image(env.getField("after"), names)).withField(
-        "before", decode_image(env.getField("before"), names)
-    )
-    return split.select("*", decoded.alias(name)).drop("_mcq_env", "_mcq_names")
+        self._split = (env.alias("_mcq_env"), names.alias("_mcq_names"))
+        env, names = F.col("_mcq_env"), F.col("_mcq_names")
+        self._decoded = env.withField("after", decode_image(env.getField("after"), names)).withField(
+            "before", decode_image(env.getField("before"), names)
+        )
+
+    def apply(self, df: DataFrame, name: str = "e") -> DataFrame:
+        """``df`` plus column ``name``: the envelope of its raw value. ``op`` is null when
+        the value is not a Debezium envelope in either JSON form."""
+        parsed = df.select("*", self._parse)
+        split = parsed.select("*", *self._split).drop("_mcq_raw")
+        return split.select("*", self._decoded.alias(name)).drop("_mcq_env", "_mcq_names")

@@ -46,7 +46,7 @@ from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
-from streams.debezium import with_envelope
+from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
 if TYPE_CHECKING:
@@ -116,6 +116,14 @@ class NormalizeJob:
     _known_refs: set[str] = field(init=False, default_factory=set)
     failure: NormalizeError | None = field(init=False, default=None)
     """Why the stream stopped, when it was this job that stopped it."""
+    _built: dict[str, Any] = field(init=False, default_factory=dict)
+    """Column expressions built once and applied to every micro-batch: building them is
+    tens of thousands of py4j calls (seconds), applying them is not."""
+
+    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+        if name not in self._built:
+            self._built[name] = build()
+        return self._built[name]
 
     def __post_init__(self) -> None:
         self.plan = plan_normalize(self.registry, self.settings.topic_prefix)
@@ -145,28 +153,29 @@ class NormalizeJob:
         """Kafka rows -> parsed envelopes with source position (raw tombstones dropped)."""
         from pyspark.sql import functions as F
 
-        seq = F.from_json(F.col("e.source.sequence"), "ARRAY<STRING>")
+        def build() -> tuple[EnvelopeReader, list[Column]]:
+            seq = F.from_json(F.col("e.source.sequence"), "ARRAY<STRING>")
+            return EnvelopeReader(), [
+                F.coalesce(seq.getItem(0).cast("long"), F.lit(0)).alias("last_commit_lsn"),
+                F.coalesce(F.col("e.source.lsn"), seq.getItem(1).cast("long"), F.lit(0)).alias("lsn"),
+                F.coalesce(
+                    F.timestamp_micros(F.col("e.source.ts_us")),
+                    F.timestamp_millis(F.col("e.source.ts_ms")),
+                    F.timestamp_millis(F.col("e.ts_ms")),
+                    F.current_timestamp(),
+                ).alias("entry_time"),
+            ]
+
+        reader: EnvelopeReader
+        positions: list[Column]
+        reader, positions = self._once("parse", build)
         rows = raw.where(F.col("value").isNotNull()).select(
             F.col("topic").alias("raw_topic"),
             F.col("partition").alias("raw_partition"),
             F.col("offset").alias("raw_offset"),
             "value",
         )
-        return (
-            with_envelope(rows)
-            .drop("value")
-            .withColumn("last_commit_lsn", F.coalesce(seq.getItem(0).cast("long"), F.lit(0)))
-            .withColumn("lsn", F.coalesce(F.col("e.source.lsn"), seq.getItem(1).cast("long"), F.lit(0)))
-            .withColumn(
-                "entry_time",
-                F.coalesce(
-                    F.timestamp_micros(F.col("e.source.ts_us")),
-                    F.timestamp_millis(F.col("e.source.ts_ms")),
-                    F.timestamp_millis(F.col("e.ts_ms")),
-                    F.current_timestamp(),
-                ),
-            )
-        )
+        return reader.apply(rows).drop("value").select("*", *positions)
 
     def _key(self, feed: FeedPlan, state: Column) -> Column:
         from pyspark.sql import functions as F
@@ -293,17 +302,14 @@ class NormalizeJob:
             .otherwise(F.array(plain))
         )
 
-    def transform(self, parsed: DataFrame) -> DataFrame:
-        """All logical records of a batch, with what the sink and the counters need.
-
-        One projection per raw topic, holding only that topic's feeds: a single projection
-        of every feed outgrows the JVM's 64 KB method limit for generated code."""
+    def _projections(self) -> list[tuple[Column, Column, Column]]:
+        """(which raw rows, housekeeping flag, exploded records) of each raw topic and the outbox."""
         from pyspark.sql import functions as F
 
         by_topic: dict[str, list[FeedPlan]] = {}
         for feed in self.plan.feeds:
             by_topic.setdefault(feed.raw_topic, []).append(feed)
-        parts: list[DataFrame] = []
+        out: list[tuple[Column, Column, Column]] = []
         for raw_topic, feeds in sorted(by_topic.items()):
             outputs: list[Column] = []
             housekeeping: Column = F.lit(False)
@@ -311,27 +317,37 @@ class NormalizeJob:
                 records, hk = self.project_feed(feed)
                 outputs.append(records)
                 housekeeping = housekeeping | hk
-            parts.append(
-                parsed.where(F.col("raw_topic") == raw_topic).select(
-                    "*", housekeeping.alias("housekeeping"), F.posexplode_outer(F.concat(*outputs)).alias("pos", "r")
-                )
-            )
+            out.append((F.col("raw_topic") == raw_topic, housekeeping, F.posexplode_outer(F.concat(*outputs))))
         if self.plan.outbox_topics:
-            parts.append(
-                parsed.where(F.col("raw_topic").isin(*self.plan.outbox_topics)).select(
-                    "*", F.lit(False).alias("housekeeping"), F.posexplode_outer(self.project_outbox()).alias("pos", "r")
+            out.append(
+                (
+                    F.col("raw_topic").isin(*self.plan.outbox_topics),
+                    F.lit(False),
+                    F.posexplode_outer(self.project_outbox()),
                 )
             )
+        return out
+
+    def transform(self, parsed: DataFrame) -> DataFrame:
+        """All logical records of a batch, with what the sink and the counters need.
+
+        One projection per raw topic, holding only that topic's feeds: a single projection
+        of every feed outgrows the JVM's 64 KB method limit for generated code."""
+        from pyspark.sql import functions as F
+
+        parts = [
+            parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r"))
+            for where, housekeeping, records in self._once("projections", self._projections)
+        ]
         out = parts[0]
         for part in parts[1:]:
             out = out.unionByName(part)
-        # each part keeps every raw partition (mostly empty after its filter): merge them
-        # without a shuffle rather than schedule topics x partitions tasks
-        partitions = max(1, int(parsed.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))
-        return out.coalesce(partitions).withColumn("topic", F.col("r.topic"))
+        # each part keeps every partition of the batch (mostly empty after its filter): merge
+        # them without a shuffle rather than schedule parts x partitions tasks
+        return out.coalesce(self._partitions(parsed)).withColumn("topic", F.col("r.topic"))
 
-    def serialize(self, records: DataFrame) -> DataFrame:
-        """Key and value in Confluent's wire format, ordered per key by source position."""
+    def _wire_columns(self) -> tuple[Column, Column]:
+        """Key and value bytes of a record: Confluent's wire format around the Avro body."""
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import to_avro
 
@@ -375,9 +391,16 @@ class NormalizeJob:
         value_bytes = F.when(r.getField("tombstone"), F.lit(None).cast("binary")).otherwise(
             F.concat(header(1), to_avro(value, schema_text("change_record")))
         )
-        partitions = max(1, int(records.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))
+        return key_bytes, value_bytes
+
+    def serialize(self, records: DataFrame) -> DataFrame:
+        """Key and value in Confluent's wire format, ordered per key by source position."""
+        from pyspark.sql import functions as F
+
+        key_bytes, value_bytes = self._once("serialize", self._wire_columns)
+        partitions = self._partitions(records)
         return (
-            records.where(r.isNotNull())
+            records.where(F.col("r").isNotNull())
             .select(
                 F.col("topic"),
                 key_bytes.alias("key"),
@@ -413,6 +436,11 @@ class NormalizeJob:
         )
         raise self.failure
 
+    @staticmethod
+    def _partitions(df: DataFrame) -> int:
+        """Spark's shuffle partitions: the parallelism every step of a batch is cut to."""
+        return max(1, int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))
+
     def process_batch(self, raw: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
@@ -429,7 +457,7 @@ class NormalizeJob:
         # metrics for a write to the Kafka sink: its get() waits for ever.)
         # the batch is parsed once: the per-topic projections each read it, and would
         # otherwise each read Kafka again
-        parsed = self.parse(raw).persist()
+        parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
         records = self.transform(parsed).persist()
         try:
             counts = records.agg(

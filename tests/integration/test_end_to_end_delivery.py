@@ -22,13 +22,14 @@ import pytest
 
 from consumers.runtime.listener import ListenerRuntime
 from mcq.capture.apply import apply_capture
+from mcq.capture.connector import OUTBOX_TABLE, raw_topic
 from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
-from tests.integration.worlds import uncapture, wait_slot_active
+from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 REGISTRY = """
 sources:
@@ -130,6 +131,7 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
             identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.accounts'::regclass")
             assert identity.fetchone() == ("f",)  # set by capture, not by the test
             next_id = 150
+            events = 150  # the snapshot's reads; then a record per change, two per delete (and its tombstone)
             for _ in range(1500):
                 ids = [r[0] for r in conn.execute(f"SELECT id FROM {schema}.accounts").fetchall()]
                 roll = rnd.random()
@@ -138,25 +140,34 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
                         f"UPDATE {schema}.accounts SET status = %s WHERE id = %s",
                         (rnd.choice(STATUSES), rnd.choice(ids)),
                     )
+                    events += 1
                 elif roll < 0.75 and ids:  # a change of another column only
                     conn.execute(
                         f"UPDATE {schema}.accounts SET quota = %s WHERE id = %s", (rnd.randrange(100), rnd.choice(ids))
                     )
+                    events += 1
                 elif roll < 0.88 and ids:
                     conn.execute(f"DELETE FROM {schema}.accounts WHERE id = %s", (rnd.choice(ids),))
+                    events += 2
                 else:
                     conn.execute(
                         f"INSERT INTO {schema}.accounts VALUES (%s, %s, %s, %s)",
                         (next_id, f"owner{next_id}", rnd.choice(STATUSES), rnd.randrange(100)),
                     )
                     next_id += 1
+                    events += 1
             live = sorted(r[0] for r in conn.execute(f"SELECT id FROM {schema}.accounts").fetchall())
             gone = sorted(set(range(next_id)) - set(live))
             # Figure 5: an explicit refresh of some live keys and one that no longer exists
             refreshed = live[:3]
             for pk in [*refreshed, gone[0]]:
                 conn.execute("SELECT mcq_log_update('ACCOUNT', pkey_number => %s)", (pk,))
+            outbox = conn.execute(f"SELECT count(*) FROM {OUTBOX_TABLE}").fetchone()
+            assert outbox is not None  # the snapshot took every entry there was, then came the new ones
 
+        # the normaliser reads up to the raw topics' ends as they are when it starts
+        wait_raw_records(s, raw_topic(registry.sources[0], f"{schema}.accounts"), events)
+        wait_raw_records(s, raw_topic(registry.sources[0], OUTBOX_TABLE), outbox[0])
         run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
         for name in ("Active", "Hook", "Files"):
             runtime = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)

@@ -37,7 +37,7 @@ from mcq.topics.plan import TopicSpec, apply_topics
 from streams.normalize import POSITION_HEADER, NormalizeError, run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.worlds import uncapture, wait_slot_active
+from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 COLUMNS = {
     "id": "integer PRIMARY KEY",
@@ -130,24 +130,6 @@ def normalize_once(settings: Settings, registry: Registry, checkpoint: Path) -> 
     return lines
 
 
-def wait_raw(settings: Settings, topic: str, count: int, timeout_s: float = 60) -> None:
-    """Until the raw topic holds at least ``count`` records (Debezium delivered them)."""
-    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
-            except Exception:  # the topic may not exist yet
-                high = 0
-            if high >= count:
-                return
-            time.sleep(0.5)
-    finally:
-        consumer.close()
-    raise AssertionError(f"{topic}: fewer than {count} records after {timeout_s:.0f} s")
-
-
 def records_with_headers(
     settings: Settings, topic: str
 ) -> list[tuple[dict[str, Any], dict[str, Any] | None, dict[str, bytes]]]:
@@ -180,7 +162,7 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     """date, timestamp(3/6), timestamptz, time, numeric(12,2), boolean, uuid, jsonb, text[],
     integer and text, NULLs included, compared with PostgreSQL's own rendering of each type."""
     tsettings = prefixed(settings, "y")
-    wait_raw(settings, typed.raw_topic, len(ROWS))
+    wait_raw_records(settings, typed.raw_topic, len(ROWS))
     normalize_once(tsettings, typed.registry, tmp_path / "checkpoint")
     topic = typed.registry.tables[0].topic(tsettings.topic_prefix)
     state = {k[4]: v for k, v in last_state(decode_topic(tsettings, topic)).items()}  # by pkey_number

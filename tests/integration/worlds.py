@@ -64,6 +64,27 @@ def wait_slot_active(settings: Settings, slot: str, timeout_s: float = 90) -> No
     raise AssertionError(f"slot {slot} never became active")
 
 
+def wait_raw_records(settings: Settings, topic: str, at_least: int, timeout_s: float = 120) -> None:
+    """Until Debezium has written ``at_least`` records to a raw topic: a job that reads
+    the raw topics only up to their current ends (``--once``) must not start before the
+    changes a test made are all there."""
+    from confluent_kafka.admin import AdminClient
+
+    from mcq.topics.read import all_watermarks
+
+    admin = AdminClient(settings.kafka.client_config())
+    deadline, count = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is not None and meta.error is None and meta.partitions:
+            marks = all_watermarks(admin, [TopicPartition(topic, p) for p in meta.partitions])
+            count = sum(high for _, high in marks.values())
+            if count >= at_least:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"{topic}: {count} records after {timeout_s:.0f} s, expected at least {at_least}")
+
+
 def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
     """Undo a test's capture: its sources' connectors, slots and publications (what
     ``mcq connect remove`` does), its schema, and the raw topics of its feeds and outbox."""

@@ -1,0 +1,205 @@
+"""Apply rate of the ``table``, ``sql_import`` and ``ldap`` adapters, and how long a
+scheduled ``--until-caught-up`` run with about 100 changes pending takes, start to exit.
+
+Method: a captured campus world of its own (``--people``; a schema, a Debezium
+connector, raw topics). Once the connector's snapshot is in the raw topics,
+``mcq streams normalize --once`` turns it into the logical topics (its batch line gives
+the normaliser's throughput on that backlog). Then each listener runs
+``mcq listen NAME --until-caught-up`` as its own process, one after the other, over the
+whole initial load: ``Insite`` (sql_import, the vendor's import table and trigger),
+``LDAP`` (ldap, an OU of its own on the stack's OpenLDAP) and ``Mirror`` (a ``table``
+listener added to the registry, interested in what LDAP is). Rate = changes applied /
+the process's wall time (Python and Kafka start-up included). Then ``--pending``
+random updates are committed to the source, normalised once more, and each listener
+runs again: the start-to-exit time of a scheduled run. Both runs end with a check of
+LDAP and the import table against the source (``mcq.checks``): a figure of a wrong
+result is not reported as a figure.
+
+    .venv/bin/python -m bench.listener_apply --people 10000 --pending 100
+
+Needs the local stack up (``mcq stack up``). Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from ldap3 import Connection, Server
+
+from mcq.checks import check_insite, check_ldap
+from mcq.config import Settings, load_settings
+from mcq.registry import parse_registry
+from mcq.topics.read import all_watermarks
+from tests.integration.worlds import captured_world
+
+MIRROR = """
+  - name: Mirror
+    comment: the last state of every row LDAP sees, in a table (bench)
+    owner: bench@localhost
+    schedule: realtime
+    adapter: {type: table, settings: {table: TABLE}}
+"""
+MIRROR_INTERESTS = """
+  - {listener: Mirror, tname: PERSON, subtype: "*"}
+  - {listener: Mirror, tname: LOGINS, subtype: null}
+  - {listener: Mirror, tname: GROUPS, subtype: null}
+  - {listener: Mirror, tname: GROUP_MEM, subtype: null}
+  - {listener: Mirror, tname: DEPARTMENT, subtype: null}
+"""
+LISTENERS = (("Mirror", "table"), ("Insite", "sql_import"), ("LDAP", "ldap"))
+
+
+def bench_registry(text: str, token: str, base: str) -> str:
+    """The captured world's registry with the bench's own LDAP OU, vendor schema and Mirror."""
+    text = text.replace(
+        "adapter: {type: ldap, settings: {directory: openldap}}",
+        f'adapter: {{type: ldap, settings: {{directory: openldap, people_dn: "ou=people,{base}", '
+        f'groups_dn: "ou=groups,{base}"}}}}',
+    )
+    insite = "install: examples/insite_import.sql"
+    text = text.replace(f"{insite}}}", f"{insite}, vendor_schema: v_{token}}}")
+    mirror = MIRROR.replace("TABLE", f"b_{token}.mirror")
+    return text.replace("\ninterests:\n", f"{mirror}\ninterests:\n{MIRROR_INTERESTS}")
+
+
+def raw_rows(settings: Settings, topics: list[str]) -> int:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka.client_config())
+    meta = admin.list_topics(timeout=10).topics
+    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    if not tps:
+        return 0
+    return sum(high for _, high in all_watermarks(admin, tps).values())
+
+
+def wait_snapshot(settings: Settings, topics: list[str], timeout_s: float = 900) -> int:
+    """Until the raw topics stop growing (the connector's snapshot is in), with progress."""
+    deadline, last, still_since = time.monotonic() + timeout_s, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = raw_rows(settings, topics)
+        if n != last:
+            print(f"  snapshot: {n:,} raw records", flush=True)
+            last, still_since = n, time.monotonic()
+        elif n > 0 and time.monotonic() - still_since > 8:
+            return n
+        time.sleep(2)
+    raise SystemExit("the connector's snapshot did not finish in time")
+
+
+def mcq(env: dict[str, str], *args: str) -> tuple[float, str]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "mcq.cli", *args], env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"mcq {' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return seconds, done.stdout
+
+
+def applied(out: str) -> int:
+    found = re.search(r"caught up; applied (\d+)", out)
+    return int(found.group(1)) if found else 0
+
+
+def random_updates(settings: Settings, schema: str, n: int, seed: int = 3) -> None:
+    rnd = random.Random(seed)
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        people = [r[0] for r in conn.execute(f"SELECT person_id FROM {schema}.people")]
+        for i in range(n):
+            if i % 2:
+                conn.execute(f"UPDATE {schema}.people SET last_name = %s WHERE person_id = %s",
+                             (f"Bench{i}", rnd.choice(people)))  # fmt: skip
+            else:
+                conn.execute(f"UPDATE {schema}.person_status SET status = %s WHERE person_id = %s",
+                             (rnd.choice(["Student", "Staff", "Faculty"]), rnd.choice(people)))  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--people", type=int, default=10_000)
+    ap.add_argument("--pending", type=int, default=100, help="changes committed before the scheduled runs")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the world is removed
+    token = uuid.uuid4().hex[:8]
+    settings = load_settings().model_copy(update={"topic_prefix": f"bench{token}"})
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
+    work = Path(tempfile.mkdtemp(prefix="mcq-bench-"))
+    base = f"ou=b{token},{settings.ldap.base_dn}"
+    ldap = Connection(Server(settings.ldap.url), user=settings.ldap.bind_dn,
+                      password=settings.ldap.password.get_secret_value(), auto_bind=True)  # fmt: skip
+    ldap.add(base, ["organizationalUnit"], {"ou": f"b{token}"})
+    for ou in ("people", "groups"):
+        ldap.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
+    rows: list[str] = []
+    try:
+        print(f"loading and capturing {args.people:,} people ...", flush=True)
+        with captured_world(settings, people=args.people, seed=11) as world:
+            registry_file = work / "registry.yaml"
+            registry_file.write_text(bench_registry(world.registry_yaml, token, base))
+            registry = parse_registry(registry_file.read_text(), str(registry_file))
+            raw = sorted({world.topic(f.table) for t in registry.tables for f in t.feeds})
+            n_raw = wait_snapshot(settings, raw)
+            reg = ("--registry", str(registry_file))
+            ckpt = ("--checkpoint", str(work / "ckpt"))
+            print("normalising the initial load ...", flush=True)
+            seconds, out = mcq(env, "streams", "normalize", *reg, "--once", *ckpt)
+            batch = re.search(r"batch 0: in (\d+), .*, ([\d.]+) s", out)
+            if batch:
+                rows_in, batch_s = int(batch.group(1)), float(batch.group(2))
+                rows.append(f"| normaliser, initial load (batch 0) | {rows_in:,} raw rows | {batch_s:.1f} s | "
+                            f"{rows_in / batch_s:,.0f} rows/s |")  # fmt: skip
+            rows.append(f"| normaliser `--once`, start to exit | {n_raw:,} raw rows | {seconds:.1f} s | "
+                        f"{n_raw / seconds:,.0f} rows/s |")  # fmt: skip
+            print(rows[-1], flush=True)
+            for name, kind in LISTENERS:
+                print(f"listener {name} ({kind}): the initial load ...", flush=True)
+                seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
+                n = applied(out)
+                rows.append(f"| `{kind}` ({name}), initial load | {n:,} changes | {seconds:.1f} s | "
+                            f"{n / seconds:,.0f} changes/s |")  # fmt: skip
+                print(rows[-1], flush=True)
+            random_updates(settings, world.schema, args.pending)
+            time.sleep(3)  # Debezium's poll interval and the producer's linger
+            mcq(env, "streams", "normalize", *reg, "--once", *ckpt)
+            for name, kind in LISTENERS:
+                seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
+                rows.append(f"| `{kind}` ({name}), scheduled run with changes pending | {applied(out):,} changes | "
+                            f"{seconds:.1f} s | start to exit |")  # fmt: skip
+                print(rows[-1], flush=True)
+            checks = [
+                check_ldap(settings, registry, f"ou=people,{base}", f"ou=groups,{base}"),
+                check_insite(settings, registry, f"v_{token}", set()),
+            ]
+            for check in checks:
+                print(f"check {check.target}: {'ok' if check.ok else 'WRONG'} ({check.checked:,} checked)", flush=True)
+                if not check.ok:
+                    raise SystemExit(f"the target is not the source's state: {check.problems[:5]}")
+    finally:
+        ldap.search(base, "(objectClass=*)", attributes=["1.1"])
+        for dn in sorted((e.entry_dn for e in ldap.entries), key=lambda d: -d.count(",")):
+            ldap.delete(dn)
+        ldap.unbind()
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS v_{token} CASCADE")
+            db.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
+    print(f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine\n")
+    print("| measurement | size | wall time | rate |")
+    print("|---|---|---|---|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
