@@ -77,7 +77,10 @@ def run_one(name: str, args: list[str]) -> tuple[list[str], float]:
     separators = [i for i, line in enumerate(lines) if line.startswith("|---")]
     if not separators:
         raise SystemExit(f"bench.{name} printed no table")
-    return [line for line in lines[separators[-1] - 1 :] if line.strip()], time.monotonic() - started
+    result = [line for line in lines[separators[-1] - 1 :] if line.strip()]
+    rows = next((i for i, line in enumerate(result) if not line.startswith("|")), len(result))
+    notes = ["", *result[rows:]] if rows < len(result) else []  # a blank line ends the table
+    return result[:rows] + notes, time.monotonic() - started
 
 
 def rewrite(name: str, block: str) -> None:
