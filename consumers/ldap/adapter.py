@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from ldap3 import BASE, MODIFY_REPLACE, NONE, Connection, Server
 from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
 
-from consumers.adapter import Adapter
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.ldap.entries import (
     DEPARTMENT,
@@ -36,34 +35,19 @@ from consumers.ldap.entries import (
     person_entry,
 )
 from consumers.ldap.settings import LdapAdapterSettings
-from consumers.projection import WrittenFrom, open_state
-from consumers.runtime.view import ListenerView, ViewState
+from consumers.projected import ProjectedAdapter
 from mcq.change import Change
-from mcq.config import Settings
-from mcq.registry.model import Listener, Registry
 
 NO_SUCH_OBJECT = 32
 ALREADY_EXISTS = 68
 
 
-class LdapAdapter(Adapter):
+class LdapAdapter(ProjectedAdapter):
     kind = "ldap"
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
+    needs_state = STATE
     _conn: Connection | None = None
-    store: ViewState | None = None
-
-    def __init__(self, listener: Listener, settings: Settings) -> None:
-        super().__init__(listener, settings)
-        self.written = WrittenFrom()
-        self.skipped = 0
-        """Writes left out because the entry's last write already reflected the change."""
-
-    def bind(self, registry: Registry) -> None:
-        super().bind(registry)
-        if self.store is not None:  # the rules and allow-lists of the new registry govern the entries
-            self.store.view = ListenerView(registry, self.listener.name)
-        self.written.forget()
 
     @property
     def people_dn(self) -> str:
@@ -92,11 +76,7 @@ class LdapAdapter(Adapter):
         return conn
 
     def open(self) -> None:
-        if self.store is None:
-            assert self.registry is not None, "bind(registry) first"
-            # what the listener may see of it: its interests' rules and allow-lists govern the entries
-            state = open_state(self.mcq_settings, self.registry, STATE, self.settings.state)
-            self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
+        self.open_store()
         self._connection()
 
     def close(self) -> None:
@@ -104,9 +84,7 @@ class LdapAdapter(Adapter):
             with contextlib.suppress(LDAPException):  # closing anyway
                 self._conn.unbind()
             self._conn = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        self.close_store()
 
     def ready(self) -> bool:
         try:

@@ -20,15 +20,13 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
-from consumers.adapter import Adapter
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
-from consumers.projection import WrittenFrom, open_state
-from consumers.runtime.view import ListenerView, ViewState
+from consumers.projected import ProjectedAdapter
 from consumers.sql_import.settings import SqlImportSettings
 from mcq.change import Change
 from mcq.config import Settings
-from mcq.registry.model import Listener, Registry
+from mcq.registry.model import Listener
 
 PERSON = "PERSON/PEOPLE"
 STATUS = "PERSON/Status"
@@ -36,7 +34,7 @@ ORGN = "PERSON/Dir_Orgn"
 DEPARTMENT = "DEPARTMENT"
 
 
-class SqlImportAdapter(Adapter):
+class SqlImportAdapter(ProjectedAdapter):
     kind = "sql_import"
     settings_model = SqlImportSettings
     settings: SqlImportSettings
@@ -50,16 +48,6 @@ class SqlImportAdapter(Adapter):
             f"import table {s.vendor_schema}.{s.table}", settings, s.database, s.dsn, s.statement_timeout_ms,
             self._setup,
         )  # fmt: skip
-        self.store: ViewState | None = None
-        self.written = WrittenFrom()
-        self.skipped = 0
-        """Pushes left out because the person's last push already reflected the change."""
-
-    def bind(self, registry: Registry) -> None:
-        super().bind(registry)
-        if self.store is not None:  # the rules and allow-lists of the new registry govern the records
-            self.store.view = ListenerView(registry, self.listener.name)
-        self.written.forget()
 
     def _setup(self, conn: Connection) -> None:
         s = self.settings
@@ -74,18 +62,12 @@ class SqlImportAdapter(Adapter):
         ))  # fmt: skip
 
     def open(self) -> None:
-        if self.store is None:
-            assert self.registry is not None, "bind(registry) first"
-            # what the listener may see of it: its interests' rules and allow-lists govern the entries
-            state = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state)
-            self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
+        self.open_store()
         self.target.connection()
 
     def close(self) -> None:
         self.target.close()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        self.close_store()
 
     def ready(self) -> bool:
         return self.target.ready()
