@@ -83,6 +83,7 @@ def apply_topics(
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
+        _wait_usable(admin, [s.name for s in missing])
     drift: list[str] = []
     unchanged: list[str] = []
     present = [s for s in specs if s.name in existing]
@@ -104,6 +105,32 @@ def apply_topics(
         for line in drift:
             report(f"drift {line}")
     return TopicReport(created=created, unchanged=unchanged, drift=drift)
+
+
+def _wait_usable(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+    """Return once every topic is in the broker's metadata with a leader for each partition.
+
+    ``create_topics`` returns when the controller has the topic; the broker a client asks
+    next may not know it yet, and a consumer assigned to it a moment later would fail with
+    UNKNOWN_TOPIC_OR_PART. Topics still not usable at ``timeout_s`` are named in the error."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(names)
+    while waiting:
+        topics = admin.list_topics(timeout=10).topics
+        for name in list(waiting):
+            meta = topics.get(name)
+            if meta is None or meta.error is not None or not meta.partitions:
+                continue
+            if all(p.leader >= 0 and p.error is None for p in meta.partitions.values()):
+                waiting.discard(name)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"topics created but not usable after {timeout_s:.0f} s: "
+                           + ", ".join(sorted(waiting)))
+            )  # fmt: skip
+        time.sleep(0.2)
 
 
 def _describe(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> dict[str, Any]:
