@@ -440,9 +440,25 @@ def streams() -> None:
 
 @streams.command("normalize")
 @FROM_FILE
-@click.option("--once", is_flag=True, help="Process what is available, then exit 0.")
+@click.option("--once", is_flag=True, help="Process what is available in micro-batches, then exit 0.")
 @click.option(
-    "--trigger", default="1 second", show_default=True, help="Micro-batch interval when continuous (BENCHMARKS.md)."
+    "--mode",
+    type=click.Choice(["realtime", "microbatch"]),
+    default="realtime",
+    show_default=True,
+    help="Continuous run: Spark's Real-Time Mode (each change as it arrives) or micro-batches.",
+)
+@click.option(
+    "--trigger",
+    default="1 second",
+    show_default=True,
+    help="Micro-batch interval (microbatch mode; in realtime mode, of the query ordering keys fed by two tables).",
+)
+@click.option(
+    "--checkpoint-interval",
+    default="60 seconds",
+    show_default=True,
+    help="Realtime mode: how often progress is checkpointed (not a latency; BENCHMARKS.md).",
 )
 @click.option(
     "--checkpoint",
@@ -454,7 +470,9 @@ def streams() -> None:
 def streams_normalize(
     registry_file: Path | None,
     once: bool,
+    mode: str,
     trigger: str,
+    checkpoint_interval: str,
     checkpoint: Path | None,
     master: str | None,
     max_offsets_per_trigger: int | None,
@@ -474,6 +492,8 @@ def streams_normalize(
             master=master,
             max_offsets_per_trigger=max_offsets_per_trigger,
             report=_say,
+            mode=mode,
+            checkpoint_interval=checkpoint_interval,
         )
     except (SchemaRefused, NormalizeError) as exc:
         _err(f"mcq streams normalize: {exc}")

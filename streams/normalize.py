@@ -110,6 +110,8 @@ class NormalizeJob:
     checkpoint: Path
     report: Report = print
     max_offsets_per_trigger: int | None = None
+    only: NormalizePlan | None = None
+    """Part of the registry's plan to run (``streams.realtime.split_plan``); all of it when None."""
     plan: NormalizePlan = field(init=False)
     schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     history: list[BatchStats] = field(init=False, default_factory=list)
@@ -126,7 +128,16 @@ class NormalizeJob:
         return self._built[name]
 
     def __post_init__(self) -> None:
-        self.plan = plan_normalize(self.registry, self.settings.topic_prefix)
+        self.plan = self.only or plan_normalize(self.registry, self.settings.topic_prefix)
+
+    def part(self, plan: NormalizePlan, checkpoint: Path) -> NormalizeJob:
+        """A job for part of this plan, sharing its schema ids and known provenance."""
+        job = NormalizeJob(
+            self.settings, self.registry, checkpoint, self.report, self.max_offsets_per_trigger, only=plan
+        )
+        job.schema_ids = self.schema_ids
+        job._known_refs = self._known_refs
+        return job
 
     # ------------------------------------------------------------------ set-up
 
@@ -491,6 +502,10 @@ class NormalizeJob:
     def _unseen_feed_refs(self) -> bool:
         return any(f.ref not in self._known_refs for f in self.plan.feeds)
 
+    def _unseen_refs(self) -> bool:
+        explicit = (f"{t}/{s}" if s else t for t, s, _ in self.plan.explicit_topics)
+        return self._unseen_feed_refs() or any(ref not in self._known_refs for ref in explicit)
+
     def _record_provenance(self, records: DataFrame) -> None:
         """First-seen provenance of each table/subtype (the paper's call-stack column)."""
         from pyspark.sql import functions as F
@@ -603,6 +618,9 @@ class StopRequest:
                 signal.signal(sig, handler)
 
 
+MODES = ("realtime", "microbatch")
+
+
 def run_normalize(
     settings: Settings,
     registry: Registry,
@@ -613,11 +631,20 @@ def run_normalize(
     master: str | None = None,
     max_offsets_per_trigger: int | None = None,
     report: Report = print,
+    mode: str = "microbatch",
+    checkpoint_interval: str = "60 seconds",
 ) -> NormalizeJob:
-    """Run the normaliser: until caught up (``once``), or until stopped (SIGINT, SIGTERM).
+    """Run the normaliser: until caught up (``once``, always micro-batches), or until
+    stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
+    checkpoint every ``checkpoint_interval``: ``streams/realtime.py``) or ``microbatch``
+    (a micro-batch every ``trigger``).
 
-    A stop abandons the micro-batch in flight, if any: the checkpoint makes a restart
-    write it again whole."""
+    A stop abandons the batch in flight, if any: the checkpoint makes a restart write it
+    again. The modes keep their checkpoints apart (``realtime/`` and ``ordered/`` below
+    the directory a micro-batch run uses): a switch of mode reads the raw topics again
+    from their beginning, which the compacted, idempotently applied topics absorb."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     job = NormalizeJob(
         settings,
         registry,
@@ -629,29 +656,58 @@ def run_normalize(
     with stopping.on_signals():
         job.prepare()
         if not stopping.requested:
-            _stream(job, stopping, once=once, trigger=trigger, master=master)
+            realtime = mode == "realtime" and not once
+            _stream(job, stopping, once=once, trigger=trigger, master=master,
+                    interval=checkpoint_interval if realtime else None)  # fmt: skip
         if stopping.requested:
             report("normalize: stopped; a restart resumes after the last finished batch")
     return job
 
 
-def _stream(job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None) -> None:
+def _stream(
+    job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None
+) -> None:
+    """Run the queries until they end or a stop is requested; ``interval`` set: real time."""
+    import os
+
     from pyspark.errors import StreamingQueryException
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
+    from streams import realtime as rt
     from streams.session import spark_session
 
     report = job.report
+    realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
+    slots = 0
+    if interval:
+        shuffle = int(os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
+        slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle)
+        if not (master or os.environ.get("MCQ_SPARK_MASTER")):
+            master = f"local[{max(slots, os.cpu_count() or 1)}]"  # threads: real-time tasks mostly wait
     with stopping.deferred():
         spark = spark_session(job.settings, "mcq-normalize", master)
         stopping.install()
+    if interval and spark.sparkContext.defaultParallelism < slots:
+        spark.stop()
+        raise NormalizeError(
+            f"real-time mode needs {slots} task slots (a long-lived task per raw topic partition), the Spark "
+            f"master {spark.sparkContext.master} has {spark.sparkContext.defaultParallelism}: give it more "
+            "executor cores, or run with --mode microbatch"
+        )
+    jobs: dict[str, NormalizeJob] = {}
+    seen_output = threading.Event()
 
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
-            line = lag_line(json.loads(event.progress.json))
+            progress = json.loads(event.progress.json)
+            if progress.get("name") == "mcq-normalize-realtime":
+                report(rt.batch_line(progress, interval or ""))
+                if (progress.get("sink") or {}).get("numOutputRows"):
+                    seen_output.set()
+            line = lag_line(progress)
             if line:
                 report(line)
 
@@ -663,27 +719,64 @@ def _stream(job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: st
 
     listener = Progress()
     spark.streams.addListener(listener)
+    queries: list[Any] = []
     try:
         if stopping.requested:
             return
-        query = job.start(spark, once=once, trigger=trigger)
+        if interval is None:
+            queries.append(job.start(spark, once=once, trigger=trigger))
+        else:
+            if ordered_part is not None:
+                ordered = jobs["ordered"] = job.part(ordered_part, job.checkpoint / "ordered")
+                report(
+                    "normalize: fed by two or more raw topics, ordered by source position in micro-batches: "
+                    + ", ".join(sorted(rt.shared_topics(job.plan)))
+                )
+                queries.append(ordered.start(spark, once=False, trigger=trigger))
+            # the real-time query reads Kafka through the V2 source, which Real-Time Mode
+            # needs (streams/session.py keeps micro-batch queries on V1): a session of its own
+            fresh = spark.newSession()
+            fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
+            fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
+            now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
+            queries.append(rt.start_realtime(now, fresh, interval))
+            report(f"normalize: real time, {slots} task slots, checkpoint every {interval}")
+        if "realtime" in jobs:
+            fresh.streams.addListener(listener)
         try:
-            # True once the query ended; raises what ended it, if that was an error
-            while not stopping.requested and not query.awaitTermination(0.5):
-                pass
-        except StreamingQueryException:
-            if job.failure is not None:
-                raise job.failure from None
+            while not stopping.requested:
+                ended = next((q for q in queries if not q.isActive), None)
+                if ended is not None:
+                    ended.awaitTermination()  # raises what ended it, if that was an error
+                    break
+                time.sleep(0.5)
+                if seen_output.is_set() and "realtime" in jobs:
+                    seen_output.clear()
+                    if jobs["realtime"]._unseen_refs():
+                        rt.record_first_seen(jobs["realtime"])
+        except StreamingQueryException as exc:
+            failure = job.failure or next((j.failure for j in jobs.values() if j.failure), None)
+            if failure is not None:
+                raise failure from None
+            message = rt.unreadable_message(exc)
+            if message:
+                raise NormalizeError(message) from None
             if not stopping.requested:
                 raise
         finally:
-            if query.isActive:
-                try:
-                    query.stop()  # abandons a batch in flight: the checkpoint re-runs it whole
-                except StreamingQueryException:
-                    if not stopping.requested:
-                        raise
+            if interval:
+                # interrupted real-time tasks log their aborted writes: expected, not news
+                spark.sparkContext.setLogLevel("OFF")
+            for query in queries:
+                if query.isActive:
+                    try:
+                        query.stop()  # abandons a batch in flight: the checkpoint re-runs it
+                    except StreamingQueryException:
+                        if not stopping.requested:
+                            raise
     finally:
         # before Python goes away: the JVM would call back into a closed py4j gateway
         spark.streams.removeListener(listener)
+        if "realtime" in jobs:
+            fresh.streams.removeListener(listener)
         spark.stop()

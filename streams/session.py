@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 
@@ -64,4 +64,10 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         builder = builder.master(chosen)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "WARN"))
+    # spark-avro warns once per task that the Avro schema is stricter than Spark's nullable
+    # columns: the normaliser gives every required field a non-null expression (streams/normalize.py)
+    jvm: Any = spark._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.avro.AvroSerializer", jvm.org.apache.logging.log4j.Level.ERROR
+    )
     return spark

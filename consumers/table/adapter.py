@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import psycopg
 from psycopg import sql
 
 from consumers.adapter import Adapter
@@ -60,30 +61,60 @@ class TableAdapter(Adapter):
         return self.target.ready()
 
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        if len(changes) > 1:
+            try:
+                self._apply_last_states(changes)
+                return [None] * len(changes)
+            except psycopg.Error:
+                pass  # applied again one by one below: its own error is said for the bad change only
         return self.target.apply_batch(changes, self._apply_one)
 
-    def _apply_one(self, conn: Connection, change: Change) -> None:
+    def _apply_last_states(self, changes: Sequence[Change]) -> None:
+        last: dict[str, Change] = {}
+        for change in changes:  # a key's changes come in source order
+            last[change.key.text()] = change
+        upserts = [self._upsert_row(c) for c in last.values() if c.change_type != "DELETE"]
+        deletes = [
+            (k, c.position.last_commit_lsn, c.position.lsn) for k, c in last.items() if c.change_type == "DELETE"
+        ]
+        conn = self.target.connection()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if upserts:
+                    cur.executemany(self._upsert, upserts)
+                if deletes:
+                    cur.executemany(self._delete, deletes)
+        except psycopg.Error:
+            if conn.broken:
+                self.target.close()
+            raise
+
+    @property
+    def _delete(self) -> sql.Composed:
+        return sql.SQL("DELETE FROM {} WHERE change_key = %s AND (last_commit_lsn, lsn) <= (%s, %s)").format(self.table)
+
+    @property
+    def _upsert(self) -> sql.Composed:
+        return sql.SQL(
+            """INSERT INTO {t} AS t (change_key, tname, subtype, person_id, pkey_string, pkey_number,
+                   aux_string, state, last_commit_lsn, lsn)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+               ON CONFLICT (change_key) DO UPDATE SET state = EXCLUDED.state,
+                   last_commit_lsn = EXCLUDED.last_commit_lsn, lsn = EXCLUDED.lsn, applied_at = now()
+               WHERE (t.last_commit_lsn, t.lsn) <= (EXCLUDED.last_commit_lsn, EXCLUDED.lsn)"""
+        ).format(t=self.table)
+
+    @staticmethod
+    def _upsert_row(change: Change) -> tuple[object, ...]:
         k = change.key
-        pos = (change.position.last_commit_lsn, change.position.lsn)
-        if change.change_type == "DELETE":
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE change_key = %s AND (last_commit_lsn, lsn) <= (%s, %s)").format(
-                    self.table
-                ),
-                (k.text(), *pos),
-            )
-            return
-        conn.execute(
-            sql.SQL(
-                """INSERT INTO {t} AS t (change_key, tname, subtype, person_id, pkey_string, pkey_number,
-                       aux_string, state, last_commit_lsn, lsn)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-                   ON CONFLICT (change_key) DO UPDATE SET state = EXCLUDED.state,
-                       last_commit_lsn = EXCLUDED.last_commit_lsn, lsn = EXCLUDED.lsn, applied_at = now()
-                   WHERE (t.last_commit_lsn, t.lsn) <= (EXCLUDED.last_commit_lsn, EXCLUDED.lsn)"""
-            ).format(t=self.table),
-            (
-                k.text(), k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string,
-                json.dumps(change.after) if change.after is not None else None, *pos,
-            ),
+        return (
+            k.text(), k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string,
+            json.dumps(change.after) if change.after is not None else None,
+            change.position.last_commit_lsn, change.position.lsn,
         )  # fmt: skip
+
+    def _apply_one(self, conn: Connection, change: Change) -> None:
+        if change.change_type == "DELETE":
+            conn.execute(self._delete, (change.key.text(), change.position.last_commit_lsn, change.position.lsn))
+        else:
+            conn.execute(self._upsert, self._upsert_row(change))

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -452,7 +452,7 @@ def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
     log = (tmp_path / "normalize.log").open("w")
     job = subprocess.Popen(
         [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
-         "--checkpoint", str(chk), "--trigger", "1 second", "--max-offsets-per-trigger", "200"],
+         "--checkpoint", str(chk), "--mode", "microbatch", "--trigger", "1 second", "--max-offsets-per-trigger", "200"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     writer = threading.Thread(target=change_continuously)
@@ -548,3 +548,114 @@ def decode_or_skip_roll(settings: Settings, topic: str) -> list[tuple[KeyT, dict
             continue
         out.append((key_tuple(k), v))
     return out
+
+
+def _until(deadline: float, check: Callable[[], None]) -> None:
+    """``check`` passes before ``deadline`` (monotonic), or its last failure is raised."""
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_their_order(
+    world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
+) -> None:
+    """Real-Time Mode: SIGKILL while changes flow, a restart from the checkpoint, and every
+    key ends with the source's last state -- a key fed by two tables (ordered in the
+    micro-batch part) with the newest of its two tables' changes."""
+    s = world.schema
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(
+        world.registry_yaml.replace("\nlisteners:", CONTACT.format(src=world.source.name, schema=s) + "\nlisteners:", 1)
+    )
+    prefix = f"tr{uuid.uuid4().hex[:8]}"
+    rsettings = nsettings.model_copy(update={"topic_prefix": prefix})
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
+    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+               "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "5 seconds"]  # fmt: skip
+    with psycopg.connect(nsettings.source.dsn()) as conn:
+        shared = [tuple(r) for r in conn.execute(
+            f"SELECT t.person_id, t.tele_type FROM {s}.directory_telephone t JOIN {s}.addresses a "
+            "ON a.person_id = t.person_id AND a.addr_type = t.tele_type ORDER BY 1, 2 LIMIT 8"
+        )]  # fmt: skip
+    assert len(shared) >= 3, "the generated world has too few shared (person, type) keys"
+    written: list[str] = []
+    newest: dict[tuple[Any, ...], tuple[str, str]] = {}
+    stop = threading.Event()
+
+    def change_continuously() -> None:
+        with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+            i = 0
+            while not stop.is_set() and i < LIMIT:
+                p, t = shared[i % len(shared)]
+                value = f"rt-{i}"
+                if i % 3 == 0:
+                    conn.execute(f"UPDATE {s}.addresses SET street = %s WHERE person_id = %s AND addr_type = %s",
+                                 (value, p, t))  # fmt: skip
+                    newest[(p, t)] = ("addresses", value)
+                else:
+                    conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s "
+                                 "AND tele_type = %s", (value, p, t))  # fmt: skip
+                    newest[(p, t)] = ("directory_telephone", value)
+                    written.append(value)
+                i += 1
+                time.sleep(0.02)
+
+    log_path = tmp_path / "normalize.log"
+    writer = threading.Thread(target=change_continuously)
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            while "batch 1:" not in log_path.read_text():
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            writer.start()
+            time.sleep(4)  # changes flowing, a checkpoint likely in between
+            assert writer.is_alive(), "the changes ended before the kill: nothing was mid-stream"
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+            time.sleep(2)  # changes while the normaliser is down
+        finally:
+            stop.set()
+            if writer.ident is not None:
+                writer.join(60)
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+        log.write("--- restarted ---\n")
+        log.flush()
+        job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            plan = plan_normalize(registry, prefix)
+            phones = next(f for f in plan.feeds if f.tname == "PERSON" and f.source_table.endswith("telephone"))
+            contact = registry.table("CONTACT", None).topic(prefix)  # type: ignore[union-attr]
+
+            def converged() -> None:
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                seen = {
+                    v["after"]["phone_number"] for _, v in decode_topic(rsettings, phones.topic) if v and v["after"]
+                }
+                assert set(written) <= seen, "a committed change is missing"
+                assert_topic_equals_source(rsettings, phones)
+                last: dict[tuple[Any, ...], dict[str, Any]] = {}
+                for k, v in decode_topic(rsettings, contact):
+                    if v is not None:
+                        last[(k["person_id"], k["aux_string"])] = v
+                for key, (table, value) in newest.items():
+                    column = "street" if table == "addresses" else "phone_number"
+                    assert last[key]["source"]["table"] == f"{s}.{table}", (key, last[key]["source"])
+                    assert last[key]["after"][column] == value, (key, last[key]["after"])
+
+            _until(time.monotonic() + 240, converged)
+            job.send_signal(signal.SIGTERM)  # to the process, as Kubernetes stops a pod
+            assert job.wait(60) == 0, log_path.read_text()[-3000:]
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+    assert "fed by two or more raw topics" in log_path.read_text()

@@ -281,7 +281,7 @@ def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
     with log.open("w") as out:
         job = subprocess.Popen(
             [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
-             "--checkpoint", str(tmp_path / "checkpoint"), "--trigger", "1 second"],
+             "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "5 seconds"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         try:

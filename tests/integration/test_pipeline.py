@@ -159,7 +159,7 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     registry = parse_registry(text, str(registry_file))
     env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
     commands = {
-        "normalize": ["streams", "normalize", "--registry", str(registry_file), "--trigger", "1 second",
+        "normalize": ["streams", "normalize", "--registry", str(registry_file), "--checkpoint-interval", "10 seconds",
                       "--checkpoint", str(tmp_path / "ckpt")],
         "LDAP": ["listen", "LDAP", "--registry", str(registry_file), "--http-port", "0"],
         "Insite": ["listen", "Insite", "--registry", str(registry_file), "--http-port", "0"],

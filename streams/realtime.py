@@ -1,0 +1,255 @@
+"""The normaliser in Spark's Real-Time Mode: a committed row reaches its logical topic in
+milliseconds after Debezium wrote it, not at the next micro-batch.
+
+Real-Time Mode (Spark 4.1, ``Trigger.RealTime``) runs one long-lived task per raw topic
+partition; each reads records as they arrive, projects them and hands them to the Kafka
+sink at once. The trigger's duration is a *checkpoint interval*: at its end the offsets
+read so far are committed to the checkpoint and the next batch starts. Between batches
+the driver plans the next one (an offset look-up per source), so a change that arrives
+then waits that long: a longer interval means fewer such waits (``BENCHMARKS.md``).
+
+What Real-Time Mode allows decides the shape of the query:
+
+- stateless only: no shuffle, no sort. Per-key order then comes from the raw partition:
+  Debezium writes a table's changes to one partition in commit order and one task reads
+  it in order, so every logical key fed by **one** raw topic keeps source order. A
+  logical table fed by **two or more** raw topics (one key from two source tables) needs
+  the micro-batch sort by source position: its feeds run as a micro-batch query beside
+  the real-time one (``split_plan``), in the same Spark application;
+- no union of one source with itself: every raw topic is read by a Kafka source of its
+  own, its projection applied to it, and the parts are unioned;
+- no ``foreachBatch``: counters come from the query's progress, a raw record that is not
+  a Debezium change event fails the query through ``raise_error`` naming its
+  topic/partition/offset, and first-seen provenance is read back from the logical
+  topics off the record path (``first_records``);
+- task slots must cover every raw partition at once: ``slots_needed``.
+
+Restarts are as safe as in micro-batch mode: the sink is at-least-once, a restart
+replays from the last checkpoint in raw partition order, so the last record of every
+key is still the newest and a listener skips what it already applied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from streams.plan import NormalizePlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from mcq.config import Settings
+    from streams.normalize import NormalizeJob
+
+UNREADABLE = "raw record is not a Debezium JSON change event"
+
+
+def shared_topics(plan: NormalizePlan) -> set[str]:
+    """Logical topics fed by two or more raw topics: their order needs a sort."""
+    raws: dict[str, set[str]] = {}
+    for feed in plan.feeds:
+        raws.setdefault(feed.topic, set()).add(feed.raw_topic)
+    return {topic for topic, topics in raws.items() if len(topics) > 1}
+
+
+def split_plan(plan: NormalizePlan) -> tuple[NormalizePlan, NormalizePlan | None]:
+    """(what runs in real time, what needs the ordered micro-batch query, if anything).
+
+    The outbox and its explicit tables stay real-time: an explicit table's key has one
+    outbox per source, and entries of two databases have no common order to keep."""
+    shared = shared_topics(plan)
+    realtime = replace(plan, feeds=tuple(f for f in plan.feeds if f.topic not in shared))
+    if not shared:
+        return realtime, None
+    ordered = replace(
+        plan,
+        feeds=tuple(f for f in plan.feeds if f.topic in shared),
+        outbox_topics=(),
+        outbox_sources=(),
+        explicit_topics=(),
+    )
+    return realtime, ordered
+
+
+def raw_partitions(settings: Settings, topics: list[str]) -> int:
+    """Partitions of the raw topics (one for a topic Debezium has not created yet)."""
+    from confluent_kafka.admin import AdminClient
+
+    known = AdminClient(settings.kafka.client_config()).list_topics(timeout=15).topics
+    return sum(len(known[t].partitions) if t in known else 1 for t in topics)
+
+
+def slots_needed(settings: Settings, plan: NormalizePlan, ordered: NormalizePlan | None, shuffle: int) -> int:
+    """Task slots the queries need at once: a long-lived task per raw partition read in
+    real time, plus the ordered micro-batch query's tasks and one to spare."""
+    slots = raw_partitions(settings, plan.raw_topics) + 1
+    if ordered is not None:
+        slots += shuffle
+    return slots
+
+
+def realtime_trigger(spark: SparkSession, interval: str) -> Any:
+    """``Trigger.RealTime(interval)``: pyspark 4.1 has no keyword for it (4.2 has
+    ``trigger(realTime=...)``), and spark-avro 4.2 is not on Maven Central yet."""
+    return spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval)  # type: ignore[union-attr]
+
+
+def _source(job: NormalizeJob, spark: SparkSession, topics: list[str]) -> DataFrame:
+    return (
+        spark.readStream.format("kafka")
+        .options(**job.settings.kafka.spark_options())
+        # a pattern, not a list: a raw topic appears only once Debezium has a change for
+        # its table; a topic that appears later is read from the next checkpoint on
+        .option("subscribePattern", "^(" + "|".join(re.escape(t) for t in topics) + ")$")
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+
+
+def realtime_records(job: NormalizeJob, spark: SparkSession) -> DataFrame:
+    """Topic, key, value and headers of every logical record, one Kafka source per raw topic."""
+    from pyspark.sql import functions as F
+
+    from streams.normalize import position_headers
+
+    by_topic: dict[str, bool] = {f.raw_topic: True for f in job.plan.feeds}
+    topics_of = [[t] for t in sorted(by_topic)]
+    if job.plan.outbox_topics:
+        topics_of.append(list(job.plan.outbox_topics))
+    where = F.concat_ws(
+        " ",
+        F.lit(UNREADABLE + ":"),
+        F.col("raw_topic"),
+        F.lit("partition"),
+        F.col("raw_partition").cast("string"),
+        F.lit("offset"),
+        F.col("raw_offset").cast("string"),
+    )
+    readable = F.when(F.col("e.op").isNull(), F.raise_error(where)).otherwise(F.lit(True))
+    parts = [
+        job.parse(_source(job, spark, topics))
+        .where(readable)
+        .select("*", records.alias("pos", "r"))
+        .where(F.col("r").isNotNull())
+        for topics, (_, _, records) in zip(topics_of, job._projections(), strict=True)
+    ]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    key_bytes, value_bytes = job._wire_columns()
+    return out.withColumn("topic", F.col("r.topic")).select(
+        "topic", key_bytes.alias("key"), value_bytes.alias("value"), position_headers().alias("headers")
+    )
+
+
+def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> Any:
+    """Start the real-time query (returns pyspark's StreamingQuery)."""
+    writer = (
+        realtime_records(job, spark)
+        .writeStream.queryName("mcq-normalize-realtime")
+        .format("kafka")
+        .options(**job.settings.kafka.spark_options())
+        .option("checkpointLocation", str(job.checkpoint))
+        .outputMode("update")
+    )
+    writer._jwrite = writer._jwrite.trigger(realtime_trigger(spark, interval))
+    return writer.start()
+
+
+def unreadable_message(error: BaseException) -> str | None:
+    """The normaliser's own words from a query that ``raise_error`` ended, if it was that."""
+    found = re.search(re.escape(UNREADABLE) + r": (\S+) partition (\d+) offset (\d+)", str(error))
+    if not found:
+        return None
+    topic, partition, offset = found.groups()
+    return (
+        f"{UNREADABLE} at {topic} partition {partition} offset {offset}: the stream stopped there. "
+        "Is the connector's value.converter org.apache.kafka.connect.json.JsonConverter "
+        "(`mcq connect apply` sets it)? Remove or repair the record, then restart."
+    )
+
+
+def first_records(settings: Settings, topics: dict[str, str], timeout_s: float = 10.0) -> dict[str, str]:
+    """ref -> origin of the first record of its logical topic (``origin: call stack``),
+    for those of ``topics`` (ref -> topic) that hold a record. The first record of a
+    topic is the first change ever seen of its table/subtype: its provenance."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from mcq.contract import registry_client
+
+    found: dict[str, str] = {}
+    if not topics:
+        return found
+    consumer = Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"_mcq-provenance-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        des = AvroDeserializer(registry_client(settings))
+        meta = consumer.list_topics(timeout=timeout_s).topics
+        for ref, topic in topics.items():
+            if topic not in meta:
+                continue
+            first: tuple[int, str] | None = None
+            for partition in meta[topic].partitions:
+                tp = TopicPartition(topic, partition)
+                low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+                if high <= low:
+                    continue
+                consumer.assign([TopicPartition(topic, partition, low)])
+                msg = consumer.poll(timeout_s)
+                while msg is not None and not msg.error() and msg.value() is None and (msg.offset() or 0) + 1 < high:
+                    msg = consumer.poll(timeout_s)  # a tombstone carries no provenance
+                if msg is None or msg.error() or msg.value() is None:
+                    continue
+                value = des(msg.value(), SerializationContext(topic, MessageField.VALUE))
+                source = value.get("source") or {}
+                position = int(source.get("lsn") or 0)
+                provenance = value.get("provenance") or {}
+                origin = ": ".join(x for x in (provenance.get("origin"), provenance.get("call_stack")) if x)
+                if first is None or position < first[0]:
+                    first = (position, origin or "unknown")
+            if first is not None:
+                found[ref] = first[1]
+    finally:
+        consumer.close()
+    return found
+
+
+def record_first_seen(job: NormalizeJob) -> None:
+    """First-seen provenance of the tables/subtypes whose first records are out now."""
+    from mcq.registry.store import RegistryStore
+
+    topics = {f.ref: f.topic for f in job.plan.feeds if f.ref not in job._known_refs}
+    for tname, subtype, topic in job.plan.explicit_topics:
+        ref = f"{tname}/{subtype}" if subtype else tname
+        if ref not in job._known_refs:
+            topics[ref] = topic
+    found = first_records(job.settings, topics)
+    if not found:
+        return
+    store = RegistryStore(job.settings)
+    for ref, origin in sorted(found.items()):
+        store.record_first_seen(ref, origin)
+        job._known_refs.add(ref)
+        job.report(f"provenance: {ref} first seen from {origin.splitlines()[0]}")
+
+
+def batch_line(progress: dict[str, Any], interval: str) -> str:
+    """The real-time query's line per finished batch (checkpoint interval)."""
+    out = (progress.get("sink") or {}).get("numOutputRows", 0)
+    seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    return (
+        f"batch {progress.get('batchId')}: in {progress.get('numInputRows', 0)}, out {out} "
+        f"(real time, checkpoint every {interval}), {seconds:.1f} s"
+    )

@@ -1,0 +1,77 @@
+"""What the normaliser runs in real time and what it keeps in ordered micro-batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcq.registry import parse_registry
+from streams.plan import plan_normalize
+from streams.realtime import batch_line, shared_topics, split_plan, unreadable_message
+
+CAMPUS = Path(__file__).resolve().parents[2] / "examples" / "campus.yaml"
+
+# one logical key fed by two source tables, beside a table fed by one
+TWO_FEEDS = """
+sources:
+  - name: db
+    schemas: [s]
+tables:
+  - tname: CONTACT
+    feeds:
+      - source: db
+        table: s.phones
+        keys: {person_id: person_id, aux_string: kind}
+        columns: [person_id, kind, number]
+      - source: db
+        table: s.addresses
+        keys: {person_id: person_id, aux_string: kind}
+        columns: [person_id, kind, street]
+  - tname: PERSON
+    feeds:
+      - source: db
+        table: s.people
+        keys: {person_id: person_id}
+        columns: [person_id, name]
+  - tname: NOTE
+listeners: []
+"""
+
+
+def test_a_registry_whose_keys_each_come_from_one_table_runs_wholly_in_real_time() -> None:
+    plan = plan_normalize(parse_registry(CAMPUS.read_text(), str(CAMPUS)), "p")
+    realtime, ordered = split_plan(plan)
+    assert ordered is None
+    assert realtime == plan
+
+
+def test_a_logical_table_fed_by_two_raw_topics_is_ordered_in_micro_batches() -> None:
+    plan = plan_normalize(parse_registry(TWO_FEEDS, "two.yaml"), "p")
+    assert shared_topics(plan) == {"p.contact"}
+    realtime, ordered = split_plan(plan)
+    assert ordered is not None
+    assert {f.topic for f in ordered.feeds} == {"p.contact"}
+    assert {f.raw_topic for f in ordered.feeds} == {"mcq.raw.db.s.phones", "mcq.raw.db.s.addresses"}
+    assert not ordered.outbox_topics and not ordered.explicit_topics
+    # everything else stays real time, the outbox and its explicit-only table included
+    assert {f.topic for f in realtime.feeds} == {"p.person"}
+    assert realtime.outbox_topics == plan.outbox_topics
+    assert [t for _, _, t in realtime.explicit_topics] == ["p.note"]
+
+
+def test_an_unreadable_raw_record_is_named_by_topic_partition_and_offset() -> None:
+    error = RuntimeError(
+        "[USER_RAISED_EXCEPTION] raw record is not a Debezium JSON change event: mcq.raw.db.s.people "
+        "partition 0 offset 41 SQLSTATE: P0001\n\tat org.apache.spark..."
+    )
+    message = unreadable_message(error)
+    assert message is not None
+    assert "mcq.raw.db.s.people partition 0 offset 41" in message and "JsonConverter" in message
+    assert unreadable_message(RuntimeError("broker down")) is None
+
+
+def test_a_real_time_batch_line_gives_rows_in_and_records_out() -> None:
+    line = batch_line(
+        {"batchId": 3, "numInputRows": 120, "sink": {"numOutputRows": 131}, "durationMs": {"triggerExecution": 60250}},
+        "60 seconds",
+    )
+    assert line == "batch 3: in 120, out 131 (real time, checkpoint every 60 seconds), 60.2 s"
