@@ -29,11 +29,16 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 
 # name -> (full arguments, quick arguments)
 SUITE: dict[str, tuple[list[str], list[str]]] = {
+    "kafka_ceiling": (["--records", "1000000"], ["--records", "100000"]),
     "normalize_latency": (
         ["--rates", "20,100,400,1000", "--seconds", "60"],
         ["--rates", "100", "--seconds", "15"],
     ),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
+    "peer_jdbc_sink": (
+        ["--people", "5000", "--rate", "100", "--seconds", "60"],
+        ["--people", "500", "--rate", "100", "--seconds", "10"],
+    ),
     "listener_lanes": (
         ["--samples", "30", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "5000", "--burst", "2000"],

@@ -1,0 +1,232 @@
+"""The peer, side by side: Debezium's own JDBC sink connector and mcq moving the same raw
+topic into the same PostgreSQL, in the same run.
+
+Method: a captured campus world of its own (``--people``). Both read the raw
+``directory_telephone`` topic Debezium wrote:
+
+- **peer**: ``io.debezium.connector.jdbc.JdbcSinkConnector`` (3.4.0.Final, the newest
+  on Maven Central here) in the stack's Connect worker, upserting each row into
+  ``p_<token>.telephone`` of the vendor database;
+- **mcq**: ``mcq streams normalize`` (real-time mode) into the logical topics, and
+  ``mcq listen Mirror`` (the ``table`` adapter, interested in PERSON/Telephone) keeping
+  each key's last state in ``b_<token>.mirror`` of the same database.
+
+1. Initial load, one after the other (each alone on the 2 cores): from the start of the
+   connector / of the two mcq processes until the target holds every row of the source
+   table. Rate = rows / that time, start-up included.
+2. Latency, both running: one telephone-number update per transaction at ``--rate`` for
+   ``--seconds``; a poller reads both targets every 50 ms and notes when each new number
+   appears. Latency = first seen in the target - commit.
+
+    .venv/bin/python -m bench.peer_jdbc_sink --people 5000 --rate 100 --seconds 30
+
+Needs the local stack up (``mcq stack up``) with the JDBC sink plugin (``make install``
+resolves it into ``.cache/jvm/connect-plugins``). Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from mcq.config import Settings, load_settings
+from mcq.connect_rest import ConnectClient
+from tests.integration.worlds import captured_world, wait_raw_records
+
+MIRROR = """
+  - name: Mirror
+    comment: the last state of every telephone row, in a table (bench)
+    owner: bench@localhost
+    schedule: realtime
+    adapter: {type: table, settings: {table: TABLE}}
+"""
+MIRROR_INTEREST = '  - {listener: Mirror, tname: PERSON, subtype: "Telephone"}\n'
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def peer_config(settings: Settings, topic: str, table: str) -> dict[str, str]:
+    db = settings.vendor
+    return {
+        "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+        "tasks.max": "1",
+        "topics": topic,
+        "connection.url": db.jdbc_url(),
+        "connection.username": db.user,
+        "connection.password": db.password.get_secret_value(),  # the local stack's own; a bench only
+        "insert.mode": "upsert",
+        "primary.key.mode": "record_value",
+        "primary.key.fields": "person_id,tele_type",
+        "schema.evolution": "basic",
+        "collection.name.format": table,
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "true",
+    }
+
+
+def count(settings: Settings, query: str) -> int:
+    try:
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+            row = conn.execute(query).fetchone()
+            return int(row[0]) if row else 0
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def wait_loaded(settings: Settings, what: str, query: str, expected: int, started: float, timeout_s: float) -> float:
+    """Seconds from ``started`` until ``query`` counts ``expected`` rows, with progress."""
+    last = -1
+    while time.monotonic() - started < timeout_s:
+        n = count(settings, query)
+        if n != last:
+            print(f"  {what}: {n:,} / {expected:,} rows", flush=True)
+            last = n
+        if n >= expected:
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise SystemExit(f"{what}: {last:,} of {expected:,} rows after {timeout_s:.0f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--people", type=int, default=5000)
+    ap.add_argument("--rate", type=int, default=100, help="updates per second in the latency run")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    token = uuid.uuid4().hex[:6]
+    settings = load_settings().model_copy(update={"topic_prefix": f"peer{token}"})
+    peer_table, mirror_table = f"p_{token}.telephone", f"b_{token}.mirror"
+    connector = f"bench-peer-{token}"
+    procs: list[subprocess.Popen[bytes]] = []
+    rows: list[str] = []
+    with captured_world(settings, people=args.people) as world, ConnectClient(settings.connect) as connect:
+        s = world.schema
+        raw = world.topic(f"{s}.directory_telephone")
+        with psycopg.connect(settings.source.dsn()) as conn:
+            expected = int(conn.execute(f"SELECT count(*) FROM {s}.directory_telephone").fetchone()[0])  # type: ignore[index]
+        wait_raw_records(settings, raw, expected, timeout_s=600)
+        print(f"{expected:,} telephone rows in {raw}", flush=True)
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS p_{token}")
+        registry_file = Path(f"/tmp/{settings.topic_prefix}.yaml")
+        registry_file.write_text(
+            world.registry_yaml.replace(
+                "\ninterests:\n", MIRROR.replace("TABLE", mirror_table) + "\ninterests:\n" + MIRROR_INTEREST
+            )
+        )
+        env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
+        try:
+            # 1. initial load, each alone
+            started = time.monotonic()
+            connect.put(connector, peer_config(settings, raw, peer_table))
+            peer_load = wait_loaded(settings, "peer", f"SELECT count(*) FROM {peer_table}", expected, started, 900)
+            log = open(f"/tmp/{settings.topic_prefix}-mcq.log", "wb")  # noqa: SIM115
+            started = time.monotonic()
+            for command in (
+                ["streams", "normalize", "--registry", str(registry_file), "--checkpoint",
+                 f"/tmp/{settings.topic_prefix}-ckpt"],
+                ["listen", "Mirror", "--registry", str(registry_file), "--http-port", "0"],
+            ):  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "mcq.cli", *command],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            mirror_count = f"SELECT count(*) FROM {mirror_table} WHERE tname = 'PERSON' AND subtype = 'Telephone'"
+            mcq_load = wait_loaded(settings, "mcq", mirror_count, expected, started, 900)
+            rows.append(f"| initial load, start-up included | {expected:,} rows | peer {peer_load:.1f} s, "
+                        f"{expected / peer_load:,.0f} rows/s | "
+                        f"mcq {mcq_load:.1f} s, {expected / mcq_load:,.0f} rows/s |")  # fmt: skip
+            print(rows[-1], flush=True)
+
+            # 2. latency, both running
+            seen: dict[str, dict[str, float]] = {"peer": {}, "mcq": {}}
+            stop = threading.Event()
+
+            def poll() -> None:
+                with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
+                    while not stop.is_set():
+                        now = time.time()
+                        for (value,) in db.execute(
+                            f"SELECT phone_number FROM {peer_table} WHERE phone_number LIKE 'B-%%'"
+                        ):
+                            seen["peer"].setdefault(value, now)
+                        number = "state->>'phone_number'"
+                        for (value,) in db.execute(f"SELECT {number} FROM {mirror_table} WHERE {number} LIKE 'B-%%'"):
+                            seen["mcq"].setdefault(value, now)
+                        time.sleep(0.05)
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            committed: dict[str, float] = {}
+            with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+                keys = conn.execute(
+                    f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2"
+                ).fetchall()
+                n = int(args.rate * args.seconds)
+                print(f"latency: {n} updates at {args.rate}/s", flush=True)
+                begin = time.time()
+                for i in range(n):
+                    if (wait := begin + i / args.rate - time.time()) > 0:
+                        time.sleep(wait)
+                    number = f"B-{i}"
+                    conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s "
+                                 "AND tele_type = %s", (number, *keys[i % len(keys)]))  # fmt: skip
+                    committed[number] = time.time()
+            deadline = time.time() + 120
+            while time.time() < deadline and not all(len(seen[x]) >= len(committed) for x in seen):
+                time.sleep(0.5)
+            stop.set()
+            for who in ("peer", "mcq"):
+                lat = [seen[who][k] - t for k, t in committed.items() if k in seen[who]]
+                rows.append(f"| commit -> row in the target at {args.rate}/s, {who} | {len(lat):,} of {n:,} | "
+                            f"p50 {percentile(lat, 50):.2f} s | "
+                            f"p99 {percentile(lat, 99):.2f} s (max {max(lat or [0]):.2f} s) |")  # fmt: skip
+                print(rows[-1], flush=True)
+        finally:
+            connect.delete(connector)
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS p_{token} CASCADE")
+                conn.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
+    print(f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine\n")
+    print("| measurement | size | Debezium JDBC sink 3.4.0.Final | mcq (real time + `table`) |")
+    print("|---|---|---|---|")
+    load = [c.strip(" |") for c in rows[0].split(" | ")]
+    print(f"| initial load, start-up included | {load[1]} | {load[2][5:]} | {load[3][4:]} |")
+    peer, ours = ([c.strip(" |") for c in row.split(" | ")] for row in rows[1:3])
+    print(f"| commit -> row in the target at {args.rate}/s ({peer[1]} / {ours[1]} arrived) | {n:,} updates | "
+          f"{peer[2]}, {peer[3]} | {ours[2]}, {ours[3]} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
