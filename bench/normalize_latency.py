@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=40.0, help="how long each rate is driven")
     ap.add_argument("--trigger", default="1 second", help="the normaliser's trigger (microbatch mode)")
     ap.add_argument("--mode", default="realtime", choices=["realtime", "microbatch"], help="the normaliser's mode")
-    ap.add_argument("--checkpoint-interval", default="60 seconds", help="the normaliser's (realtime mode)")
+    ap.add_argument("--checkpoint-interval", default="5 minutes", help="the normaliser's (realtime mode)")
     ap.add_argument("--people", type=int, default=500)
     args = ap.parse_args()
     # SIGTERM unwinds like Ctrl-C: the captured world (connector, slot, schema) is removed

@@ -456,7 +456,7 @@ def streams() -> None:
 )
 @click.option(
     "--checkpoint-interval",
-    default="60 seconds",
+    default="5 minutes",
     show_default=True,
     help="Realtime mode: how often progress is checkpointed (not a latency; BENCHMARKS.md).",
 )
@@ -480,7 +480,12 @@ def streams_normalize(
     """Normalise raw Debezium topics into the compacted logical topics of the registry."""
     from mcq.contract import SchemaRefused
     from streams.normalize import NormalizeError, run_normalize
+    from streams.realtime import interval_ms
 
+    try:
+        interval_ms(checkpoint_interval)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--checkpoint-interval") from None
     settings = _settings()
     try:
         run_normalize(

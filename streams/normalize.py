@@ -632,11 +632,11 @@ def run_normalize(
     max_offsets_per_trigger: int | None = None,
     report: Report = print,
     mode: str = "microbatch",
-    checkpoint_interval: str = "60 seconds",
+    checkpoint_interval: str = "5 minutes",
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
-    checkpoint every ``checkpoint_interval``: ``streams/realtime.py``) or ``microbatch``
+    checkpoint about every ``checkpoint_interval``: ``streams/realtime.py``) or ``microbatch``
     (a micro-batch every ``trigger``).
 
     A stop abandons the batch in flight, if any: the checkpoint makes a restart write it
@@ -703,7 +703,7 @@ def _stream(
 
         def onQueryProgress(self, event: Any) -> None:
             progress = json.loads(event.progress.json)
-            if progress.get("name") == "mcq-normalize-realtime":
+            if str(progress.get("name")).startswith(rt.QUERY_PREFIX):
                 report(rt.batch_line(progress, interval or ""))
                 if (progress.get("sink") or {}).get("numOutputRows"):
                     seen_output.set()
@@ -738,9 +738,12 @@ def _stream(
             fresh = spark.newSession()
             fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
             fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
+            for topic in rt.ensure_raw_topics(job.settings, realtime_part.raw_topics):
+                report(f"normalize: created raw topic {topic} (no change captured in it yet)")
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
-            queries.append(rt.start_realtime(now, fresh, interval))
-            report(f"normalize: real time, {slots} task slots, checkpoint every {interval}")
+            started = rt.start_realtime(now, fresh, interval)
+            queries.extend(started)
+            report(f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval}")
         if "realtime" in jobs:
             fresh.streams.addListener(listener)
         try:

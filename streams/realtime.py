@@ -90,33 +90,59 @@ def slots_needed(settings: Settings, plan: NormalizePlan, ordered: NormalizePlan
     return slots
 
 
-def realtime_trigger(spark: SparkSession, interval: str) -> Any:
-    """``Trigger.RealTime(interval)``: pyspark 4.1 has no keyword for it (4.2 has
+UNITS_MS = {"ms": 1, "millisecond": 1, "second": 1000, "s": 1000, "minute": 60_000, "min": 60_000, "hour": 3_600_000}
+
+
+def interval_ms(text: str) -> int:
+    """``"5 minutes"``, ``"90 seconds"``, ``"1 hour"`` -> milliseconds (ValueError otherwise)."""
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]+)\s*", text.lower())
+    unit = found.group(2) if found else ""
+    unit = unit if unit in UNITS_MS else unit.removesuffix("s")
+    if not found or unit not in UNITS_MS or int(found.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not an interval like '5 minutes', '90 seconds' or '1 hour'")
+    return int(found.group(1)) * UNITS_MS[unit]
+
+
+def realtime_trigger(spark: SparkSession, milliseconds: int) -> Any:
+    """``Trigger.RealTime(ms)``: pyspark 4.1 has no keyword for it (4.2 has
     ``trigger(realTime=...)``), and spark-avro 4.2 is not on Maven Central yet."""
-    return spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval)  # type: ignore[union-attr]
+    return spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(milliseconds)  # type: ignore[union-attr]
+
+
+def ensure_raw_topics(settings: Settings, topics: list[str]) -> list[str]:
+    """Create the raw topics Debezium has not created yet (a table without a change so far,
+    the outbox before its first entry), as its connector would: one partition, deletion
+    by the broker's retention (``connect/source-postgres.json``). Returns those created.
+
+    Each real-time source then subscribes to its topic by name. A pattern would do
+    without them, but every source would list and match every topic of the cluster at
+    every checkpoint (seconds on a cluster of thousands of topics, during which no
+    change moves), and a topic appearing later would wait for the next checkpoint."""
+    from mcq.topics.plan import TopicSpec, apply_topics
+
+    report = apply_topics(settings, [TopicSpec(t, 1, {"cleanup.policy": "delete"}, "raw CDC") for t in topics])
+    return report.created
 
 
 def _source(job: NormalizeJob, spark: SparkSession, topics: list[str]) -> DataFrame:
     return (
         spark.readStream.format("kafka")
         .options(**job.settings.kafka.spark_options())
-        # a pattern, not a list: a raw topic appears only once Debezium has a change for
-        # its table; a topic that appears later is read from the next checkpoint on
-        .option("subscribePattern", "^(" + "|".join(re.escape(t) for t in topics) + ")$")
+        .option("subscribe", ",".join(topics))  # by name: ensure_raw_topics
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
         .load()
     )
 
 
-def realtime_records(job: NormalizeJob, spark: SparkSession) -> DataFrame:
-    """Topic, key, value and headers of every logical record, one Kafka source per raw topic."""
+def realtime_records(job: NormalizeJob, spark: SparkSession) -> list[tuple[str, DataFrame]]:
+    """(raw topic, its query's records: topic, key, value, headers) for every raw topic
+    (the outbox topics together), each from a Kafka source of its own."""
     from pyspark.sql import functions as F
 
     from streams.normalize import position_headers
 
-    by_topic: dict[str, bool] = {f.raw_topic: True for f in job.plan.feeds}
-    topics_of = [[t] for t in sorted(by_topic)]
+    topics_of = [[t] for t in sorted({f.raw_topic for f in job.plan.feeds})]
     if job.plan.outbox_topics:
         topics_of.append(list(job.plan.outbox_topics))
     where = F.concat_ws(
@@ -129,34 +155,48 @@ def realtime_records(job: NormalizeJob, spark: SparkSession) -> DataFrame:
         F.col("raw_offset").cast("string"),
     )
     readable = F.when(F.col("e.op").isNull(), F.raise_error(where)).otherwise(F.lit(True))
-    parts = [
-        job.parse(_source(job, spark, topics))
-        .where(readable)
-        .select("*", records.alias("pos", "r"))
-        .where(F.col("r").isNotNull())
+    key_bytes, value_bytes = job._wire_columns()
+    return [
+        (
+            topics[0] if len(topics) == 1 else "outbox",
+            job.parse(_source(job, spark, topics))
+            .where(readable)
+            .select("*", records.alias("pos", "r"))
+            .where(F.col("r").isNotNull())
+            .withColumn("topic", F.col("r.topic"))
+            .select("topic", key_bytes.alias("key"), value_bytes.alias("value"), position_headers().alias("headers")),
+        )
         for topics, (_, _, records) in zip(topics_of, job._projections(), strict=True)
     ]
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    key_bytes, value_bytes = job._wire_columns()
-    return out.withColumn("topic", F.col("r.topic")).select(
-        "topic", key_bytes.alias("key"), value_bytes.alias("value"), position_headers().alias("headers")
-    )
 
 
-def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> Any:
-    """Start the real-time query (returns pyspark's StreamingQuery)."""
-    writer = (
-        realtime_records(job, spark)
-        .writeStream.queryName("mcq-normalize-realtime")
-        .format("kafka")
-        .options(**job.settings.kafka.spark_options())
-        .option("checkpointLocation", str(job.checkpoint))
-        .outputMode("update")
-    )
-    writer._jwrite = writer._jwrite.trigger(realtime_trigger(spark, interval))
-    return writer.start()
+QUERY_PREFIX = "mcq-normalize-realtime "
+
+
+def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> list[Any]:
+    """Start one real-time query per raw topic (returns pyspark's StreamingQuery objects).
+
+    One query per topic, not one for all: between two checkpoints the driver plans the
+    next batch of a query, and no change of that query moves meanwhile. A query of all
+    17 campus topics took ~3 s of planning and ~5 s of task start-up at every checkpoint
+    (p99 of 11-23 s at 60 s intervals); a query of one topic plans in a fraction of
+    that, and each query checkpoints on its own. Their intervals differ by a few seconds
+    so that their pauses drift apart instead of coinciding (each pause is a few seconds
+    of planning and task start-up on a shared driver: ``BENCHMARKS.md``)."""
+    base = interval_ms(interval)
+    queries = []
+    for i, (raw, records) in enumerate(realtime_records(job, spark)):
+        writer = (
+            records.writeStream.queryName(QUERY_PREFIX + raw)
+            .format("kafka")
+            .options(**job.settings.kafka.spark_options())
+            .option("checkpointLocation", str(job.checkpoint / re.sub(r"[^A-Za-z0-9._-]", "_", raw)))
+            .outputMode("update")
+        )
+        stagger = i * min(5_000, base // 20)
+        writer._jwrite = writer._jwrite.trigger(realtime_trigger(spark, base + stagger))
+        queries.append(writer.start())
+    return queries
 
 
 def unreadable_message(error: BaseException) -> str | None:
@@ -246,10 +286,13 @@ def record_first_seen(job: NormalizeJob) -> None:
 
 
 def batch_line(progress: dict[str, Any], interval: str) -> str:
-    """The real-time query's line per finished batch (checkpoint interval)."""
+    """A real-time query's line per finished batch (checkpoint interval)."""
     out = (progress.get("sink") or {}).get("numOutputRows", 0)
-    seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    durations = progress.get("durationMs") or {}
+    seconds = durations.get("triggerExecution", 0) / 1000
+    planning = durations.get("queryPlanning", 0) / 1000
+    raw = str(progress.get("name") or "").removeprefix(QUERY_PREFIX)
     return (
-        f"batch {progress.get('batchId')}: in {progress.get('numInputRows', 0)}, out {out} "
-        f"(real time, checkpoint every {interval}), {seconds:.1f} s"
+        f"batch {progress.get('batchId')} of {raw}: in {progress.get('numInputRows', 0)}, out {out} "
+        f"(real time, checkpoint every {interval}), {seconds:.1f} s, planning {planning:.1f} s"
     )

@@ -285,7 +285,7 @@ def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         try:
-            wait_for_line(log, "batch 0:", job)
+            wait_for_line(log, "batch 0 of ", job)
             # SIGTERM as Kubernetes sends it, to the process; SIGINT as a terminal's Ctrl-C, to the group
             if signum == signal.SIGTERM:
                 job.send_signal(signum)

@@ -185,7 +185,7 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     try:
         # the changes come while the initial load is on its way: after the first micro-batch
         deadline = time.monotonic() + FIRST_BATCH_S
-        while "batch 0:" not in logs["normalize"].read_text() and time.monotonic() < deadline:
+        while "batch 0 of " not in logs["normalize"].read_text() and time.monotonic() < deadline:
             assert_running()
             time.sleep(1)
         random_changes(settings, big_world.schema, 2_000, seed=5)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mcq.registry import parse_registry
 from streams.plan import plan_normalize
-from streams.realtime import batch_line, shared_topics, split_plan, unreadable_message
+from streams.realtime import batch_line, interval_ms, shared_topics, split_plan, unreadable_message
 
 CAMPUS = Path(__file__).resolve().parents[2] / "examples" / "campus.yaml"
 
@@ -71,7 +73,26 @@ def test_an_unreadable_raw_record_is_named_by_topic_partition_and_offset() -> No
 
 def test_a_real_time_batch_line_gives_rows_in_and_records_out() -> None:
     line = batch_line(
-        {"batchId": 3, "numInputRows": 120, "sink": {"numOutputRows": 131}, "durationMs": {"triggerExecution": 60250}},
+        {
+            "name": "mcq-normalize-realtime mcq.raw.db.s.people",
+            "batchId": 3,
+            "numInputRows": 120,
+            "sink": {"numOutputRows": 131},
+            "durationMs": {"triggerExecution": 60250, "queryPlanning": 410},
+        },
         "60 seconds",
     )
-    assert line == "batch 3: in 120, out 131 (real time, checkpoint every 60 seconds), 60.2 s"
+    assert line == (
+        "batch 3 of mcq.raw.db.s.people: in 120, out 131 (real time, checkpoint every 60 seconds), 60.2 s, "
+        "planning 0.4 s"
+    )
+
+
+def test_a_checkpoint_interval_reads_as_spark_writes_it_and_nonsense_is_refused() -> None:
+    assert interval_ms("5 minutes") == 300_000
+    assert interval_ms("90 seconds") == 90_000
+    assert interval_ms("1 hour") == 3_600_000
+    assert interval_ms("250 ms") == 250
+    for bad in ("soon", "0 seconds", "5 fortnights", "-1 minute"):
+        with pytest.raises(ValueError, match="is not an interval"):
+            interval_ms(bad)
