@@ -73,7 +73,10 @@ class PgTarget:
         self, changes: Sequence[Change], apply_one: Callable[[Connection, Change], None]
     ) -> list[AdapterError | None]:
         """One transaction for the batch, a savepoint per change: a bad change rolls back alone."""
-        conn = self.connection()
+        try:
+            conn = self.connection()
+        except TargetUnavailable as exc:  # still down after a wait: the runtime waits again, nothing is lost
+            return [exc] * len(changes)
         outcomes: list[AdapterError | None] = []
         try:
             with conn.transaction():

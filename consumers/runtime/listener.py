@@ -649,7 +649,7 @@ class ListenerRuntime:
                 break
             self._undone = items[start:]
             changes = [i.change for i in items[start:] if i.change is not None]
-            outcomes = self.adapter.apply_batch(changes)
+            outcomes = self._try_batch(changes)
             for item, outcome in zip(items[start:], outcomes, strict=True):
                 if isinstance(outcome, TargetUnavailable):
                     self._wait_for_target(outcome, give_up=partial(self._any_overdue, items[start:]))
@@ -660,6 +660,14 @@ class ListenerRuntime:
                 else:
                     self._failed(item, outcome, lane)
         self._undone = []
+
+    def _try_batch(self, changes: list[Change]) -> list[AdapterError | None]:
+        """The adapter's outcomes; an adapter that raises 'unavailable' (e.g. on reconnecting) instead of
+        answering it per change is taken at its word for the whole batch."""
+        try:
+            return self.adapter.apply_batch(changes)
+        except TargetUnavailable as exc:
+            return [exc] * len(changes)
 
     def _any_overdue(self, items: list[_Item]) -> bool:
         return any(self._overdue(i) for i in items)
@@ -688,7 +696,7 @@ class ListenerRuntime:
                     break
                 if self._expired(item):
                     return
-                outcome = self.adapter.apply_batch([item.change])[0]
+                outcome = self._try_batch([item.change])[0]
                 if outcome is None:
                     self._applied(item, lane)
                     return

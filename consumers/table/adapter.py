@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 
 from consumers.adapter import Adapter
-from consumers.exceptions import AdapterError
+from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.postgres import Connection, PgTarget
 from consumers.table.settings import TableSettings
 from mcq.change import Change
@@ -65,7 +65,7 @@ class TableAdapter(Adapter):
             try:
                 self._apply_last_states(changes)
                 return [None] * len(changes)
-            except psycopg.Error:
+            except (psycopg.Error, TargetUnavailable):
                 pass  # applied again one by one below: its own error is said for the bad change only
         return self.target.apply_batch(changes, self._apply_one)
 
