@@ -36,7 +36,7 @@ SUITE: dict[str, tuple[list[str], list[str]]] = {
     ),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
     "peer_jdbc_sink": (
-        ["--people", "5000", "--rate", "100", "--seconds", "60"],
+        ["--people", "5000", "--rate", "1000", "--seconds", "60"],
         ["--people", "500", "--rate", "100", "--seconds", "10"],
     ),
     "listener_lanes": (

@@ -92,8 +92,13 @@ class ChangeKey:
         }
 
     def text(self) -> str:
-        """A stable text form, used as a key where bytes of the Avro key would vary by topic."""
-        return json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True)
+        """A stable text form, used as a key where bytes of the Avro key would vary by topic.
+        Computed once per key (the runtime asks several times per change)."""
+        cached: str | None = self.__dict__.get("_text")
+        if cached is None:
+            cached = json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True)
+            object.__setattr__(self, "_text", cached)
+        return cached
 
     @classmethod
     def from_text(cls, text: str) -> ChangeKey:
