@@ -46,6 +46,7 @@ from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
+from streams.checkpoint import clear_torn_writes
 from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
@@ -655,6 +656,9 @@ def run_normalize(
     stopping = StopRequest(report)
     with stopping.on_signals():
         job.prepare()
+        torn = clear_torn_writes(job.checkpoint)
+        if torn:
+            report(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
         if not stopping.requested:
             realtime = mode == "realtime" and not once
             _stream(job, stopping, once=once, trigger=trigger, master=master,
