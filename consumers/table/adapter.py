@@ -65,7 +65,9 @@ class TableAdapter(Adapter):
             try:
                 self._apply_last_states(changes)
                 return [None] * len(changes)
-            except (psycopg.Error, TargetUnavailable):
+            except TargetUnavailable as exc:  # not reached: connecting again below would only wait twice
+                return [exc] * len(changes)
+            except psycopg.Error:
                 pass  # applied again one by one below: its own error is said for the bad change only
         return self.target.apply_batch(changes, self._apply_one)
 
