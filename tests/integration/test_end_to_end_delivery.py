@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from mcq.registry import parse_registry
 from mcq.stack import Stack
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
+from tests.integration.webhook_server import receiving_webhook, replay
 from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 REGISTRY = """
@@ -56,26 +55,10 @@ interests:
 STATUSES = ("active", "suspended", "closed")
 
 
-class _Received(BaseHTTPRequestHandler):
-    bodies: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    bodies: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Received", (_Received,), {"bodies": bodies}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/changes", bodies
-    server.shutdown()
+    with receiving_webhook() as hook:
+        yield hook
 
 
 def _source_rows(settings: Settings, schema: str) -> dict[str, dict[str, str | None]]:
@@ -88,18 +71,6 @@ def _source_rows(settings: Settings, schema: str) -> dict[str, dict[str, str | N
         ChangeKey("ACCOUNT", pkey_number=int(r[0])).text(): {"id": r[0], "owner": r[1], "status": r[2], "quota": r[3]}
         for r in rows
     }
-
-
-def _replay(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """A target's state from the changes it received, in order."""
-    state: dict[str, dict[str, Any]] = {}
-    for e in events:
-        key = e["idempotency_key"].split("@")[0]
-        if e["change_type"] == "DELETE":
-            state.pop(key, None)
-        else:
-            state[key] = e["after"]
-    return state
 
 
 @pytest.mark.timeout(900)
@@ -177,14 +148,14 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
         # the rule-filtered table target holds exactly the rows whose last state matches the rule
         assert target_state(s, f"e2e_{token}.active") == {k: v for k, v in source.items() if v["status"] == "active"}
         # the webhook: every key equal to the source, and never a column outside its allow-list
-        assert _replay(bodies) == {k: {"id": v["id"], "status": v["status"]} for k, v in source.items()}
+        assert replay(bodies) == {k: {"id": v["id"], "status": v["status"]} for k, v in source.items()}
         assert all(set(b["after"] or {}) <= {"id", "status"} and set(b["before"] or {}) <= {"id", "status"}
                    for b in bodies)  # fmt: skip
         # the files: every column, every key
         lines = [
             json.loads(x) for f in sorted((tmp_path / "files").glob("*.jsonl")) for x in f.read_text().splitlines()
         ]
-        assert _replay(lines) == source
+        assert replay(lines) == source
         # the refresh carried state: the whole current record of each live key, and a delete of the gone one
         refreshes = [line for line in lines if line["cause"] == "refresh"]
         got = {(line["pkey_number"], line["change_type"]) for line in refreshes}

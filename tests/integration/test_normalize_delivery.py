@@ -1,5 +1,6 @@
 """What the normaliser delivers beyond order, on the real stack: every column type as its
-natural text, the source position on every record (tombstones too), a raw record it
+natural text, in the logical topic and in every generic adapter (table, webhook, JSON Lines
+and XML files), the source position on every record (tombstones too), a raw record it
 cannot read stops it by name, and `mcq streams normalize` stops cleanly on SIGTERM/SIGINT.
 
 The typed table is created by the test and captured only through ``apply_capture``
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from consumers.runtime.listener import ListenerRuntime
 from mcq.capture.apply import apply_capture
 from mcq.capture.connector import raw_topic
+from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
@@ -35,8 +39,10 @@ from mcq.smoke import delete_topics
 from mcq.stack import Stack
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.normalize import POSITION_HEADER, NormalizeError, run_normalize
+from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
+from tests.integration.webhook_server import receiving_webhook, replay
 from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 COLUMNS = {
@@ -181,6 +187,77 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     assert json.loads(first["doc"]) == {"a": "x", "b": [1, 2]} and json.loads(first["tags"]) == ["x", 'y "q"', None]
     assert state[2]["after"]["seen"] == "1969-12-31T23:59:59" and state[2]["after"]["changed"] == "2000-01-01T04:00:00Z"
     assert all(value is None for column, value in state[3]["after"].items() if column != "id")
+
+
+ADAPTER_LISTENERS = """
+listeners:
+  - {{name: Table, owner: tests@example, adapter: {{type: table, settings: {{table: {target}}}}}}}
+  - {{name: Hook, owner: tests@example, adapter: {{type: webhook, settings: {{url: "{url}", timeout_s: 5}}}}}}
+  - {{name: Jsonl, owner: tests@example, adapter: {{type: file, settings: {{format: jsonl, directory: "{files}/j"}}}}}}
+  - {{name: Xml, owner: tests@example, adapter: {{type: file, settings: {{format: xml, directory: "{files}/x"}}}}}}
+interests:
+  - {{listener: Table, tname: TYPED}}
+  - {{listener: Hook, tname: TYPED}}
+  - {{listener: Jsonl, tname: TYPED}}
+  - {{listener: Xml, tname: TYPED}}
+"""
+
+
+def _xml_state(directory: Path) -> dict[str, dict[str, str | None]]:
+    """The XML files replayed in name order: ``<column null="true"/>`` is NULL, an empty one ''."""
+    state: dict[str, dict[str, str | None]] = {}
+    for path in sorted(directory.glob("*.xml")):
+        for change in ET.parse(path).getroot().findall("change"):
+            key = change.get("idempotency_key", "").split("@")[0]
+            if change.get("type") == "DELETE":
+                state.pop(key, None)
+                continue
+            after = change.find("after")
+            assert after is not None, ET.tostring(change)
+            state[key] = {
+                col.get("name", ""): None if col.get("null") == "true" else (col.text or "")
+                for col in after.findall("column")
+            }
+    return state
+
+
+def test_every_column_type_reaches_the_table_webhook_and_file_adapters_as_the_source_holds_it(
+    typed: TypedWorld, settings: Settings, tmp_path: Path
+) -> None:
+    """The typed table's last state (an insert, an update of every column and a delete made
+    here, on top of the fixture's rows) in each generic adapter, all columns compared with
+    PostgreSQL's own rendering: NULL and '' kept apart, nothing turned into a number."""
+    tsettings = prefixed(settings, "a")
+    token = tsettings.topic_prefix
+    sql(
+        settings,
+        f"INSERT INTO {typed.table} VALUES (60, '2001-02-03', '2001-02-03 04:05:06.7', '2001-02-03 04:05:06.789', "
+        "'2001-02-03 04:05:06.7-07', '23:59:59.999999', 99999999.99, false, gen_random_uuid(), "
+        """'{"n": null, "s": "<&>"}', ARRAY['<a>', '&'], 0, 'to be changed')""",
+        f"UPDATE {typed.table} SET born = '2024-02-29', changed = '1970-01-01 00:00:00+00', amount = 0.01, "
+        "active = true, doc = 'null', tags = ARRAY[]::text[], n = NULL, note = E'two\\nlines' WHERE id = 60",
+        f"INSERT INTO {typed.table} (id, note) VALUES (61, 'gone')",
+        f"DELETE FROM {typed.table} WHERE id = 61",
+    )
+    with psycopg.connect(settings.source.dsn()) as conn:
+        expected_rows = {int(row["id"]): row for row in rows_as_text(conn, typed.table)}
+    with receiving_webhook() as (url, bodies):
+        listeners = ADAPTER_LISTENERS.format(target=f"ty_{token}.typed", url=url, files=tmp_path / "files")
+        registry = parse_registry(typed.registry_yaml.replace("listeners: []\n", listeners), "typed-adapters.yaml")
+        wait_raw_records(settings, typed.raw_topic, len(ROWS) + 5)
+        normalize_once(tsettings, registry, tmp_path / "checkpoint")
+        for name in ("Table", "Hook", "Jsonl", "Xml"):
+            runtime = ListenerRuntime(tsettings, name, registry=registry, http_port=None, report=lambda _: None)
+            assert runtime.run(until_caught_up=True) == 0, name
+        hook = replay(bodies)
+    expected = {ChangeKey("TYPED", pkey_number=pk).text(): row for pk, row in expected_rows.items()}
+    assert 60 in expected_rows and 61 not in expected_rows
+    assert expected_rows[60]["note"] == "two\nlines" and expected_rows[60]["n"] is None  # the oracle, checked
+    assert target_state(tsettings, f"ty_{token}.typed") == expected
+    assert hook == expected
+    lines = [json.loads(x) for f in sorted((tmp_path / "files/j").glob("*.jsonl")) for x in f.read_text().splitlines()]
+    assert replay(lines) == expected
+    assert _xml_state(tmp_path / "files/x") == expected
 
 
 def test_a_table_captured_by_apply_gets_full_replica_identity_and_whole_before_images(
