@@ -143,27 +143,27 @@ class StateStore(IndexedState):
         self._next: dict[tuple[str, int], int] = {}  # next offset to read, per partition
 
     def _take(self, timeout_s: float) -> bool:
-        msg = self._consumer.poll(timeout_s)
-        if msg is None:
-            return False
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return True
-            raise ConsumerError(f"projection: reading {msg.topic()}: {err}")
-        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-        self._next[(topic, partition)] = offset + 1
-        try:
-            if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
-                self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
-                return True
-            change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
-        except BadChange:
-            return True  # the listener itself dead-letters a bad record; the projection cannot use it
-        if change is None:
-            return True
-        self.put(self._topics[topic], change.key, change.state, change.position)
-        return True
+        """Apply what the consumer has fetched (up to a thousand records at a time: one
+        call per record was most of a scheduled run's start-up). False if nothing came."""
+        messages = self._consumer.consume(1000, timeout_s)
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise ConsumerError(f"projection: reading {msg.topic()}: {err}")
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            self._next[(topic, partition)] = offset + 1
+            try:
+                if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
+                    self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
+                    continue
+                change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
+            except BadChange:
+                continue  # the listener itself dead-letters a bad record; the projection cannot use it
+            if change is not None:
+                self.put(self._topics[topic], change.key, change.state, change.position)
+        return bool(messages)
 
     def _ends(self) -> dict[tuple[str, int], int]:
         """End offsets of every partition, in one request (not a round trip per partition)."""

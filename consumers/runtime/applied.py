@@ -176,23 +176,27 @@ class AppliedPositions:
     # ------------------------------------------------------------------ following the topic
 
     def _take(self, timeout_s: float) -> bool:
-        msg = self._consumer.poll(timeout_s)
-        if msg is None:
-            return False
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return True
-            raise ConsumerError(f"reading {self.topic}: {err}")
-        key, value = (msg.key() or b"").decode(), msg.value()
+        """Fold in what the consumer has fetched, up to a thousand records at a time (one
+        call per record was most of a scheduled run's start-up). False if nothing came."""
+        messages = self._consumer.consume(1000, timeout_s)
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise ConsumerError(f"reading {self.topic}: {err}")
+            self._fold((msg.key() or b"").decode(), msg.value())
+        return bool(messages)
+
+    def _fold(self, key: str, value: bytes | None) -> None:
         if fold_mark(self._exposed, key, value) or value is None:
-            return True
+            return
         if key.startswith((PARK, DEAD)):
             a, b = value.decode().split("/")[:2]
             pos = Position(int(a), int(b))
             if key not in self._marks or pos > self._marks[key]:
                 self._marks[key] = pos
-            return True
+            return
         applied = Applied.parse(value)
         current = self._applied.get(key)
         if (
@@ -201,7 +205,6 @@ class AppliedPositions:
             or (applied.position == current.position and applied.present != current.present)
         ):
             self._applied[key] = applied
-        return True
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read what the other instances (and earlier runs) wrote, up to the end as of now."""
