@@ -14,6 +14,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Literal
 
 import fastavro
@@ -66,6 +67,17 @@ class Position:
         return cls(int(a), int(b))
 
 
+def _json(value: object) -> str:
+    """One key field as ``json.dumps`` writes it (ASCII, C-accelerated escaping)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return encode_basestring_ascii(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    return json.dumps(value)
+
+
 @dataclass(frozen=True)
 class ChangeKey:
     """The logical key: what a compacted topic keeps one last state for."""
@@ -96,7 +108,13 @@ class ChangeKey:
         Computed once per key (the runtime asks several times per change)."""
         cached: str | None = self.__dict__.get("_text")
         if cached is None:
-            cached = json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True)
+            # json.dumps(self.as_dict(), separators=(",", ":"), sort_keys=True), spelled out:
+            # the same text (targets and applied topics keep it) in a fifth of the time
+            cached = (
+                f'{{"aux_string":{_json(self.aux_string)},"person_id":{_json(self.person_id)},'
+                f'"pkey_number":{_json(self.pkey_number)},"pkey_string":{_json(self.pkey_string)},'
+                f'"subtype":{_json(self.subtype)},"tname":{_json(self.tname)}}}'
+            )
             object.__setattr__(self, "_text", cached)
         return cached
 

@@ -100,3 +100,18 @@ def test_a_keys_text_is_the_same_sorted_json_every_time_and_equal_keys_share_it(
     )
     assert a.text() == a.text() == b.text() == expected
     assert a == b and hash(a) == hash(b) and ChangeKey.from_text(a.text()) == a
+
+
+def test_a_keys_text_is_exactly_what_json_dumps_writes_for_any_field_values() -> None:
+    """Targets and applied topics keep this text: it must not drift from the JSON form it
+    always had, for quotes, backslashes, control characters, non-ASCII and big numbers."""
+    import random
+
+    texts = [None, "", "x", 'q"uo\\te', "ünï\u2028ç😀", "\x00\x1f\n\t", "Telephone"]
+    numbers = [None, 0, -5, 2**62, 123]
+    rnd = random.Random(7)
+    for _ in range(5000):
+        key = ChangeKey(rnd.choice(texts[1:]), rnd.choice(texts), rnd.choice(numbers), rnd.choice(texts),
+                        rnd.choice(numbers), rnd.choice(texts))  # fmt: skip
+        assert key.text() == json.dumps(key.as_dict(), separators=(",", ":"), sort_keys=True)
+        assert ChangeKey.from_text(key.text()) == key
