@@ -4,6 +4,7 @@ listener's view, and what each object's last write already reflected."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from consumers.adapter import Adapter
@@ -36,9 +37,15 @@ class ProjectedAdapter(Adapter):
         if self.store is None:
             assert self.registry is not None, "bind(registry) first"
             # what the listener may see of it: its interests' rules and allow-lists govern the records
-            state = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state)
+            state = open_state(self.mcq_settings, self.registry, self.needs_state, self.settings.state,
+                               self.snapshot_path())  # fmt: skip
             self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
         return self.store
+
+    def snapshot_path(self) -> Path | None:
+        """Where this listener's state store is saved between runs (``state_dir``), if anywhere."""
+        home = self.mcq_settings.state_dir
+        return None if home is None else home / f"{self.mcq_settings.topic_prefix}.{self.listener.name}.store"
 
     def close_store(self) -> None:
         if self.store is not None:

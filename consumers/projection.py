@@ -12,16 +12,19 @@ asked for it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
+from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
 from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
@@ -109,9 +112,13 @@ class IndexedState:
 
 
 class StateStore(IndexedState):
-    """The last state per key of some logical tables, kept from their topics."""
+    """The last state per key of some logical tables, kept from their topics. With a
+    ``snapshot`` path, what it held when closed is saved there, and the next store opened
+    on the same topics starts from it when it still describes them (``state_snapshot``)."""
 
-    def __init__(self, settings: Settings, registry: Registry, refs: Iterable[str]) -> None:
+    def __init__(
+        self, settings: Settings, registry: Registry, refs: Iterable[str], snapshot: Path | None = None
+    ) -> None:
         super().__init__()
         prefix = settings.topic_prefix
         self.refs = sorted(set(refs))
@@ -138,9 +145,50 @@ class StateStore(IndexedState):
             if t in meta and meta[t].error is None
             for p in meta[t].partitions
         ]
-        self._consumer.assign([TopicPartition(tp.topic, tp.partition, -2) for tp in self._partitions])
         self._admin = AdminClient(settings.kafka.client_config())
         self._next: dict[tuple[str, int], int] = {}  # next offset to read, per partition
+        self._snapshot = snapshot
+        self._ids = state_snapshot.topic_ids(self._admin, sorted({tp.topic for tp in self._partitions}))
+        self.restored = self._restore() if snapshot is not None else "no snapshot kept"
+        """Whether the store started from a snapshot, or why not (for status lines and tests)."""
+        self._consumer.assign(
+            [TopicPartition(tp.topic, tp.partition, self._next.get((tp.topic, tp.partition), -2))
+             for tp in self._partitions]
+        )  # fmt: skip
+
+    def _restore(self) -> str:
+        assert self._snapshot is not None
+        snap = state_snapshot.load(self._snapshot)
+        if isinstance(snap, str):
+            return f"read whole: {snap}"
+        why = state_snapshot.unusable(snap, self._admin, self._topics, self._ids, time.time())
+        if why is not None:
+            return f"read whole: {why}"
+        st = snap.state
+        for ref, table in st["rows"].items():
+            self._rows[ref] = {text: (ChangeKey(*key), row) for text, (key, row) in table.items()}
+        self._by_person.update(st["by_person"])
+        self._by_key.update(st["by_key"])
+        self._positions = {text: Position(*p) for text, p in st["positions"].items()}
+        self._next = dict(snap.next)
+        return f"restored {sum(len(t) for t in self._rows.values())} keys from {self._snapshot}"
+
+    def _save(self) -> None:
+        if self._snapshot is None or self._ids is None:
+            return
+        state = {
+            "rows": {
+                ref: {
+                    text: ((k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string), row)
+                    for text, (k, row) in table.items()
+                }
+                for ref, table in self._rows.items()
+            },
+            "by_person": dict(self._by_person),
+            "by_key": dict(self._by_key),
+            "positions": {text: (p.last_commit_lsn, p.lsn) for text, p in self._positions.items()},
+        }
+        state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._topics, self._ids, self._next, state))
 
     def _take(self, timeout_s: float) -> bool:
         """Apply what the consumer has fetched (up to a thousand records at a time: one
@@ -196,7 +244,10 @@ class StateStore(IndexedState):
         return dict(self._next)
 
     def close(self) -> None:
+        """Stop reading; with a snapshot path, save what the store holds for the next run."""
         self._consumer.close()
+        with contextlib.suppress(OSError):  # a snapshot only saves time: the next run reads the topics whole
+            self._save()
 
 
 class SourceState:
@@ -302,8 +353,13 @@ class WrittenFrom:
         self._marks.clear()
 
 
-def open_state(settings: Settings, registry: Registry, refs: Iterable[str], where: str) -> StateStore | SourceState:
-    """The state an adapter assembles records from: ``topics`` (a StateStore) or ``source``."""
+def open_state(
+    settings: Settings, registry: Registry, refs: Iterable[str], where: str, snapshot: Path | None = None
+) -> StateStore | SourceState:
+    """The state an adapter assembles records from: ``topics`` (a StateStore, restored from
+    ``snapshot`` when it can be) or ``source``."""
     present = {t.ref for t in registry.tables}
     wanted = [r for r in refs if r in present]
-    return SourceState(settings, registry, wanted) if where == "source" else StateStore(settings, registry, wanted)
+    if where == "source":
+        return SourceState(settings, registry, wanted)
+    return StateStore(settings, registry, wanted, snapshot)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -246,6 +246,17 @@ class Settings(BaseSettings):
     ldap: LdapSettings = LdapSettings()
     topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
+    state_dir: Path | None = Field(
+        default_factory=lambda: Path(os.environ.get("MCQ_HOME", PROJECT_ROOT / ".mcq")) / "state"
+    )
+    """Where projection listeners (``ldap``, ``sql_import``) keep a snapshot of their state
+    store, so a scheduled run reads only what its topics gained since the last run; empty
+    or ``none``: no snapshot, every run reads the topics whole (a pod without a volume)."""
+
+    @field_validator("state_dir", mode="before")
+    @classmethod
+    def _no_state_dir(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() in ("", "none", "off") else value
 
     @model_validator(mode="after")
     def _default_to_local_stack(self) -> Settings:

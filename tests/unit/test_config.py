@@ -126,3 +126,15 @@ def test_settings_are_frozen() -> None:
     s = Settings()
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError for frozen models
         s.kafka.bootstrap_servers = "elsewhere:9092"  # type: ignore[misc]
+
+
+def test_the_state_snapshot_directory_follows_mcq_home_and_none_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MCQ_HOME", str(tmp_path / "home"))
+    assert load_settings().state_dir == tmp_path / "home" / "state"
+    monkeypatch.setenv("MCQ_STATE_DIR", "/var/lib/mcq")
+    assert load_settings().state_dir == Path("/var/lib/mcq")
+    for off in ("none", "", "off"):
+        monkeypatch.setenv("MCQ_STATE_DIR", off)
+        assert load_settings().state_dir is None
