@@ -74,6 +74,11 @@ class Adapter(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called once, also after a failure."""
 
+    def started_from(self) -> str | None:
+        """What the adapter started from, said once after open() (a state store restored
+        from a snapshot, or why it is read whole); None: nothing to say."""
+        return None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # a base of adapters without a kind of its own (ProjectedAdapter) need not apply

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from consumers.adapter import Adapter
-from consumers.projection import WrittenFrom, open_state
+from consumers.projection import StateStore, WrittenFrom, open_state
 from consumers.runtime.view import ListenerView, ViewState
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
@@ -41,6 +41,10 @@ class ProjectedAdapter(Adapter):
                                self.snapshot_path())  # fmt: skip
             self.store = ViewState(state, ListenerView(self.registry, self.listener.name))
         return self.store
+
+    def started_from(self) -> str | None:
+        inner = self.store.inner if self.store is not None else None
+        return f"state store: {inner.restored}" if isinstance(inner, StateStore) else None
 
     def snapshot_path(self) -> Path | None:
         """Where this listener's state store is saved between runs (``state_dir``), if anywhere."""

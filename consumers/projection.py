@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
@@ -30,6 +30,7 @@ from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey, Po
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry.model import Registry
+from mcq.topics.read import TopicReadError, take_fetched
 
 Row = dict[str, str | None]
 
@@ -191,15 +192,12 @@ class StateStore(IndexedState):
         state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._topics, self._ids, self._next, state))
 
     def _take(self, timeout_s: float) -> bool:
-        """Apply what the consumer has fetched (up to a thousand records at a time: one
-        call per record was most of a scheduled run's start-up). False if nothing came."""
-        messages = self._consumer.consume(1000, timeout_s)
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise ConsumerError(f"projection: reading {msg.topic()}: {err}")
+        """Apply what the consumer has fetched; False if nothing came."""
+        try:
+            records = take_fetched(self._consumer, timeout_s)
+        except TopicReadError as exc:
+            raise ConsumerError(f"projection: {exc}") from None
+        for msg in records or ():
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             self._next[(topic, partition)] = offset + 1
             try:
@@ -211,7 +209,7 @@ class StateStore(IndexedState):
                 continue  # the listener itself dead-letters a bad record; the projection cannot use it
             if change is not None:
                 self.put(self._topics[topic], change.key, change.state, change.position)
-        return bool(messages)
+        return records is not None
 
     def _ends(self) -> dict[tuple[str, int], int]:
         """End offsets of every partition, in one request (not a round trip per partition)."""

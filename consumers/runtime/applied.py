@@ -34,14 +34,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers.exceptions import ConsumerError
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
-from mcq.topics.read import all_watermarks
+from mcq.topics.read import TopicReadError, all_watermarks, take_fetched
 
 PARK, DEAD = "park:", "dead:"
 
@@ -176,17 +176,14 @@ class AppliedPositions:
     # ------------------------------------------------------------------ following the topic
 
     def _take(self, timeout_s: float) -> bool:
-        """Fold in what the consumer has fetched, up to a thousand records at a time (one
-        call per record was most of a scheduled run's start-up). False if nothing came."""
-        messages = self._consumer.consume(1000, timeout_s)
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise ConsumerError(f"reading {self.topic}: {err}")
+        """Fold in what the consumer has fetched; False if nothing came."""
+        try:
+            records = take_fetched(self._consumer, timeout_s)
+        except TopicReadError as exc:
+            raise ConsumerError(str(exc)) from None
+        for msg in records or ():
             self._fold((msg.key() or b"").decode(), msg.value())
-        return bool(messages)
+        return records is not None
 
     def _fold(self, key: str, value: bytes | None) -> None:
         if fold_mark(self._exposed, key, value) or value is None:

@@ -279,6 +279,9 @@ class ListenerRuntime:
         )
         try:
             self._wait_for_target(None)
+            note = self.adapter.started_from()
+            if note:
+                self.report(f"listener {self.name}: {note}")
             self._beat("running", force=True)
             while not self._stop.is_set():
                 self._last_tick = time.monotonic()

@@ -66,6 +66,24 @@ def all_watermarks(
             time.sleep(0.5)
 
 
+def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:
+    """What the consumer has fetched, up to ``most`` records in one call (a call per record
+    cost more than the record: most of a scheduled run's start-up), waiting up to
+    ``timeout_s`` for the first; partition-end events left out. None when nothing came.
+    A consumer error raises :class:`TopicReadError` naming the partition."""
+    messages = consumer.consume(most, timeout_s)
+    if not messages:
+        return None
+    out: list[Message] = []
+    for msg in messages:
+        err = msg.error()
+        if err is None:
+            out.append(msg)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            raise TopicReadError(f"reading {msg.topic()}[{msg.partition()}]: {err}")
+    return out
+
+
 def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[Message]:
     """Every record of ``topic`` (partition by partition in offset order); [] if it does not exist."""
     consumer = Consumer(

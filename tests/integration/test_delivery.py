@@ -35,6 +35,7 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
+from tests.integration.webhook_server import replay
 
 CAMPUS = "+1-518-"
 
@@ -214,14 +215,7 @@ def test_retries_keep_per_key_order_across_two_instances_and_hostile_errors_are_
         def converged() -> bool:
             with handler.lock:
                 accepted = list(handler.accepted)
-            state: dict[str, Any] = {}
-            for body in accepted:
-                key = body["idempotency_key"].split("@")[0]
-                if body["change_type"] == "DELETE":
-                    state.pop(key, None)
-                else:
-                    state[key] = body["after"]
-            return state == want and one.counters.dead_lettered + two.counters.dead_lettered == len(hostile)
+            return replay(accepted) == want and one.counters.dead_lettered + two.counters.dead_lettered == len(hostile)
 
         wait_for("every key to equal the source at the webhook", converged, 300, every=1.0)
 
