@@ -10,21 +10,19 @@ import json
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
 
 from consumers.runtime.listener import ListenerRuntime
 from mcq.change import Change
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
-from mcq.topics.read import read_to_end
+from tests.integration.compaction import compact_now, wait_compacted
 from tests.integration.listeners import (
     World,
     change,
@@ -48,49 +46,6 @@ def _catch_up(w: World, registry: Any = None) -> ListenerRuntime:
     return runtime
 
 
-def _compact_now(settings: Settings, topic: str) -> None:
-    """Make the broker's log cleaner compact ``topic`` soon: small segments, no lag, any dirt."""
-    admin = AdminClient(settings.kafka.client_config())
-    config = {
-        "segment.ms": "500",
-        "min.compaction.lag.ms": "0",
-        "min.cleanable.dirty.ratio": "0.0001",
-        "delete.retention.ms": "86400000",
-    }
-    for future in admin.incremental_alter_configs(
-        [ConfigResource("topic", topic, incremental_configs=_ops(config))]
-    ).values():
-        future.result(30)
-
-
-def _ops(config: dict[str, str]) -> list[Any]:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
-
-    return [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()]
-
-
-def _values_by_key(settings: Settings, topic: str) -> dict[bytes, list[bytes | None]]:
-    out: dict[bytes, list[bytes | None]] = defaultdict(list)
-    for msg in read_to_end(settings, topic):
-        out[msg.key() or b""].append(msg.value())
-    return out
-
-
-def _wait_compacted(w: World, filler_pid: int, deleted: int) -> None:
-    """Roll segments (a record after segment.ms closes the active one) until the cleaner has
-    removed the DELETE records, leaving their tombstones alone."""
-
-    def only_tombstones_left() -> bool:
-        nonlocal filler_pid
-        time.sleep(1.0)
-        filler_pid += 1
-        produce(w.settings, w.phone_topic, [change("PHONE", filler_pid, "filler", "INSERT", tele="filler")])
-        lone = [vs for vs in _values_by_key(w.settings, w.phone_topic).values() if vs == [None]]
-        return len(lone) >= deleted
-
-    wait_for("the log cleaner to leave only tombstones of the deleted keys", only_tombstones_left, 240, every=0.1)
-
-
 @pytest.mark.timeout(600)
 def test_a_lagging_listener_removes_keys_whose_delete_records_compaction_removed(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
@@ -109,12 +64,12 @@ def test_a_lagging_listener_removes_keys_whose_delete_records_compaction_removed
     assert target_state(w.settings, w.table) == expected_state(first)
 
     # the listener is away: deletes, and rows leaving the campus range, then touched again
-    _compact_now(w.settings, w.phone_topic)
+    compact_now(w.settings, w.phone_topic)
     later = [change("PHONE", pid, None, "DELETE") for pid in range(20)]
     later += [change("PHONE", pid, f"+44-20-{pid:07d}", "UPDATE") for pid in range(20, 30)]
     later += [change("PHONE", pid, f"+44-20-{pid + 1:07d}", "UPDATE") for pid in range(20, 30)]
     produce(w.settings, w.phone_topic, later)
-    _wait_compacted(w, 10_000, deleted=20)
+    wait_compacted(w, 10_000, deleted=20)
 
     # nothing left in the topic says "DELETE" for them: only tombstones
     _catch_up(w, ruled)

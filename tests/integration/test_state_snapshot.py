@@ -16,6 +16,7 @@ from mcq.config import Settings
 from mcq.smoke import delete_topics
 from mcq.stack import Stack
 from mcq.topics.plan import apply_topics, plan_topics
+from tests.integration.compaction import compact_now, wait_compacted
 from tests.integration.listeners import World, change, expected_state, make_world, produce
 
 
@@ -101,3 +102,32 @@ def test_a_snapshot_older_than_delete_retention_or_of_a_recreated_topic_is_not_u
         assert _state(recreated) == expected_state(again)
     finally:
         recreated.close()
+
+
+def test_deletes_made_after_the_snapshot_and_compacted_to_tombstones_still_remove_their_keys(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A scheduled listener away while its keys were deleted, and the log cleaner left only
+    the tombstones: the restored store drops those keys, as a whole read does."""
+    world = make_world(settings, token, tmp_path)
+    snapshot = tmp_path / "T.store"
+    first = [change("PHONE", pid, f"+1 555 {pid:04d}", "INSERT") for pid in range(40)]
+    produce(world.settings, world.phone_topic, first)
+    _open(world, snapshot).close()
+
+    compact_now(world.settings, world.phone_topic)
+    later = [change("PHONE", pid, None, "DELETE") for pid in range(0, 40, 3)]
+    later += [change("PHONE", pid, f"+1 556 {pid:04d}") for pid in range(1, 40, 3)]
+    produce(world.settings, world.phone_topic, later)
+    wait_compacted(world, 10_000, len(range(0, 40, 3)))
+
+    restored = _open(world, snapshot)
+    whole = _open(world, tmp_path / "nowhere" / "unused.store")
+    try:
+        assert restored.restored.startswith("restored "), restored.restored
+        assert _state(restored) == _state(whole)
+        mine = {k: v for k, v in _state(restored).items() if v["tele_type"] != "filler"}
+        assert mine == expected_state(first + later)
+    finally:
+        restored.close()
+        whole.close()
