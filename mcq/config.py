@@ -246,12 +246,11 @@ class Settings(BaseSettings):
     ldap: LdapSettings = LdapSettings()
     topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
-    state_dir: Path | None = Field(
-        default_factory=lambda: Path(os.environ.get("MCQ_HOME", PROJECT_ROOT / ".mcq")) / "state"
-    )
+    state_dir: Path | None = None
     """Where projection listeners (``ldap``, ``sql_import``) keep a snapshot of their state
-    store, so a scheduled run reads only what its topics gained since the last run; empty
-    or ``none``: no snapshot, every run reads the topics whole (a pod without a volume)."""
+    store, so a scheduled run reads only what its topics gained since the last run; unset:
+    ``<stack.home>/state``; empty or ``none``: no snapshot, every run reads the topics whole
+    (a pod without a volume)."""
 
     @field_validator("state_dir", mode="before")
     @classmethod
@@ -263,7 +262,7 @@ class Settings(BaseSettings):
         ports = self.stack.ports
         local = f"http://{LOOPBACK}"
         # the settings are frozen: blanks are filled on copies, set once, here
-        fills = {
+        fills: dict[str, object] = {
             "kafka": self.kafka.model_copy(
                 update={"bootstrap_servers": self.kafka.bootstrap_servers or f"{LOOPBACK}:{ports.kafka}"}
             ),
@@ -284,6 +283,8 @@ class Settings(BaseSettings):
                 }
             ),
         }
+        if "state_dir" not in self.model_fields_set:  # follows the stack's home unless set (or turned off)
+            fills["state_dir"] = self.stack.home / "state"
         for name, value in fills.items():
             object.__setattr__(self, name, value)
         return self

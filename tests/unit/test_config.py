@@ -128,11 +128,12 @@ def test_settings_are_frozen() -> None:
         s.kafka.bootstrap_servers = "elsewhere:9092"  # type: ignore[misc]
 
 
-def test_the_state_snapshot_directory_follows_mcq_home_and_none_turns_it_off(
+def test_the_state_snapshot_directory_follows_the_stack_home_and_none_turns_it_off(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("MCQ_HOME", str(tmp_path / "home"))
-    assert load_settings().state_dir == tmp_path / "home" / "state"
+    assert load_settings().state_dir == load_settings().stack.home / "state"
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path / "stack"))
+    assert load_settings().state_dir == tmp_path / "stack" / "state"
     monkeypatch.setenv("MCQ_STATE_DIR", "/var/lib/mcq")
     assert load_settings().state_dir == Path("/var/lib/mcq")
     for off in ("none", "", "off"):
