@@ -459,6 +459,16 @@ def _properties(values: dict[str, object]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, never starting with "-" (one in
+    64 would, and kafka-storage then reads it as an option: seen as a red CI). Kafka's own
+    ``Uuid.randomUuid()`` draws again in that case too."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class Kafka(JvmService):
     """A single Kafka node in KRaft mode, broker and controller in one process."""
 
@@ -503,7 +513,7 @@ class Kafka(JvmService):
         conf = self.conf_dir / "kafka.properties"
         conf.write_text(_properties(props))
         if not (self.data_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             self._run(
                 [
                     self.settings.stack.java,

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from mcq.stack.process import ProcessHandle
@@ -59,3 +60,18 @@ def test_output_goes_to_the_log_and_tail_reads_it_back(tmp_path: Path) -> None:
     while time.monotonic() < deadline and not any("hello from" in ln for ln in handle.tail()):
         time.sleep(0.1)
     assert any(f"hello from {marker}" in ln for ln in handle.tail())
+
+
+def test_a_kraft_cluster_id_never_starts_with_a_dash_and_is_a_base64_uuid() -> None:
+    """kafka-storage reads an id starting with "-" as an option (1 in 64 ids would)."""
+    import base64
+    from unittest.mock import patch
+
+    from mcq.stack.services import new_cluster_id
+
+    dashed = uuid.UUID(bytes=base64.urlsafe_b64decode("-_wUzRnGQtK8-qxW-3wydA=="))
+    with patch("mcq.stack.services.uuid.uuid4", side_effect=[dashed, uuid.UUID(int=7)]):
+        assert new_cluster_id() == base64.urlsafe_b64encode(uuid.UUID(int=7).bytes).decode().rstrip("=")
+    for _ in range(2000):
+        cid = new_cluster_id()
+        assert not cid.startswith("-") and len(base64.urlsafe_b64decode(cid + "==")) == 16
