@@ -21,6 +21,8 @@ import pytest
 from mcq.config import Settings, load_settings
 from mcq.stack import Stack
 
+pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the session, with tracebacks
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
