@@ -1,6 +1,7 @@
-"""A projection state store's snapshot on local disk: a scheduled run restores it and reads
-only what its topics gained since, instead of every record of every aspect topic (as
-Kafka Streams restores a store from a local checkpoint plus the changelog's tail).
+"""A projection state store's (or a listener's applied positions') snapshot on local disk:
+a scheduled run restores it and reads only what its topics gained since, instead of every
+record of every topic (as Kafka Streams restores a store from a local checkpoint plus the
+changelog's tail).
 
 A snapshot is used only while it still describes those topics; otherwise the store reads
 them from the beginning, as without one, and :func:`unusable` says why:

@@ -247,8 +247,9 @@ class Settings(BaseSettings):
     topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
     state_dir: Path | None = None
-    """Where projection listeners (``ldap``, ``sql_import``) keep a snapshot of their state
-    store, so a scheduled run reads only what its topics gained since the last run; unset:
+    """Where listeners keep a snapshot of their applied positions, and projection listeners
+    (``ldap``, ``sql_import``) of their state store, so a scheduled run reads only what the
+    topics gained since the last run; unset:
     ``<stack.home>/state``; empty or ``none``: no snapshot, every run reads the topics whole
     (a pod without a volume)."""
 

@@ -25,18 +25,28 @@ Three facts per logical key, each its own record in ``<prefix>.listener.NAME.app
 Written before the offsets are committed (the caller flushes the producer), so the next
 owner of a partition, which reads the topic to its end when partitions are assigned,
 knows all of it.
+
+With a ``snapshot`` path (``state_dir``), what a run knew when it closed is saved there
+and the next run on that host starts from it, reading only the records written since
+(``consumers.state_snapshot`` decides whether a snapshot still describes the topic): a
+scheduled run otherwise reads every key the listener ever applied before its first batch.
+Folding is idempotent and keeps the newest position per key, so a snapshot plus the
+records after it is what reading the whole topic gives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
@@ -63,13 +73,14 @@ class Applied:
 
 
 class AppliedPositions:
-    def __init__(self, settings: Settings, topic: str, producer: Producer) -> None:
+    def __init__(self, settings: Settings, topic: str, producer: Producer, snapshot: Path | None = None) -> None:
         self.topic = topic
         self._producer = producer
         self._applied: dict[str, Applied] = {}
         self._marks: dict[str, Position] = {}  # park:<key> and dead:<key>
         self._keys: dict[str, ChangeKey] = {}  # parsed keys, for lookups by partial key
         self._exposed: dict[str, ExposureMark] = {}  # exposed:<topic>, by topic
+        self._undelivered = 0  # writes Kafka refused for good (delivery reports)
         self._consumer = Consumer(
             {
                 **settings.kafka.client_config(),
@@ -85,7 +96,14 @@ class AppliedPositions:
             )
         self._partitions = sorted(meta.partitions)
         self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
-        self._consumer.assign([TopicPartition(topic, p, -2) for p in self._partitions])  # -2: beginning
+        self._next: dict[int, int] = {}  # partition -> the next offset to read
+        self._snapshot = snapshot
+        self._ids = state_snapshot.topic_ids(self._admin, [topic]) if snapshot is not None else None
+        self.restored = self._restore() if snapshot is not None else "no snapshot kept"
+        """Whether the positions started from a snapshot, or why not (for status lines and tests)."""
+        # from where the snapshot ends, else from the beginning (-2)
+        self._assigned = [TopicPartition(topic, p) for p in self._partitions]
+        self._consumer.assign([TopicPartition(topic, p, self._next.get(p, -2)) for p in self._partitions])
 
     def __len__(self) -> int:
         return len(self._applied)
@@ -114,6 +132,10 @@ class AppliedPositions:
     def parked(self, key: ChangeKey) -> Position | None:
         """The newest change of the key parked in the retry lane, if any ever was."""
         return self._marks.get(PARK + key.text())
+
+    def exposed(self) -> dict[str, ExposureMark]:
+        """The exposure marks held, by topic."""
+        return dict(self._exposed)
 
     def present_keys(self) -> Iterator[ChangeKey]:
         """Every key present at the target."""
@@ -151,7 +173,7 @@ class AppliedPositions:
         if mark.topic in self._exposed:
             return False
         self._exposed[mark.topic] = mark
-        self._producer.produce(self.topic, key=mark.key.encode(), value=mark.text().encode())
+        self._produce(mark.key, mark.text())
         return True
 
     def clear_exposed(self, topic: str) -> bool:
@@ -160,18 +182,27 @@ class AppliedPositions:
         mark = self._exposed.pop(topic, None)
         if mark is None:
             return False
-        self._producer.produce(self.topic, key=mark.key.encode(), value=None)
+        self._produce(mark.key, None)
         return True
+
+    def _produce(self, key: str, value: str | None) -> None:
+        self._producer.produce(
+            self.topic, key=key.encode(), value=None if value is None else value.encode(), on_delivery=self._delivered
+        )
+
+    def _delivered(self, err: object, _msg: object) -> None:
+        if err is not None:
+            self._undelivered += 1  # memory now knows more than the topic: no snapshot of it is saved
 
     def _put(self, text: str, applied: Applied) -> None:
         self._applied[text] = applied
-        self._producer.produce(self.topic, key=text.encode(), value=applied.text().encode())
+        self._produce(text, applied.text())
 
     def _mark(self, name: str, position: Position) -> None:
         current = self._marks.get(name)
         if current is None or position > current:
             self._marks[name] = position
-            self._producer.produce(self.topic, key=name.encode(), value=str(position).encode())
+            self._produce(name, str(position))
 
     # ------------------------------------------------------------------ following the topic
 
@@ -182,6 +213,7 @@ class AppliedPositions:
         except TopicReadError as exc:
             raise ConsumerError(str(exc)) from None
         for msg in records or ():
+            self._next[msg.partition() or 0] = (msg.offset() or 0) + 1
             self._fold((msg.key() or b"").decode(), msg.value())
         return records is not None
 
@@ -209,8 +241,9 @@ class AppliedPositions:
         ends = {p: marks[(self.topic, p)][1] for p in self._partitions}
         deadline = time.monotonic() + timeout_s
         while True:
-            positions = self._consumer.position([TopicPartition(self.topic, p) for p in self._partitions])
-            behind = [tp for tp in positions if ends[tp.partition] > 0 and tp.offset < ends[tp.partition]]
+            # the consumer's position passes records that are not data (transaction markers)
+            at = {tp.partition: tp.offset for tp in self._consumer.position(self._assigned)}
+            behind = [p for p in self._partitions if ends[p] > 0 and max(self._next.get(p, 0), at[p]) < ends[p]]
             if not behind:
                 return
             if time.monotonic() > deadline:
@@ -222,5 +255,50 @@ class AppliedPositions:
         while self._take(0):
             pass
 
-    def close(self) -> None:
-        self._consumer.close()
+    def positions(self) -> dict[int, int]:
+        """The next offset to read per partition: every record before it is folded in."""
+        return dict(self._next)
+
+    def close(self, save: bool = True) -> None:
+        """Stop reading; with a snapshot path and ``save``, keep what is known for the next
+        run, read up to the topic's end (this run's own last writes included, so the next
+        run starts after them). Only a run whose writes all reached Kafka may save: a
+        snapshot must never know more than the topic (the caller flushed the producer and
+        says so with ``save``; a write refused for good is seen here too)."""
+        try:
+            if save and self._snapshot is not None and not self._undelivered:
+                with contextlib.suppress(ConsumerError, TopicReadError, OSError):  # it only saves time
+                    self.catch_up(timeout_s=15.0)
+                    self._save()
+        finally:
+            self._consumer.close()
+
+    # ------------------------------------------------------------------ the snapshot
+
+    def _restore(self) -> str:
+        assert self._snapshot is not None
+        snap = state_snapshot.load(self._snapshot)
+        if isinstance(snap, str):
+            return f"read whole: {snap}"
+        topics = {self.topic: "applied"}
+        why = state_snapshot.unusable(snap, self._admin, topics, self._ids, time.time())
+        if why is not None:
+            return f"read whole: {why}"
+        st = snap.state
+        self._applied = {text: Applied(Position(c, lsn), present) for text, (c, lsn, present) in st["applied"].items()}
+        self._marks = {name: Position(c, lsn) for name, (c, lsn) in st["marks"].items()}
+        for key, value in st["exposed"].items():
+            fold_mark(self._exposed, key, value.encode())
+        self._next = {p: offset for (_, p), offset in snap.next.items()}
+        return f"restored {len(self._applied)} keys from {self._snapshot}"
+
+    def _save(self) -> None:
+        if self._snapshot is None or self._ids is None:
+            return
+        state = {
+            "applied": {t: (a.position.last_commit_lsn, a.position.lsn, a.present) for t, a in self._applied.items()},
+            "marks": {name: (p.last_commit_lsn, p.lsn) for name, p in self._marks.items()},
+            "exposed": {mark.key: mark.text() for mark in self._exposed.values()},
+        }
+        nxt = {(self.topic, p): offset for p, offset in self._next.items()}
+        state_snapshot.save(self._snapshot, state_snapshot.Snapshot({self.topic: "applied"}, self._ids, nxt, state))

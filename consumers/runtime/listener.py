@@ -263,7 +263,13 @@ class ListenerRuntime:
             self.delivery.heartbeat_timeout_s,
         )
         self.codec = ChangeCodec(registry_client(self.settings))
-        self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer)
+        home = self.settings.state_dir
+        self.applied = AppliedPositions(
+            self.settings,
+            self.topics.applied,
+            self._producer,
+            None if home is None else home / f"{self.settings.topic_prefix}.{self.name}.applied",
+        )
         self.applied.catch_up()
         self._rt = self._consumer(self.topics.group)
         self._bulk = self._consumer(self.topics.bulk_group)
@@ -277,8 +283,11 @@ class ListenerRuntime:
             f"real-time lane {', '.join(self._realtime_topics)}; bulk lane {', '.join(self.topics.bulk_lane())}"
             + (f"; health {self._health.address}" if self._health else "")
         )
+        clean = False  # an error ends the run: the applied positions' snapshot is not saved
         try:
             self._wait_for_target(None)
+            if self.settings.state_dir is not None:
+                self.report(f"listener {self.name}: applied positions: {self.applied.restored}")
             note = self.adapter.started_from()
             if note:
                 self.report(f"listener {self.name}: {note}")
@@ -293,10 +302,12 @@ class ListenerRuntime:
                 if until_caught_up and self._caught_up():
                     self.report(f"listener {self.name}: caught up; {self.summary()}")
                     break
+            clean = True
         except _Abandon:
             self.report(f"listener {self.name}: stopped while the target was unavailable; the rest is left for later")
+            clean = True
         finally:
-            self._shutdown()
+            self._shutdown(clean)
         return 0
 
     def _step(self) -> bool:
@@ -839,17 +850,18 @@ class ListenerRuntime:
             f"dead-lettered {c.dead_lettered}"
         )
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, clean: bool) -> None:
+        delivered = False
         try:
             self._beat("stopped", force=True)
-            self._producer.flush(15)
+            delivered = self._producer.flush(15) == 0
         finally:
             for consumer in (self._rt, self._bulk):
                 try:
                     consumer.close()  # leaves the group at once: partitions move without waiting for a timeout
                 except KafkaException as exc:
                     self.report(f"listener {self.name}: closing a consumer: {exc}")
-            self.applied.close()
+            self.applied.close(save=clean and delivered)
             self.adapter.close()
             if self._reader:
                 self._reader.close()

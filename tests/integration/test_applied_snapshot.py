@@ -1,0 +1,146 @@
+"""A listener's applied positions restored from the last run's snapshot end equal to those
+read from the whole applied topic, after another instance wrote more; a scheduled run
+that starts from the snapshot still skips every change it applied before."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from consumers.runtime.acks import ExposureMark
+from consumers.runtime.applied import AppliedPositions
+from consumers.runtime.listener import ListenerRuntime
+from mcq.change import ChangeKey, Position
+from mcq.config import Settings
+from mcq.stack import Stack
+from mcq.topics.plan import apply_topics
+from mcq.topics.read import all_watermarks
+from tests.integration.listeners import World, change, expected_state, make_world, produce, target_state
+
+Write = tuple[str, ChangeKey, Position, bool]
+KEYS = [ChangeKey("PHONE", None, pid, None, None, tele) for pid in range(120) for tele in ("office", "home")]
+
+
+def _oracle(writes: list[Write]) -> dict[str, tuple[Position, bool]]:
+    """What the writes say per key, worked out here: the newest position wins; at an equal
+    position a change of presence is taken (a tombstone or a refresh of the same state)."""
+    out: dict[str, tuple[Position, bool]] = {}
+    for kind, key, pos, present in writes:
+        if kind != "applied":
+            continue
+        held = out.get(key.text())
+        if held is None or pos > held[0] or (pos == held[0] and present != held[1]):
+            out[key.text()] = (pos, present)
+    return out
+
+
+def _write(a: AppliedPositions, rnd: random.Random, n: int, clock: list[int]) -> list[Write]:
+    """Random writes as a listener makes them: mostly newer positions, some stale ones
+    (another instance's late write), presence flips at the same position, park/dead marks."""
+    done = []
+    for _ in range(n):
+        key = rnd.choice(KEYS)
+        clock[0] += 10
+        roll = rnd.random()
+        if roll < 0.1:
+            a.mark_parked(key, Position(clock[0], 1))
+            done.append(("park", key, Position(clock[0], 1), True))
+        elif roll < 0.15:
+            a.mark_dead(key, Position(clock[0] - 5, 1))
+            done.append(("dead", key, Position(clock[0] - 5, 1), True))
+        else:
+            pos = Position(clock[0] - rnd.choice([0, 0, 0, 400]), 1)  # now and then an older one
+            present = rnd.random() > 0.2
+            a.record(key, pos, present)
+            done.append(("applied", key, pos, present))
+            if rnd.random() < 0.05:
+                a.record(key, pos, False)  # at the same position, the key leaves the target
+                done.append(("applied", key, pos, False))
+    return done
+
+
+def _view(a: AppliedPositions) -> dict[str, tuple[Position | None, bool, Position | None, bool]]:
+    return {k.text(): (a.get(k), a.present(k), a.parked(k), a.blocked(k)) for k in KEYS}
+
+
+def test_applied_positions_restored_from_a_snapshot_end_equal_to_a_whole_read_of_the_topic(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    apply_topics(w.settings, w.topics.specs())
+    snapshot = tmp_path / "state" / "T.applied"
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+    rnd, clock = random.Random(17), [1000]
+
+    first = AppliedPositions(w.settings, w.topics.applied, producer, snapshot)
+    first.catch_up()
+    assert first.restored == "read whole: no snapshot yet"
+    writes = _write(first, rnd, 1500, clock)
+    exposed = ExposureMark(w.phone_topic, 1.0, 99.0, 60_000, "PHONE")
+    kept = ExposureMark(w.room_topic, 2.0, 88.0, 60_000, "ROOM")
+    assert first.mark_exposed(exposed) and first.mark_exposed(kept)
+    assert producer.flush(30) == 0
+    first.close(save=True)
+    assert snapshot.is_file() and snapshot.stat().st_mode & 0o777 == 0o600
+    admin = AdminClient(w.settings.kafka.client_config())
+    marks = all_watermarks(admin, [TopicPartition(w.topics.applied, p) for p in range(3)])
+    ends = {p: high for (_, p), (_, high) in marks.items() if high > 0}
+
+    other = AppliedPositions(w.settings, w.topics.applied, producer)  # another instance, meanwhile
+    other.catch_up()
+    writes += _write(other, rnd, 1500, clock)
+    assert other.clear_exposed(w.phone_topic)  # a whole-table refresh repaired it
+    assert producer.flush(30) == 0
+    other.close(save=False)
+
+    restored = AppliedPositions(w.settings, w.topics.applied, producer, snapshot)
+    assert restored.restored.startswith("restored "), restored.restored
+    assert restored.positions() == ends  # it reads only what was written after the snapshot
+    restored.catch_up()
+    whole = AppliedPositions(w.settings, w.topics.applied, producer)
+    whole.catch_up()
+    try:
+        want = _oracle(writes)
+        assert {text: v[:2] for text, v in _view(whole).items() if v[0] is not None} == want
+        assert _view(restored) == _view(whole)  # positions, presence, park marks, blocked keys
+        assert restored.exposed() == whole.exposed() == {w.room_topic: kept}  # the other one was cleared
+    finally:
+        restored.close(save=False)
+        whole.close(save=False)
+
+
+def _run(w: World, lines: list[str]) -> ListenerRuntime:
+    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lines.append)
+    assert runtime.run(until_caught_up=True) == 0
+    return runtime
+
+
+def test_a_scheduled_run_starts_from_the_applied_snapshot_and_still_skips_every_change_it_applied(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    w = dataclasses.replace(w, settings=w.settings.model_copy(update={"state_dir": tmp_path / "state"}))
+    first = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(80)]
+    produce(w.settings, w.phone_topic, first)
+    lines: list[str] = []
+    _run(w, lines)
+    assert any("applied positions: read whole: no snapshot yet" in line for line in lines), lines
+    assert (tmp_path / "state" / f"{w.settings.topic_prefix}.{w.name}.applied").is_file()
+
+    later = [change("PHONE", pid, None, "DELETE") for pid in range(10)]
+    later += [change("PHONE", pid, f"+1-518-{pid + 1:07d}", "UPDATE") for pid in range(10, 40)]
+    produce(w.settings, w.phone_topic, later)
+    # the whole topic is read again (a replay): what the last run applied must be skipped
+    admin = AdminClient(w.settings.kafka.client_config())
+    start = [TopicPartition(w.phone_topic, p, 0) for p in range(3)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(w.topics.group, start)])[w.topics.group].result()
+
+    lines.clear()
+    again = _run(w, lines)
+    assert any("applied positions: restored 80 keys from" in line for line in lines), lines
+    assert again.counters.skipped == len(first)  # none of them applied twice
+    assert target_state(w.settings, w.table) == expected_state(first + later)
