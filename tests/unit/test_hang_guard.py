@@ -24,17 +24,22 @@ def test_never_reached():
 """
 
 
-def test_a_test_stuck_past_its_timeout_ends_the_session_with_every_threads_traceback(tmp_path: Path) -> None:
-    (tmp_path / "test_stuck.py").write_text(STUCK)
-    run = subprocess.run(
+def _pytest(tmp_path: Path, test_file: str, grace_s: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a child process with only the guard loaded (no project config) on one file."""
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.hang_guard",
-         "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_stuck.py")],
+         "--rootdir", str(tmp_path), "-c", os.devnull, *options, str(tmp_path / test_file)],
         cwd=tmp_path,
-        env={**os.environ, "MCQ_TEST_HANG_GRACE_S": "2", "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "MCQ_TEST_HANG_GRACE_S": grace_s, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=60,
     )  # fmt: skip
+
+
+def test_a_test_stuck_past_its_timeout_ends_the_session_with_every_threads_traceback(tmp_path: Path) -> None:
+    (tmp_path / "test_stuck.py").write_text(STUCK)
+    run = _pytest(tmp_path, "test_stuck.py", "2")
     assert run.returncode == 1
     assert "Timeout (0:00:03)!" in run.stderr
     assert "test_stuck_in_a_call_that_never_returns_to_python" in run.stderr  # the stuck frame is named
@@ -46,14 +51,6 @@ def test_a_test_that_ends_in_time_disarms_the_guard(tmp_path: Path) -> None:
         "import time, pytest\n\n@pytest.mark.timeout(1)\ndef test_quick():\n    pass\n\n"
         "def test_slower_than_the_first_limit():\n    time.sleep(4)\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.hang_guard",
-         "--rootdir", str(tmp_path), "-c", os.devnull, "-o", "timeout=0", str(tmp_path / "test_quick.py")],
-        cwd=tmp_path,
-        env={**os.environ, "MCQ_TEST_HANG_GRACE_S": "1", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )  # fmt: skip
+    run = _pytest(tmp_path, "test_quick.py", "1", "-o", "timeout=0")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout
