@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from consumers import state_snapshot
 from consumers.adapter import Adapter
 from consumers.projection import StateStore, WrittenFrom, open_state
 from consumers.runtime.view import ListenerView, ViewState
@@ -48,8 +49,7 @@ class ProjectedAdapter(Adapter):
 
     def snapshot_path(self) -> Path | None:
         """Where this listener's state store is saved between runs (``state_dir``), if anywhere."""
-        home = self.mcq_settings.state_dir
-        return None if home is None else home / f"{self.mcq_settings.topic_prefix}.{self.listener.name}.store"
+        return state_snapshot.path_of(self.mcq_settings, self.listener.name, "store")
 
     def close_store(self) -> None:
         if self.store is not None:

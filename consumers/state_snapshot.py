@@ -36,6 +36,7 @@ from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
 
+from mcq.config import Settings
 from mcq.topics.read import TopicReadError, all_watermarks
 
 FORMAT = 1
@@ -55,6 +56,13 @@ class Snapshot:
     state: dict[str, Any]
     """plain values only (what ``marshal`` writes)"""
     saved_at: float = field(default_factory=time.time)
+
+
+def path_of(settings: Settings, listener: str, kind: str) -> Path | None:
+    """Where a listener's ``kind`` of snapshot (``store``, ``applied``) is kept between runs
+    (``state_dir``), one file per prefix and listener; None when snapshots are off."""
+    home = settings.state_dir
+    return None if home is None else home / f"{settings.topic_prefix}.{listener}.{kind}"
 
 
 def topic_ids(admin: AdminClient, topics: list[str]) -> dict[str, str] | None:

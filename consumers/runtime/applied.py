@@ -98,6 +98,7 @@ class AppliedPositions:
         self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._next: dict[int, int] = {}  # partition -> the next offset to read
         self._snapshot = snapshot
+        self._described = {topic: "applied"}  # what a snapshot of these positions describes
         self._ids = state_snapshot.topic_ids(self._admin, [topic]) if snapshot is not None else None
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
         """Whether the positions started from a snapshot, or why not (for status lines and tests)."""
@@ -280,8 +281,7 @@ class AppliedPositions:
         snap = state_snapshot.load(self._snapshot)
         if isinstance(snap, str):
             return f"read whole: {snap}"
-        topics = {self.topic: "applied"}
-        why = state_snapshot.unusable(snap, self._admin, topics, self._ids, time.time())
+        why = state_snapshot.unusable(snap, self._admin, self._described, self._ids, time.time())
         if why is not None:
             return f"read whole: {why}"
         st = snap.state
@@ -301,4 +301,4 @@ class AppliedPositions:
             "exposed": {mark.key: mark.text() for mark in self._exposed.values()},
         }
         nxt = {(self.topic, p): offset for p, offset in self._next.items()}
-        state_snapshot.save(self._snapshot, state_snapshot.Snapshot({self.topic: "applied"}, self._ids, nxt, state))
+        state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._described, self._ids, nxt, state))

@@ -42,6 +42,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumers import state_snapshot
 from consumers.adapter import Adapter, make_adapter
 from consumers.exceptions import (
     AdapterError,
@@ -263,13 +264,8 @@ class ListenerRuntime:
             self.delivery.heartbeat_timeout_s,
         )
         self.codec = ChangeCodec(registry_client(self.settings))
-        home = self.settings.state_dir
-        self.applied = AppliedPositions(
-            self.settings,
-            self.topics.applied,
-            self._producer,
-            None if home is None else home / f"{self.settings.topic_prefix}.{self.name}.applied",
-        )
+        snapshot = state_snapshot.path_of(self.settings, self.name, "applied")
+        self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer, snapshot)
         self.applied.catch_up()
         self._rt = self._consumer(self.topics.group)
         self._bulk = self._consumer(self.topics.bulk_group)
