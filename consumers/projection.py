@@ -159,12 +159,9 @@ class StateStore(IndexedState):
 
     def _restore(self) -> str:
         assert self._snapshot is not None
-        snap = state_snapshot.load(self._snapshot)
+        snap = state_snapshot.restorable(self._snapshot, self._admin, self._topics, self._ids)
         if isinstance(snap, str):
-            return f"read whole: {snap}"
-        why = state_snapshot.unusable(snap, self._admin, self._topics, self._ids, time.time())
-        if why is not None:
-            return f"read whole: {why}"
+            return snap
         st = snap.state
         for ref, table in st["rows"].items():
             self._rows[ref] = {text: (ChangeKey(*key), row) for text, (key, row) in table.items()}

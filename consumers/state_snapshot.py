@@ -144,3 +144,13 @@ def unusable(
         if not low <= offset <= high:
             return f"{tp[0]}[{tp[1]}]: saved offset {offset} is outside the log ({low}..{high})"
     return None
+
+
+def restorable(path: Path, admin: AdminClient, topics: dict[str, str], ids: dict[str, str] | None) -> Snapshot | str:
+    """The snapshot at ``path`` if it still describes ``topics`` as they are now, else
+    ``"read whole: <why>"`` (the line a store reports when it reads its topics whole)."""
+    snap = load(path)
+    if isinstance(snap, str):
+        return f"read whole: {snap}"
+    why = unusable(snap, admin, topics, ids, time.time())
+    return snap if why is None else f"read whole: {why}"

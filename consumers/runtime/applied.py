@@ -278,12 +278,9 @@ class AppliedPositions:
 
     def _restore(self) -> str:
         assert self._snapshot is not None
-        snap = state_snapshot.load(self._snapshot)
+        snap = state_snapshot.restorable(self._snapshot, self._admin, self._described, self._ids)
         if isinstance(snap, str):
-            return f"read whole: {snap}"
-        why = state_snapshot.unusable(snap, self._admin, self._described, self._ids, time.time())
-        if why is not None:
-            return f"read whole: {why}"
+            return snap
         st = snap.state
         self._applied = {text: Applied(Position(c, lsn), present) for text, (c, lsn, present) in st["applied"].items()}
         self._marks = {name: Position(c, lsn) for name, (c, lsn) in st["marks"].items()}
