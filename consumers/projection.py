@@ -33,6 +33,8 @@ from mcq.registry.model import Registry
 from mcq.topics.read import TopicReadError, take_fetched
 
 Row = dict[str, str | None]
+KeyTuple = tuple[str, str | None, int | None, str | None, int | None, str | None]
+"""A ChangeKey's fields in order (tname, subtype, person_id, pkey_string, pkey_number, aux_string)."""
 
 
 class State(Protocol):
@@ -51,10 +53,12 @@ class IndexedState:
     """Rows by table/subtype and key, indexed by person and by key field."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[str, tuple[ChangeKey, Row]]] = defaultdict(dict)  # ref -> key text -> row
+        # plain values only (tuples, not ChangeKey/Position objects): a snapshot is restored
+        # as it was saved, with no object built per key (85k keys on the campus)
+        self._rows: dict[str, dict[str, tuple[KeyTuple, Row]]] = defaultdict(dict)  # ref -> key text -> row
         self._by_person: dict[tuple[str, int], set[str]] = defaultdict(set)
         self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value)
-        self._positions: dict[str, Position] = {}  # key text -> position of its last change
+        self._positions: dict[str, tuple[int, int]] = {}  # key text -> (last commit LSN, LSN) of its last change
 
     def entries(self, ref: str, **key: str | int) -> list[tuple[ChangeKey, Row, Position | None]]:
         """The live keys, rows and positions of a table/subtype whose key fields are the given
@@ -65,23 +69,28 @@ class IndexedState:
             found = self._by_key.get((ref, f, str(v)), set())
             texts = set(found) if texts is None else texts & found
         chosen = sorted(table) if texts is None else sorted(t for t in texts if t in table)
-        return [(table[t][0], table[t][1], self._positions.get(t)) for t in chosen]
+        out = []
+        for t in chosen:
+            at = self._positions.get(t)
+            out.append((ChangeKey(*table[t][0]), table[t][1], None if at is None else Position(*at)))
+        return out
 
     def put(self, ref: str, key: ChangeKey, row: Row | None, position: Position | None = None) -> None:
         """Set (or, with None, remove) the state of a key, and the source position it is from."""
         text = key.text()
         if position is not None:
-            self._positions[text] = position
+            self._positions[text] = (position.last_commit_lsn, position.lsn)
         fields = [(f, str(v)) for f in KEY_FIELDS if (v := getattr(key, f)) is not None]
         rows = self._rows[ref]
         if row is None:
             old = rows.pop(text, None)
-            if old and old[0].person_id is not None:
-                self._by_person[(ref, old[0].person_id)].discard(text)
+            if old and old[0][2] is not None:  # the key's person_id
+                self._by_person[(ref, old[0][2])].discard(text)
             for f, v in fields:
                 self._by_key[(ref, f, v)].discard(text)
             return
-        rows[text] = (key, dict(row))
+        fields_in_order = (key.tname, key.subtype, key.person_id, key.pkey_string, key.pkey_number, key.aux_string)
+        rows[text] = (fields_in_order, dict(row))
         if key.person_id is not None:
             self._by_person[(ref, key.person_id)].add(text)
         for f, v in fields:
@@ -163,11 +172,10 @@ class StateStore(IndexedState):
         if isinstance(snap, str):
             return snap
         st = snap.state
-        for ref, table in st["rows"].items():
-            self._rows[ref] = {text: (ChangeKey(*key), row) for text, (key, row) in table.items()}
+        self._rows.update(st["rows"])  # kept as saved: see IndexedState
         self._by_person.update(st["by_person"])
         self._by_key.update(st["by_key"])
-        self._positions = {text: Position(*p) for text, p in st["positions"].items()}
+        self._positions = st["positions"]
         self._next = dict(snap.next)
         return f"restored {sum(len(t) for t in self._rows.values())} keys from {self._snapshot}"
 
@@ -175,16 +183,10 @@ class StateStore(IndexedState):
         if self._snapshot is None or self._ids is None:
             return
         state = {
-            "rows": {
-                ref: {
-                    text: ((k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string), row)
-                    for text, (k, row) in table.items()
-                }
-                for ref, table in self._rows.items()
-            },
+            "rows": dict(self._rows),
             "by_person": dict(self._by_person),
             "by_key": dict(self._by_key),
-            "positions": {text: (p.last_commit_lsn, p.lsn) for text, p in self._positions.items()},
+            "positions": self._positions,
         }
         state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._topics, self._ids, self._next, state))
 

@@ -48,6 +48,7 @@ class LdapAdapter(ProjectedAdapter):
     settings: LdapAdapterSettings
     needs_state = STATE
     _conn: Connection | None = None
+    _adding = False  # the last entry written was missing: try an add first (see make)
 
     @property
     def people_dn(self) -> str:
@@ -143,10 +144,13 @@ class LdapAdapter(ProjectedAdapter):
         return []
 
     def make(self, dn: str, entry: Entry | None) -> None:
-        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing). Written first as
-        the entry is most often there already (one round trip, no read before the write):
-        a modify of a missing entry becomes an add, an add of one that appeared meanwhile
-        (another instance) a modify, a delete of one already gone nothing."""
+        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing), with no read
+        before the write: a modify of a missing entry becomes an add, an add of one that
+        exists (another instance made it meanwhile) a modify, a delete of one already gone
+        nothing. Which write goes first follows the last entry written: a modify while the
+        entries written are there already (the steady state: one round trip), an add once
+        one was missing (an initial load or a new OU: one round trip instead of a refused
+        modify and an add)."""
         conn = self._connection()
         if entry is None:
             try:
@@ -157,15 +161,24 @@ class LdapAdapter(ProjectedAdapter):
             return
         changes = {k: [(MODIFY_REPLACE, v)] for k, v in entry.attributes.items()}
         changes["objectClass"] = [(MODIFY_REPLACE, list(entry.object_classes))]
-        try:
-            conn.modify(dn, changes)
+        if not self._adding:
+            if self._written(conn.modify, dn, changes, missing=NO_SUCH_OBJECT):
+                return
+            self._adding = True
+        if self._written(conn.add, dn, list(entry.object_classes), {k: v for k, v in entry.attributes.items() if v},
+                         missing=ALREADY_EXISTS):  # fmt: skip
             return
-        except LDAPOperationResult as exc:
-            if exc.result != NO_SUCH_OBJECT:
-                raise
+        self._adding = False
+        conn.modify(dn, changes)
+
+    @staticmethod
+    def _written(write: Callable[..., object], *args: object, missing: int) -> bool:
+        """Whether ``write`` succeeded; False when the server refused it with ``missing``
+        (the other write is the one to make), any other refusal raised."""
         try:
-            conn.add(dn, list(entry.object_classes), {k: v for k, v in entry.attributes.items() if v})
+            write(*args)
         except LDAPOperationResult as exc:
-            if exc.result != ALREADY_EXISTS:
+            if exc.result != missing:
                 raise
-            conn.modify(dn, changes)
+            return False
+        return True

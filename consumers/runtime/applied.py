@@ -40,10 +40,9 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumers import state_snapshot
@@ -54,22 +53,23 @@ from mcq.config import Settings
 from mcq.topics.read import TopicReadError, all_watermarks, take_fetched
 
 PARK, DEAD = "park:", "dead:"
+OWN_WRITES_KEPT = 2_000_000  # offsets of own writes remembered per partition (8 bytes each)
 
 
-@dataclass(frozen=True)
-class Applied:
-    """The last change applied for a key, and whether the key is at the target now."""
+Applied = tuple[int, int, bool]
+"""The last change applied for a key: its position (last commit LSN, LSN; compared as a
+tuple, as :class:`~mcq.change.Position` compares) and whether the key is at the target now.
+A plain tuple: a snapshot restores 85k of them with no object built per key."""
 
-    position: Position
-    present: bool = True
 
-    def text(self) -> str:
-        return f"{self.position}" if self.present else f"{self.position}/-"
+def applied_text(applied: Applied) -> str:
+    """``commit/lsn``, or ``commit/lsn/-`` when the key is not at the target."""
+    return f"{applied[0]}/{applied[1]}" if applied[2] else f"{applied[0]}/{applied[1]}/-"
 
-    @classmethod
-    def parse(cls, value: bytes) -> Applied:
-        parts = value.decode().split("/")
-        return cls(Position(int(parts[0]), int(parts[1])), present=len(parts) < 3)
+
+def parse_applied(value: bytes) -> Applied:
+    parts = value.decode().split("/")
+    return (int(parts[0]), int(parts[1]), len(parts) < 3)
 
 
 class AppliedPositions:
@@ -81,6 +81,8 @@ class AppliedPositions:
         self._keys: dict[str, ChangeKey] = {}  # parsed keys, for lookups by partial key
         self._exposed: dict[str, ExposureMark] = {}  # exposed:<topic>, by topic
         self._undelivered = 0  # writes Kafka refused for good (delivery reports)
+        self._own: dict[int, list[int]] = {}  # partition -> offsets of this process's writes (delivery reports)
+        self._undelivered_offsets = False  # more own writes than remembered
         self._consumer = Consumer(
             {
                 **settings.kafka.client_config(),
@@ -113,12 +115,12 @@ class AppliedPositions:
 
     def get(self, key: ChangeKey) -> Position | None:
         found = self._applied.get(key.text())
-        return found.position if found else None
+        return Position(found[0], found[1]) if found else None
 
     def present(self, key: ChangeKey) -> bool:
         """Whether the key is at the target (as far as this listener applied changes)."""
         found = self._applied.get(key.text())
-        return found is not None and found.present
+        return found is not None and found[2]
 
     def blocked(self, key: ChangeKey) -> bool:
         """Whether a change of the key waits in the retry lane: later ones queue behind it."""
@@ -128,7 +130,8 @@ class AppliedPositions:
             return False
         applied = self._applied.get(text)
         dead = self._marks.get(DEAD + text)
-        return not ((applied is not None and applied.position >= parked) or (dead is not None and dead >= parked))
+        parked_at = (parked.last_commit_lsn, parked.lsn)
+        return not ((applied is not None and applied[:2] >= parked_at) or (dead is not None and dead >= parked))
 
     def parked(self, key: ChangeKey) -> Position | None:
         """The newest change of the key parked in the retry lane, if any ever was."""
@@ -141,7 +144,7 @@ class AppliedPositions:
     def present_keys(self) -> Iterator[ChangeKey]:
         """Every key present at the target."""
         for text, applied in self._applied.items():
-            if applied.present:
+            if applied[2]:
                 yield self._key(text)
 
     def _key(self, text: str) -> ChangeKey:
@@ -158,8 +161,9 @@ class AppliedPositions:
         tombstone without position, a refresh of the same state)."""
         text = key.text()
         current = self._applied.get(text)
-        if current is None or position > current.position or (position == current.position and not present):
-            self._put(text, Applied(position, present))
+        at = (position.last_commit_lsn, position.lsn)
+        if current is None or at > current[:2] or (at == current[:2] and not present):
+            self._put(text, (at[0], at[1], present))
 
     def mark_parked(self, key: ChangeKey, position: Position) -> None:
         self._mark(PARK + key.text(), position)
@@ -191,13 +195,19 @@ class AppliedPositions:
             self.topic, key=key.encode(), value=None if value is None else value.encode(), on_delivery=self._delivered
         )
 
-    def _delivered(self, err: object, _msg: object) -> None:
+    def _delivered(self, err: object, msg: Message) -> None:
         if err is not None:
             self._undelivered += 1  # memory now knows more than the topic: no snapshot of it is saved
+            return
+        own = self._own.setdefault(msg.partition() or 0, [])
+        if len(own) < OWN_WRITES_KEPT:
+            own.append(msg.offset() or 0)
+        else:  # a long run: past its own writes it reads the topic at close instead
+            self._undelivered_offsets = True
 
     def _put(self, text: str, applied: Applied) -> None:
         self._applied[text] = applied
-        self._produce(text, applied.text())
+        self._produce(text, applied_text(applied))
 
     def _mark(self, name: str, position: Position) -> None:
         current = self._marks.get(name)
@@ -227,13 +237,9 @@ class AppliedPositions:
             if key not in self._marks or pos > self._marks[key]:
                 self._marks[key] = pos
             return
-        applied = Applied.parse(value)
+        applied = parse_applied(value)
         current = self._applied.get(key)
-        if (
-            current is None
-            or applied.position > current.position
-            or (applied.position == current.position and applied.present != current.present)
-        ):
+        if current is None or applied[:2] > current[:2] or (applied[:2] == current[:2] and applied[2] != current[2]):
             self._applied[key] = applied
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
@@ -262,17 +268,39 @@ class AppliedPositions:
 
     def close(self, save: bool = True) -> None:
         """Stop reading; with a snapshot path and ``save``, keep what is known for the next
-        run, read up to the topic's end (this run's own last writes included, so the next
-        run starts after them). Only a run whose writes all reached Kafka may save: a
-        snapshot must never know more than the topic (the caller flushed the producer and
-        says so with ``save``; a write refused for good is seen here too)."""
+        run, up to the topic's end (this run's own last writes included, so the next run
+        starts after them; read back only when another instance wrote in between). Only a
+        run whose writes all reached Kafka may save: a snapshot must never know more than
+        the topic (the caller flushed the producer and says so with ``save``; a write
+        refused for good is seen here too)."""
         try:
             if save and self._snapshot is not None and not self._undelivered:
                 with contextlib.suppress(ConsumerError, TopicReadError, OSError):  # it only saves time
-                    self.catch_up(timeout_s=15.0)
+                    if not self._past_own_writes():
+                        self.catch_up(timeout_s=15.0)
                     self._save()
         finally:
             self._consumer.close()
+
+    def _past_own_writes(self) -> bool:
+        """Move past what is left to read when all of it is this process's own writes
+        (their delivery reports name every offset, and memory holds them already): an
+        initial load's 85k writes need not be read back before the snapshot is saved.
+        False, and nothing moved, when another instance wrote in between: then it is read."""
+        if self._undelivered_offsets:
+            return False
+        marks = all_watermarks(self._admin, [TopicPartition(self.topic, p) for p in self._partitions])
+        ends = {}
+        for p in self._partitions:
+            low, high = marks[(self.topic, p)]
+            start = max(self._next.get(p, low), low)
+            unread = range(start, high)
+            if sorted(o for o in self._own.get(p, ()) if o >= start) != list(unread):
+                return False
+            if unread:
+                ends[p] = high
+        self._next.update(ends)
+        return True
 
     # ------------------------------------------------------------------ the snapshot
 
@@ -282,7 +310,7 @@ class AppliedPositions:
         if isinstance(snap, str):
             return snap
         st = snap.state
-        self._applied = {text: Applied(Position(c, lsn), present) for text, (c, lsn, present) in st["applied"].items()}
+        self._applied = st["applied"]  # already (commit, lsn, present) per key
         self._marks = {name: Position(c, lsn) for name, (c, lsn) in st["marks"].items()}
         for key, value in st["exposed"].items():
             fold_mark(self._exposed, key, value.encode())
@@ -293,7 +321,7 @@ class AppliedPositions:
         if self._snapshot is None or self._ids is None:
             return
         state = {
-            "applied": {t: (a.position.last_commit_lsn, a.position.lsn, a.present) for t, a in self._applied.items()},
+            "applied": self._applied,
             "marks": {name: (p.last_commit_lsn, p.lsn) for name, p in self._marks.items()},
             "exposed": {mark.key: mark.text() for mark in self._exposed.values()},
         }

@@ -113,6 +113,42 @@ def test_applied_positions_restored_from_a_snapshot_end_equal_to_a_whole_read_of
         whole.close(save=False)
 
 
+def test_a_snapshot_saved_while_another_instance_wrote_in_between_still_holds_its_writes(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """At close an instance moves past its own writes without reading them back, unless
+    records it has not read lie between them: the other instance's writes must then be
+    read before the snapshot is saved, or the next run would never see them."""
+    w = make_world(settings, token, tmp_path)
+    apply_topics(w.settings, w.topics.specs())
+    snapshot = tmp_path / "state" / "T.applied"
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+    rnd, clock = random.Random(23), [1000]
+    mine = AppliedPositions(w.settings, w.topics.applied, producer, snapshot)
+    other = AppliedPositions(w.settings, w.topics.applied, producer)
+    mine.catch_up()
+    other.catch_up()
+    for _ in range(3):  # interleaved on every partition
+        for who in (mine, other):
+            _write(who, rnd, 200, clock)
+            assert producer.flush(30) == 0
+    mine.close(save=True)
+    other.close(save=False)
+
+    restored = AppliedPositions(w.settings, w.topics.applied, producer, snapshot)
+    whole = AppliedPositions(w.settings, w.topics.applied, producer)
+    whole.catch_up()
+    try:
+        assert restored.restored.startswith("restored "), restored.restored
+        admin = AdminClient(w.settings.kafka.client_config())
+        marks = all_watermarks(admin, [TopicPartition(w.topics.applied, p) for p in range(3)])
+        assert restored.positions() == {p: high for (_, p), (_, high) in marks.items() if high > 0}
+        assert _view(restored) == _view(whole)  # without reading anything more
+    finally:
+        restored.close(save=False)
+        whole.close(save=False)
+
+
 def _run(w: World, lines: list[str]) -> ListenerRuntime:
     runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lines.append)
     assert runtime.run(until_caught_up=True) == 0

@@ -167,3 +167,43 @@ def test_people_accounts_groups_and_memberships_reach_the_directory(world: World
         wait_for(
             "the deletes", lambda: entry(world.settings, ada_dn) is None and entry(world.settings, staff_dn) is None
         )
+
+
+def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world: World) -> None:
+    """``make`` writes without reading first and guesses which write to try from the
+    last entry it wrote (modify while entries exist, add once one was missing): every
+    order of new and existing entries must still end with exactly the entry asked for."""
+    from consumers.ldap.adapter import LdapAdapter
+    from consumers.ldap.entries import Entry
+
+    adapter = make_adapter(world.registry.listener("LDAP"), world.settings)
+    assert isinstance(adapter, LdapAdapter)
+    people = f"ou=people,{world.table}"  # the fixture passes the test's OU as the "table"
+    classes = ("top", "person", "organizationalPerson", "inetOrgPerson")
+
+    def person(uid: str, sn: str, phone: list[str]) -> Entry:
+        dn = f"uid={uid},{people}"
+        return Entry(dn, classes, {"cn": [uid], "sn": [sn], "telephoneNumber": phone})
+
+    conn = ldap(world.settings)
+    conn.add(f"uid=old1,{people}", list(classes), {"cn": "old1", "sn": "Before", "telephoneNumber": "1"})
+    conn.add(f"uid=old2,{people}", list(classes), {"cn": "old2", "sn": "Before", "telephoneNumber": "2"})
+    conn.unbind()
+    wanted = [
+        person("old1", "After", []),  # exists, modify first: one write
+        person("new1", "New", ["11"]),  # missing: the modify is refused, then an add
+        person("new2", "New", ["12"]),  # missing, add first now
+        person("old2", "After", ["22"]),  # exists while adding first: the add is refused, then a modify
+        person("new3", "New", []),  # missing while modifying first again
+    ]
+    try:
+        for e in wanted:
+            adapter.make(e.dn, e)  # type: ignore[attr-defined]
+        adapter.make(f"uid=gone,{people}", None)  # type: ignore[attr-defined]  # a delete of what is not there
+    finally:
+        adapter.close()
+    for e in wanted:
+        got = entry(world.settings, e.dn)
+        assert got is not None, e.dn
+        assert got["sn"] == e.attributes["sn"] and got.get("telephoneNumber", []) == e.attributes["telephoneNumber"]
+    assert entry(world.settings, f"uid=gone,{people}") is None
