@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -158,6 +159,8 @@ class StateStore(IndexedState):
         self._admin = AdminClient(settings.kafka.client_config())
         self._next: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self._snapshot = snapshot
+        self._saved_at: float | None = None  # when the snapshot restored was saved
+        self._read_since = 0  # records read since it
         self._ids = state_snapshot.topic_ids(self._admin, sorted({tp.topic for tp in self._partitions}))
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
         """Whether the store started from a snapshot, or why not (for status lines and tests)."""
@@ -177,10 +180,14 @@ class StateStore(IndexedState):
         self._by_key.update(st["by_key"])
         self._positions = st["positions"]
         self._next = dict(snap.next)
+        self._saved_at = snap.saved_at
         return f"restored {sum(len(t) for t in self._rows.values())} keys from {self._snapshot}"
 
     def _save(self) -> None:
         if self._snapshot is None or self._ids is None:
+            return
+        retention = partial(state_snapshot.delete_retention_ms, self._admin, sorted(self._topics))
+        if not state_snapshot.due(self._saved_at, self._read_since, retention, time.time()):
             return
         state = {
             "rows": dict(self._rows),
@@ -196,6 +203,7 @@ class StateStore(IndexedState):
             records = take_fetched(self._consumer, timeout_s)
         except TopicReadError as exc:
             raise ConsumerError(f"projection: {exc}") from None
+        self._read_since += len(records or ())
         for msg in records or ():
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             self._next[(topic, partition)] = offset + 1

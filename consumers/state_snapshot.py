@@ -28,6 +28,7 @@ import marshal
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ from mcq.config import Settings
 from mcq.topics.read import TopicReadError, all_watermarks
 
 FORMAT = 1
+SAVE_AFTER_RECORDS = 5_000
+"""A store that restored a snapshot writes a new one at close only after reading this many
+records since (or when the old one nears its age limit): writing the campus's 85k keys
+takes 0.4 s, reading 5,000 records of a tail about 0.1 s."""
 
 TP = tuple[str, int]
 
@@ -144,6 +149,18 @@ def unusable(
         if not low <= offset <= high:
             return f"{tp[0]}[{tp[1]}]: saved offset {offset} is outside the log ({low}..{high})"
     return None
+
+
+def due(saved_at: float | None, read_since: int, retention_ms: Callable[[], int | None], now: float) -> bool:
+    """Whether a store closing ``now`` should write a new snapshot: always when it restored
+    none (``saved_at`` None) or read ``SAVE_AFTER_RECORDS`` records since; otherwise only
+    when the one it restored is past half of its topics' ``delete.retention.ms`` (asked
+    only then), as the next run could not use it much longer. Keeping the old one costs
+    the next run a short tail, this run's own records included."""
+    if saved_at is None or read_since >= SAVE_AFTER_RECORDS:
+        return True
+    retention = retention_ms()
+    return retention is None or (now - saved_at) * 1000 >= retention / 2
 
 
 def restorable(path: Path, admin: AdminClient, topics: dict[str, str], ids: dict[str, str] | None) -> Snapshot | str:

@@ -9,7 +9,7 @@ Registry errors are wrapped here, at the serializer boundary, into
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +38,16 @@ def schema_text(name: str, directory: Path = SCHEMA_DIR) -> str:
 
 
 def registry_client(settings: Settings) -> SchemaRegistryClient:
-    return SchemaRegistryClient(settings.registry.client_config())
+    """The process's client of the schema registry at ``settings``: one per address and
+    credentials, so that its cache of schemas by id (and its HTTP connections) is shared by
+    every codec of the process. Building one costs an SSL context, and each cache would
+    fetch every schema again."""
+    return _client(tuple(sorted(settings.registry.client_config().items())))
+
+
+@lru_cache(maxsize=8)
+def _client(config: tuple[tuple[str, Any], ...]) -> SchemaRegistryClient:
+    return SchemaRegistryClient(dict(config))
 
 
 def register(

@@ -40,6 +40,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -100,6 +101,8 @@ class AppliedPositions:
         self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._next: dict[int, int] = {}  # partition -> the next offset to read
         self._snapshot = snapshot
+        self._saved_at: float | None = None  # when the snapshot restored was saved
+        self._read_since = 0  # records read or written since it
         self._described = {topic: "applied"}  # what a snapshot of these positions describes
         self._ids = state_snapshot.topic_ids(self._admin, [topic]) if snapshot is not None else None
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
@@ -199,6 +202,7 @@ class AppliedPositions:
         if err is not None:
             self._undelivered += 1  # memory now knows more than the topic: no snapshot of it is saved
             return
+        self._read_since += 1  # the next run reads it if no snapshot is saved after it
         own = self._own.setdefault(msg.partition() or 0, [])
         if len(own) < OWN_WRITES_KEPT:
             own.append(msg.offset() or 0)
@@ -223,6 +227,7 @@ class AppliedPositions:
             records = take_fetched(self._consumer, timeout_s)
         except TopicReadError as exc:
             raise ConsumerError(str(exc)) from None
+        self._read_since += len(records or ())
         for msg in records or ():
             self._next[msg.partition() or 0] = (msg.offset() or 0) + 1
             self._fold((msg.key() or b"").decode(), msg.value())
@@ -274,7 +279,13 @@ class AppliedPositions:
         the topic (the caller flushed the producer and says so with ``save``; a write
         refused for good is seen here too)."""
         try:
-            if save and self._snapshot is not None and not self._undelivered:
+            retention = partial(state_snapshot.delete_retention_ms, self._admin, [self.topic])
+            if (
+                save
+                and self._snapshot is not None
+                and not self._undelivered
+                and state_snapshot.due(self._saved_at, self._read_since, retention, time.time())
+            ):
                 with contextlib.suppress(ConsumerError, TopicReadError, OSError):  # it only saves time
                     if not self._past_own_writes():
                         self.catch_up(timeout_s=15.0)
@@ -315,6 +326,7 @@ class AppliedPositions:
         for key, value in st["exposed"].items():
             fold_mark(self._exposed, key, value.encode())
         self._next = {p: offset for (_, p), offset in snap.next.items()}
+        self._saved_at = snap.saved_at
         return f"restored {len(self._applied)} keys from {self._snapshot}"
 
     def _save(self) -> None:

@@ -56,3 +56,19 @@ def test_a_snapshot_of_other_topics_or_topic_ids_is_not_used() -> None:
     assert state_snapshot.unusable(snap, NO_ADMIN, snap.topics, None, now) == (
         "a topic was created again since (another topic id)"
     )
+
+
+def test_a_restored_snapshot_is_written_again_only_after_a_long_tail_or_half_its_retention() -> None:
+    asked: list[int] = []
+
+    def retention() -> int | None:
+        asked.append(1)
+        return 86_400_000  # a day
+
+    now = 1_000_000.0
+    assert state_snapshot.due(None, 0, retention, now)  # none restored: the first one
+    assert state_snapshot.due(now - 60, state_snapshot.SAVE_AFTER_RECORDS, retention, now)  # a long tail
+    assert not asked  # neither needed the topics' retention
+    assert not state_snapshot.due(now - 60, 88, retention, now)  # a scheduled run's short tail
+    assert state_snapshot.due(now - 43_200, 88, retention, now)  # half a day old: soon unusable
+    assert state_snapshot.due(now - 60, 88, lambda: None, now)  # retention unknown: write it
