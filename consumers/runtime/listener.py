@@ -293,7 +293,8 @@ class ListenerRuntime:
                 self._reload_registry()
                 self._release_held()
                 self._beat("running")
-                if self._step():
+                # a batch that reached the ends ends the run at once (not after an empty poll)
+                if self._step() and not until_caught_up:
                     continue
                 if until_caught_up and self._caught_up():
                     self.report(f"listener {self.name}: caught up; {self.summary()}")

@@ -69,11 +69,16 @@ def all_watermarks(
 def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:
     """What the consumer has fetched, up to ``most`` records in one call (a call per record
     cost more than the record: most of a scheduled run's start-up), waiting up to
-    ``timeout_s`` for the first; partition-end events left out. None when nothing came.
-    A consumer error raises :class:`TopicReadError` naming the partition."""
-    messages = consumer.consume(most, timeout_s)
-    if not messages:
+    ``timeout_s`` for the first only; partition-end events left out. None when nothing came.
+    A consumer error raises :class:`TopicReadError` naming the partition.
+
+    ``consume(most, timeout)`` alone waits until it has ``most`` records *or* the whole
+    timeout passed: every catch-up of a few records (a scheduled run's tail, a projection
+    store before each batch) waited the full timeout, 0.5 s each."""
+    first = consumer.poll(timeout_s)
+    if first is None:
         return None
+    messages = [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
     out: list[Message] = []
     for msg in messages:
         err = msg.error()
