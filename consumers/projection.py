@@ -57,8 +57,7 @@ class IndexedState:
         # plain values only (tuples, not ChangeKey/Position objects): a snapshot is restored
         # as it was saved, with no object built per key (85k keys on the campus)
         self._rows: dict[str, dict[str, tuple[KeyTuple, Row]]] = defaultdict(dict)  # ref -> key text -> row
-        self._by_person: dict[tuple[str, int], set[str]] = defaultdict(set)
-        self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value)
+        self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value as text)
         self._positions: dict[str, tuple[int, int]] = {}  # key text -> (last commit LSN, LSN) of its last change
 
     def entries(self, ref: str, **key: str | int) -> list[tuple[ChangeKey, Row, Position | None]]:
@@ -84,16 +83,12 @@ class IndexedState:
         fields = [(f, str(v)) for f in KEY_FIELDS if (v := getattr(key, f)) is not None]
         rows = self._rows[ref]
         if row is None:
-            old = rows.pop(text, None)
-            if old and old[0][2] is not None:  # the key's person_id
-                self._by_person[(ref, old[0][2])].discard(text)
+            rows.pop(text, None)
             for f, v in fields:
                 self._by_key[(ref, f, v)].discard(text)
             return
         fields_in_order = (key.tname, key.subtype, key.person_id, key.pkey_string, key.pkey_number, key.aux_string)
         rows[text] = (fields_in_order, dict(row))
-        if key.person_id is not None:
-            self._by_person[(ref, key.person_id)].add(text)
         for f, v in fields:
             self._by_key[(ref, f, v)].add(text)
 
@@ -102,7 +97,7 @@ class IndexedState:
         if person_id is None:
             return [row for _, row in self._rows[ref].values()]
         table = self._rows[ref]
-        return [table[t][1] for t in sorted(self._by_person.get((ref, person_id), ())) if t in table]
+        return [table[t][1] for t in sorted(self._by_key.get((ref, "person_id", str(person_id)), ())) if t in table]
 
     def row(self, ref: str, person_id: int) -> Row | None:
         found = self.rows(ref, person_id)
@@ -176,7 +171,6 @@ class StateStore(IndexedState):
             return snap
         st = snap.state
         self._rows.update(st["rows"])  # kept as saved: see IndexedState
-        self._by_person.update(st["by_person"])
         self._by_key.update(st["by_key"])
         self._positions = st["positions"]
         self._next = dict(snap.next)
@@ -191,7 +185,6 @@ class StateStore(IndexedState):
             return
         state = {
             "rows": dict(self._rows),
-            "by_person": dict(self._by_person),
             "by_key": dict(self._by_key),
             "positions": self._positions,
         }

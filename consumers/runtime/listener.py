@@ -692,7 +692,7 @@ class ListenerRuntime:
         assert item.change is not None
         self.applied.record(item.change.key, item.change.position, present=item.change.change_type != "DELETE")
         self._last_applied_at = time.time()
-        self.metrics.last_applied.labels(listener=self.name).set(self._last_applied_at)
+        self.metrics.applied_at(self._last_applied_at)
         self._count("applied")
         if lane == "bulk":
             self.counters.bulk_applied += 1
