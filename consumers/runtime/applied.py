@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from array import array
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -82,7 +83,7 @@ class AppliedPositions:
         self._keys: dict[str, ChangeKey] = {}  # parsed keys, for lookups by partial key
         self._exposed: dict[str, ExposureMark] = {}  # exposed:<topic>, by topic
         self._undelivered = 0  # writes Kafka refused for good (delivery reports)
-        self._own: dict[int, list[int]] = {}  # partition -> offsets of this process's writes (delivery reports)
+        self._own: dict[int, array[int]] = {}  # partition -> offsets of this process's writes (delivery reports)
         self._undelivered_offsets = False  # more own writes than remembered
         self._consumer = Consumer(
             {
@@ -203,7 +204,7 @@ class AppliedPositions:
             self._undelivered += 1  # memory now knows more than the topic: no snapshot of it is saved
             return
         self._read_since += 1  # the next run reads it if no snapshot is saved after it
-        own = self._own.setdefault(msg.partition() or 0, [])
+        own = self._own.setdefault(msg.partition() or 0, array("q"))
         if len(own) < OWN_WRITES_KEPT:
             own.append(msg.offset() or 0)
         else:  # a long run: past its own writes it reads the topic at close instead
