@@ -596,6 +596,73 @@ def listen(
         sys.exit(EXIT_FAILED)
 
 
+def _replay_point(value: str) -> str | int | Path:
+    """``earliest``, an offsets file, or an ISO 8601 time (UTC when it names no zone) in ms."""
+    from datetime import UTC, datetime
+
+    if value == "earliest":
+        return value
+    path = Path(value)
+    if path.is_file():
+        return path
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither 'earliest', an ISO 8601 time (2026-11-24T06:00:00Z) nor an existing offsets file",
+            param_hint="--from",
+        ) from None
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+@main.command("replay")
+@click.argument("name")
+@click.option(
+    "--from",
+    "since",
+    required=True,
+    metavar="earliest|TIME|OFFSETS-FILE",
+    help="Replay from the first record, from the first record at or after an ISO 8601 time (UTC unless it "
+    "names a zone), or from the offsets a file names (topic,partition,offset per line).",
+)
+@FROM_FILE
+@click.option("--dry-run", is_flag=True, help="Show what would be moved and reset; change nothing.")
+def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> None:
+    """Apply again what listener NAME applied from a point on (after a target was restored
+    from a backup, say): move its real-time consumer group back on its logical topics and
+    reset its applied positions for their keys, so every replayed change is applied again
+    (idempotently). The retry and bulk lanes are left as they are.
+
+    Refused while an instance of NAME runs (exit 1, naming the instances); exit 2 for a
+    listener, time or offsets file that is not right, naming what and where."""
+    from consumers.exceptions import ConsumerError, ListenerConfigError
+    from consumers.runtime.replay import Replay, ReplayRefused
+
+    point = _replay_point(since)
+    try:
+        job = Replay(_settings(), _current_registry(registry_file), name, report=_say)
+        plan = job.plan(point)
+        for line in plan.lines():
+            _say(f"replay {name}: {line}")
+        if dry_run:
+            _say(f"replay {name}: dry run: nothing changed")
+            return
+        job.apply(plan)
+    except ReplayRefused as exc:
+        _err(f"mcq {exc}")
+        sys.exit(EXIT_FAILED)
+    except ListenerConfigError as exc:
+        _err(f"mcq replay: {exc}")
+        sys.exit(EXIT_CONFIG)
+    except ConsumerError as exc:
+        _err(f"mcq {exc}")
+        sys.exit(EXIT_FAILED)
+    _say(
+        f"replay {name}: {len(plan.offsets)} partition(s) moved back, {len(plan.keys):,} applied positions reset; "
+        f"the next run (mcq listen {name}) applies them again"
+    )
+
+
 @main.command("status")
 @click.argument("names", nargs=-1)
 @FROM_FILE

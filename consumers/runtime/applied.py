@@ -22,6 +22,10 @@ Three facts per logical key, each its own record in ``<prefix>.listener.NAME.app
   may remain at its target; tombstoned once a whole-table refresh of the table has been
   applied (``mcq status`` reports it until then).
 
+A tombstone of ``<key>`` (or of a mark) takes it back, as if never written: ``mcq replay``
+writes one before a key's reset to position 0 (the fold keeps the newest position, so a
+lower one alone would be ignored).
+
 Written before the offsets are committed (the caller flushes the producer), so the next
 owner of a partition, which reads the topic to its end when partitions are assigned,
 knows all of it.
@@ -151,6 +155,15 @@ class AppliedPositions:
             if applied[2]:
                 yield self._key(text)
 
+    def entries(self) -> Iterator[tuple[str, bool]]:
+        """Every key applied (its text), and whether it is at the target."""
+        for text, applied in self._applied.items():
+            yield text, applied[2]
+
+    def marked(self) -> list[str]:
+        """The park:/dead: marks held (their record keys)."""
+        return list(self._marks)
+
     def _key(self, text: str) -> ChangeKey:
         key = self._keys.get(text)
         if key is None:
@@ -235,7 +248,11 @@ class AppliedPositions:
         return records is not None
 
     def _fold(self, key: str, value: bytes | None) -> None:
-        if fold_mark(self._exposed, key, value) or value is None:
+        if fold_mark(self._exposed, key, value):
+            return
+        if value is None:  # a key taken back (``mcq replay``): its next record starts it again
+            self._applied.pop(key, None)
+            self._marks.pop(key, None)
             return
         if key.startswith((PARK, DEAD)):
             a, b = value.decode().split("/")[:2]
