@@ -636,7 +636,7 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
     Refused while an instance of NAME runs (exit 1, naming the instances); exit 2 for a
     listener, time or offsets file that is not right, naming what and where."""
     from consumers.exceptions import ConsumerError, ListenerConfigError
-    from consumers.runtime.replay import Replay, ReplayRefused
+    from consumers.runtime.replay import Replay
 
     point = _replay_point(since)
     try:
@@ -648,13 +648,10 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
             _say(f"replay {name}: dry run: nothing changed")
             return
         job.apply(plan)
-    except ReplayRefused as exc:
-        _err(f"mcq {exc}")
-        sys.exit(EXIT_FAILED)
     except ListenerConfigError as exc:
         _err(f"mcq replay: {exc}")
         sys.exit(EXIT_CONFIG)
-    except ConsumerError as exc:
+    except ConsumerError as exc:  # ReplayRefused among them: it names the running instances
         _err(f"mcq {exc}")
         sys.exit(EXIT_FAILED)
     _say(
