@@ -660,6 +660,69 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
     )
 
 
+@main.command("flush")
+@click.argument("name")
+@click.option(
+    "--before",
+    metavar="TIME",
+    help="Skip only what was written before this ISO 8601 time (UTC unless it names a zone); all pending when omitted.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File of the skipped records (JSON Lines); default $MCQ_HOME/flushed/<prefix>.NAME.<time>.jsonl.",
+)
+@FROM_FILE
+@click.option("--dry-run", is_flag=True, help="Show what would be skipped; change nothing.")
+@click.option("--yes", is_flag=True, help="Skip them: the listener never applies them (their keys' next changes are).")
+def flush(
+    name: str, before: str | None, out: Path | None, registry_file: Path | None, dry_run: bool, yes: bool
+) -> None:
+    """Skip what listener NAME has pending (the MCQ paper's flush): every skipped record is
+    written to a file first, a skipped parked change's key is unblocked, then the
+    listener's consumer groups move past them.
+
+    Refused while an instance of NAME runs (exit 1, naming the instances); without --yes
+    (or --dry-run) nothing is done (exit 2)."""
+    from datetime import UTC, datetime
+
+    from consumers.exceptions import ConsumerError, ListenerConfigError
+    from consumers.runtime.flush import Flush
+
+    before_ms = None
+    if before is not None:
+        point = _replay_point(before)
+        if not isinstance(point, int):
+            raise click.BadParameter(f"{before!r} is not an ISO 8601 time", param_hint="--before")
+        before_ms = point
+    settings = _settings()
+    try:
+        job = Flush(settings, _current_registry(registry_file), name, report=_say)
+        plan = job.plan(before_ms)
+        for line in plan.lines():
+            _say(f"flush {name}: {line}")
+        if dry_run:
+            _say(f"flush {name}: dry run: nothing changed")
+            return
+        if not plan.moves:
+            return
+        if not yes:
+            _err(
+                f"mcq flush: {name}: {plan.pending:,} pending record(s) would never be applied; add --yes to skip them"
+            )
+            sys.exit(EXIT_CONFIG)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = out or settings.stack.home / "flushed" / f"{settings.topic_prefix}.{name}.{stamp}.jsonl"
+        written = job.apply(plan, target)
+    except ListenerConfigError as exc:
+        _err(f"mcq flush: {exc}")
+        sys.exit(EXIT_CONFIG)
+    except ConsumerError as exc:  # FlushRefused among them: it names the running instances
+        _err(f"mcq {exc}")
+        sys.exit(EXIT_FAILED)
+    _say(f"flush {name}: skipped {written:,} record(s), written to {target}")
+
+
 @main.command("status")
 @click.argument("names", nargs=-1)
 @FROM_FILE

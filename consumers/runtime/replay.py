@@ -33,7 +33,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports i
 
 from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.applied import AppliedPositions, applied_text
-from consumers.runtime.topics import ListenerTopics
+from consumers.runtime.topics import ListenerTopics, live_members
 from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Registry
@@ -117,16 +117,8 @@ class Replay:
     # ------------------------------------------------------------------ planning
 
     def live_members(self) -> list[str]:
-        """The instances in the listener's consumer groups now (client id @ host)."""
-        groups = [self.topics.group, self.topics.bulk_group]
-        out = []
-        for group, future in self._admin.describe_consumer_groups(groups, request_timeout=15).items():
-            try:
-                described = future.result()
-            except KafkaException as exc:
-                raise ConsumerError(f"replay {self.name}: cannot describe consumer group {group}: {exc}") from None
-            out += [f"{m.client_id}@{m.host} ({group})" for m in described.members]
-        return out
+        """The instances in the listener's consumer groups now."""
+        return live_members(self._admin, self.topics)
 
     def _partitions(self) -> list[TopicPartition]:
         topics = sorted(set(self._ref_topics.values()))

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
 from confluent_kafka.cimpl import KafkaException
 
+from consumers.exceptions import ConsumerError
 from mcq.config import Settings
 from mcq.topics.plan import TopicSpec, refresh_topic
 
@@ -116,3 +117,17 @@ class ListenerTopics:
             TopicSpec(self.applied, partitions, dict(STATE_CONFIG), f"{who}: source position applied per key"),
             TopicSpec(self.heartbeats, 1, dict(STATE_CONFIG), "listener heartbeats (process monitor)"),
         ]
+
+
+def live_members(admin: AdminClient, topics: ListenerTopics) -> list[str]:
+    """The instances in a listener's consumer groups now (``client id@host (group)``): what
+    a command that moves the groups must refuse to run beside."""
+    out = []
+    groups = [topics.group, topics.bulk_group]
+    for group, future in admin.describe_consumer_groups(groups, request_timeout=15).items():
+        try:
+            described = future.result()
+        except KafkaException as exc:
+            raise ConsumerError(f"listener {topics.listener}: cannot describe consumer group {group}: {exc}") from None
+        out += [f"{m.client_id}@{m.host} ({group})" for m in described.members]
+    return out
