@@ -111,7 +111,9 @@ class ListenerView:
         if verdict.admitted:
             columns = verdict.columns
             before = project(change.before, columns) if present else None
-            if present:
+            if present and columns is None:
+                seen = change  # every column, as it came (state is its after: it is not a delete)
+            elif present:
                 seen = dataclasses.replace(change, after=project(state, columns), before=before)
             else:
                 cause = change.cause if change.cause != "source" or change.change_type == "INSERT" else "entered-view"
