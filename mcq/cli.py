@@ -10,6 +10,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -596,6 +598,23 @@ def listen(
         sys.exit(EXIT_FAILED)
 
 
+@contextmanager
+def _moving_groups(verb: str) -> Iterator[None]:
+    """The errors of a command that moves a stopped listener's groups: a listener, time or
+    file that is not right exits 2; a running listener (it names the instances) or a
+    Kafka failure exits 1."""
+    from consumers.exceptions import ConsumerError, ListenerConfigError
+
+    try:
+        yield
+    except ListenerConfigError as exc:
+        _err(f"mcq {verb}: {exc}")
+        sys.exit(EXIT_CONFIG)
+    except ConsumerError as exc:
+        _err(f"mcq {exc}")
+        sys.exit(EXIT_FAILED)
+
+
 def _replay_point(value: str) -> str | int | Path:
     """``earliest``, an offsets file, or an ISO 8601 time (UTC when it names no zone) in ms."""
     from datetime import UTC, datetime
@@ -635,11 +654,10 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
 
     Refused while an instance of NAME runs (exit 1, naming the instances); exit 2 for a
     listener, time or offsets file that is not right, naming what and where."""
-    from consumers.exceptions import ConsumerError, ListenerConfigError
     from consumers.runtime.replay import Replay
 
     point = _replay_point(since)
-    try:
+    with _moving_groups("replay"):
         job = Replay(_settings(), _current_registry(registry_file), name, report=_say)
         plan = job.plan(point)
         for line in plan.lines():
@@ -648,12 +666,6 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
             _say(f"replay {name}: dry run: nothing changed")
             return
         job.apply(plan)
-    except ListenerConfigError as exc:
-        _err(f"mcq replay: {exc}")
-        sys.exit(EXIT_CONFIG)
-    except ConsumerError as exc:  # ReplayRefused among them: it names the running instances
-        _err(f"mcq {exc}")
-        sys.exit(EXIT_FAILED)
     _say(
         f"replay {name}: {len(plan.offsets)} partition(s) moved back, {len(plan.keys):,} applied positions reset; "
         f"the next run (mcq listen {name}) applies them again"
@@ -686,7 +698,6 @@ def flush(
     (or --dry-run) nothing is done (exit 2)."""
     from datetime import UTC, datetime
 
-    from consumers.exceptions import ConsumerError, ListenerConfigError
     from consumers.runtime.flush import Flush
 
     before_ms = None
@@ -696,7 +707,7 @@ def flush(
             raise click.BadParameter(f"{before!r} is not an ISO 8601 time", param_hint="--before")
         before_ms = point
     settings = _settings()
-    try:
+    with _moving_groups("flush"):
         job = Flush(settings, _current_registry(registry_file), name, report=_say)
         plan = job.plan(before_ms)
         for line in plan.lines():
@@ -714,12 +725,6 @@ def flush(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         target = out or settings.stack.home / "flushed" / f"{settings.topic_prefix}.{name}.{stamp}.jsonl"
         written = job.apply(plan, target)
-    except ListenerConfigError as exc:
-        _err(f"mcq flush: {exc}")
-        sys.exit(EXIT_CONFIG)
-    except ConsumerError as exc:  # FlushRefused among them: it names the running instances
-        _err(f"mcq {exc}")
-        sys.exit(EXIT_FAILED)
     _say(f"flush {name}: skipped {written:,} record(s), written to {target}")
 
 

@@ -26,29 +26,20 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
-    KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
-from consumers.exceptions import ConsumerError, ListenerConfigError
+from consumers.exceptions import ConsumerError
 from consumers.runtime.applied import AppliedPositions
-from consumers.runtime.topics import ListenerTopics, live_members
+from consumers.runtime.groups import ListenerGroups
 from mcq.change import BadChange, ChangeCodec
-from mcq.config import Settings
 from mcq.contract import registry_client
-from mcq.registry.model import Registry
 
 GTP = tuple[str, str, int]  # (group, topic, partition)
-
-
-class FlushRefused(ConsumerError):
-    """The listener runs (its groups have live members): stop it first. Nothing was changed."""
 
 
 @dataclass
@@ -70,60 +61,36 @@ class FlushPlan:
 
 
 @dataclass
-class Flush:
-    settings: Settings
-    registry: Registry
-    name: str
+class Flush(ListenerGroups):
     report: Callable[[str], None] = print
 
     def __post_init__(self) -> None:
-        if self.registry.listener(self.name) is None:
-            known = ", ".join(sorted(li.name for li in self.registry.listeners)) or "none"
-            raise ListenerConfigError(f"no listener named {self.name} in the registry (known: {known})")
-        self.topics = ListenerTopics(self.settings.topic_prefix, self.name)
-        prefix = self.settings.topic_prefix
-        realtime = [*sorted({t.topic(prefix) for t in self.registry.tables_of(self.name)}), self.topics.retry]
+        super().__post_init__()
+        realtime = [*self.logical_topics(), self.topics.retry]
         self._lanes = {self.topics.group: realtime, self.topics.bulk_group: self.topics.bulk_lane()}
-        self._admin = AdminClient(self.settings.kafka.client_config())
 
     def plan(self, before_ms: int | None = None) -> FlushPlan:
-        live = live_members(self._admin, self.topics)
-        if live:
-            raise FlushRefused(f"flush {self.name}: the listener is running ({'; '.join(live)}): stop it first")
-        meta = self._admin.list_topics(timeout=15).topics
+        """What is pending per partition and lane (written before ``before_ms`` when given);
+        raises :class:`ListenerRunning` while the listener runs."""
+        self.refuse_while_running("flush")
         plan = FlushPlan(self.name)
         for group, topics in self._lanes.items():
-            tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
+            tps = self.partitions(topics)
             if not tps:
                 continue
-            start = self._offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-            end = self._offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+            start = self.offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+            end = self.offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
             upto = end
             if before_ms is not None:
-                at = self._offsets(tps, OffsetSpec.for_timestamp(before_ms))  # type: ignore[no-untyped-call]
+                at = self.offsets(tps, OffsetSpec.for_timestamp(before_ms))  # type: ignore[no-untyped-call]
                 upto = {tp: end[tp] if off < 0 else off for tp, off in at.items()}
-            committed = self._committed(group, tps)
+            committed = self.committed(group, tps)
             for tp in upto:
                 fr = committed.get(tp)
                 fr = start[tp] if fr is None else max(fr, start[tp])  # never committed: reads from the start
                 if upto[tp] > fr:
                     plan.moves[(group, *tp)] = (fr, upto[tp])
         return plan
-
-    def _offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        futures = self._admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in tps},
-                                           request_timeout=15)  # fmt: skip
-        try:
-            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise ConsumerError(f"flush {self.name}: cannot read offsets: {exc}") from None
-
-    def _committed(self, group: str, tps: list[TopicPartition]) -> dict[tuple[str, int], int | None]:
-        try:
-            done = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result()
-        except KafkaException as exc:
-            raise ConsumerError(f"flush {self.name}: cannot read group {group}: {exc}") from None
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in done.topic_partitions}
 
     # ------------------------------------------------------------------ doing it
 
@@ -152,13 +119,7 @@ class Flush:
         if self._applied is not None:
             self._applied.close(save=False)
         for group in sorted({g for g, _, _ in plan.moves}):
-            moved = [TopicPartition(t, p, to) for (g, t, p), (_, to) in sorted(plan.moves.items()) if g == group]
-            try:
-                self._admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, moved)])[group].result()
-            except KafkaException as exc:
-                raise ConsumerError(
-                    f"flush {self.name}: moving group {group}: {exc} (the file lists what was to be skipped)"
-                ) from None
+            self.move(group, {(t, p): to for (g, t, p), (_, to) in plan.moves.items() if g == group})
         return written
 
     def _line(self, codec: ChangeCodec, group: str, msg: Message) -> dict[str, Any]:

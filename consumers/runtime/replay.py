@@ -27,22 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.applied import AppliedPositions, applied_text
-from consumers.runtime.topics import ListenerTopics, live_members
+from consumers.runtime.groups import TP, ListenerGroups
 from mcq.change import ChangeKey
-from mcq.config import Settings
-from mcq.registry.model import Registry
-
-TP = tuple[str, int]
-
-
-class ReplayRefused(ConsumerError):
-    """The listener runs (its groups have live members): stop it first. Nothing was changed."""
 
 
 @dataclass
@@ -96,37 +87,26 @@ def read_offsets_file(path: Path, topics: set[str]) -> dict[TP, int]:
 
 
 @dataclass
-class Replay:
+class Replay(ListenerGroups):
     """One listener's replay (see the module's docstring)."""
 
-    settings: Settings
-    registry: Registry
-    name: str
     report: Callable[[str], None] = print
 
     def __post_init__(self) -> None:
-        if self.registry.listener(self.name) is None:
-            known = ", ".join(sorted(li.name for li in self.registry.listeners)) or "none"
-            raise ListenerConfigError(f"no listener named {self.name} in the registry (known: {known})")
-        self.topics = ListenerTopics(self.settings.topic_prefix, self.name)
+        super().__post_init__()
         prefix = self.settings.topic_prefix
         self._ref_topics = {t.ref: t.topic(prefix) for t in self.registry.tables_of(self.name)}
-        self._admin = AdminClient(self.settings.kafka.client_config())
         self._producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True})
 
     # ------------------------------------------------------------------ planning
 
-    def live_members(self) -> list[str]:
-        """The instances in the listener's consumer groups now."""
-        return live_members(self._admin, self.topics)
-
     def _partitions(self) -> list[TopicPartition]:
-        topics = sorted(set(self._ref_topics.values()))
-        meta = self._admin.list_topics(timeout=15).topics
-        missing = [t for t in topics if t not in meta]
+        topics = self.logical_topics()
+        tps = self.partitions(topics)
+        missing = sorted(set(topics) - {tp.topic for tp in tps})
         if missing:
             raise ConsumerError(f"replay {self.name}: logical topic(s) missing: {', '.join(missing)}")
-        return [TopicPartition(t, p) for t in topics for p in sorted(meta[t].partitions)]
+        return tps
 
     def _targets(self, since: str | int | Path, tps: list[TopicPartition]) -> dict[TP, int]:
         """The offset each partition is replayed from."""
@@ -136,43 +116,25 @@ class Replay:
             for tp in named:
                 if tp not in known:
                     raise ListenerConfigError(f"{since}: {tp[0]} has no partition {tp[1]}")
-        ends = self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-        starts = self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        ends = self.offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        starts = self.offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         if since == "earliest":
             return starts
         if isinstance(since, int):
-            at = self._list_offsets(tps, OffsetSpec.for_timestamp(since))  # type: ignore[no-untyped-call]
+            at = self.offsets(tps, OffsetSpec.for_timestamp(since))  # type: ignore[no-untyped-call]
             # no record at or after the time: nothing of that partition is replayed
             return {tp: (ends[tp] if off < 0 else off) for tp, off in at.items()}
         assert isinstance(since, Path)
         # partitions the file does not name are not replayed; a named offset stays within the log
         return {tp: min(max(named.get(tp, ends[tp]), starts[tp]), ends[tp]) for tp in ends}
 
-    def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[TP, int]:
-        futures = self._admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in tps},
-                                           request_timeout=15)  # fmt: skip
-        try:
-            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise ConsumerError(f"replay {self.name}: cannot read offsets: {exc}") from None
-
-    def _committed(self, tps: list[TopicPartition]) -> dict[TP, int | None]:
-        request = [ConsumerGroupTopicPartitions(self.topics.group, tps)]
-        try:
-            done = self._admin.list_consumer_group_offsets(request)[self.topics.group].result()
-        except KafkaException as exc:
-            raise ConsumerError(f"replay {self.name}: cannot read group {self.topics.group}: {exc}") from None
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in done.topic_partitions}
-
     def plan(self, since: str | int | Path) -> ReplayPlan:
         """What a replay from ``since`` ("earliest", a time in ms since the epoch, or an
-        offsets file) would move; raises :class:`ReplayRefused` while the listener runs."""
-        live = self.live_members()
-        if live:
-            raise ReplayRefused(f"replay {self.name}: the listener is running ({'; '.join(live)}): stop it first")
+        offsets file) would move; raises :class:`ListenerRunning` while the listener runs."""
+        self.refuse_while_running("replay")
         tps = self._partitions()
         targets = self._targets(since, tps)
-        committed = self._committed(tps)
+        committed = self.committed(self.topics.group, tps)
         plan = ReplayPlan(self.name)
         replayed: set[str] = set()
         for tp, to in targets.items():
@@ -211,11 +173,5 @@ class Replay:
             producer.produce(self.topics.applied, key=mark.encode(), value=None)
         if producer.flush(60) != 0:
             raise ConsumerError(f"replay {self.name}: the applied positions could not all be written; nothing moved")
-        if not plan.offsets:
-            return
-        moved = [TopicPartition(t, p, to) for (t, p), (_, to) in sorted(plan.offsets.items())]
-        request = [ConsumerGroupTopicPartitions(self.topics.group, moved)]
-        try:
-            self._admin.alter_consumer_group_offsets(request)[self.topics.group].result()
-        except KafkaException as exc:
-            raise ConsumerError(f"replay {self.name}: moving group {self.topics.group}: {exc}") from None
+        if plan.offsets:
+            self.move(self.topics.group, {tp: to for tp, (_, to) in plan.offsets.items()})

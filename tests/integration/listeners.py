@@ -164,6 +164,15 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0, every
         time.sleep(every)
 
 
+def caught_up(world: World) -> ListenerRuntime:
+    """One ``--until-caught-up`` run of the world's listener in this process (a scheduled run)."""
+    runtime = ListenerRuntime(
+        world.settings, world.name, registry=world.registry, http_port=None, report=lambda _: None
+    )
+    assert runtime.run(until_caught_up=True) == 0
+    return runtime
+
+
 @contextmanager
 def running(world: World, **kwargs: Any) -> Iterator[ListenerRuntime]:
     """A listener running in a thread of this process, stopped (and joined) at the end."""

@@ -14,7 +14,6 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.flush import Flush
-from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.topics import live_members
 from mcq.change import Change, ChangeCodec
 from mcq.cli import main
@@ -22,7 +21,7 @@ from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
 from tests.integration.listeners import (
-    World,
+    caught_up,
     change,
     expected_state,
     make_world,
@@ -31,12 +30,6 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
-
-
-def _run(w: World) -> ListenerRuntime:
-    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lambda _: None)
-    assert runtime.run(until_caught_up=True) == 0
-    return runtime
 
 
 def _lines(path: Path) -> list[dict[str, object]]:
@@ -53,7 +46,7 @@ def test_flushed_changes_are_written_to_the_file_and_never_applied_and_later_one
     w = make_world(settings, token, tmp_path)
     first = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(10)]
     produce(w.settings, w.phone_topic, first)
-    _run(w)
+    caught_up(w)
     assert target_state(w.settings, w.table) == expected_state(first)
 
     skipped = [change("PHONE", pid, f"+1-999-{pid:07d}") for pid in range(5)]
@@ -87,7 +80,7 @@ def test_flushed_changes_are_written_to_the_file_and_never_applied_and_later_one
 
     later = [change("PHONE", pid, f"+1-777-{pid:07d}") for pid in (1, 7, 8)]
     produce(w.settings, w.phone_topic, later)
-    run = _run(w)
+    run = caught_up(w)
     assert run.counters.applied == len(later)
     assert target_state(w.settings, w.table) == expected_state(first + later)  # none of the skipped
 
@@ -109,7 +102,7 @@ def test_a_flush_before_a_time_skips_only_what_was_written_before_it(
     assert plan.pending == len(old)
     job.apply(plan, tmp_path / "old.jsonl")
     assert {str(li["key"]) for li in _lines(tmp_path / "old.jsonl")} == {c.key.text() for c in old}
-    run = _run(w)
+    run = caught_up(w)
     assert run.counters.applied == len(new)
     assert target_state(w.settings, w.table) == expected_state(new)
 

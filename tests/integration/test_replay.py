@@ -15,14 +15,15 @@ from click.testing import CliRunner
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from consumers.runtime.listener import ListenerRuntime
-from consumers.runtime.replay import Replay, ReplayRefused
+from consumers.runtime.groups import ListenerRunning
+from consumers.runtime.replay import Replay
 from mcq.change import Change
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
 from tests.integration.listeners import (
     World,
+    caught_up,
     change,
     expected_state,
     make_world,
@@ -31,12 +32,6 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
-
-
-def _run(w: World) -> ListenerRuntime:
-    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lambda _: None)
-    assert runtime.run(until_caught_up=True) == 0
-    return runtime
 
 
 def _workload(rnd: random.Random, keys: range, n: int) -> list[Change]:
@@ -76,12 +71,12 @@ def test_a_replay_from_earliest_applies_everything_again_and_restores_a_target_t
     w = make_world(settings, token, tmp_path)
     changes = _workload(random.Random(5), range(60), 240)
     produce(w.settings, w.phone_topic, changes)
-    first = _run(w)
+    first = caught_up(w)
     want = expected_state(changes)
     assert target_state(w.settings, w.table) == want
 
     _lose_rows(w)
-    again = _run(w)  # nothing new to read: the lost rows stay lost
+    again = caught_up(w)  # nothing new to read: the lost rows stay lost
     assert again.counters.applied == 0 and target_state(w.settings, w.table) == {}
 
     replay = Replay(w.settings, w.registry, w.name, report=lambda _: None)
@@ -92,7 +87,7 @@ def test_a_replay_from_earliest_applies_everything_again_and_restores_a_target_t
     assert {k for k, present in plan.keys.items() if present} == set(want)
     replay.apply(plan)
 
-    replayed = _run(w)
+    replayed = caught_up(w)
     assert replayed.counters.skipped == first.counters.skipped  # nothing taken for a duplicate
     assert replayed.counters.applied == first.counters.applied
     assert target_state(w.settings, w.table) == want
@@ -104,14 +99,14 @@ def test_a_replay_from_a_time_applies_only_what_came_after_it(
     w = make_world(settings, token, tmp_path)
     before = _workload(random.Random(7), range(40), 80)
     produce(w.settings, w.phone_topic, before)
-    _run(w)
+    caught_up(w)
     time.sleep(1.0)
     since_ms = int(time.time() * 1000)
     time.sleep(1.0)
     later = [change("PHONE", pid, f"+1-777-{pid:07d}", "INSERT") for pid in range(100, 110)]
     later += [change("PHONE", pid, None, "DELETE") for pid in range(100, 103)]
     produce(w.settings, w.phone_topic, later)
-    _run(w)
+    caught_up(w)
     want = expected_state(before + later)
     assert target_state(w.settings, w.table) == want
 
@@ -122,7 +117,7 @@ def test_a_replay_from_a_time_applies_only_what_came_after_it(
     plan = replay.plan(since_ms)
     assert len(plan.keys) == 40 + 10  # every key of the topic: those not replayed keep position 0 until changed
     replay.apply(plan)
-    replayed = _run(w)
+    replayed = caught_up(w)
     assert replayed.counters.applied == len(later)  # only what came after the time
     assert target_state(w.settings, w.table) == want
 
@@ -132,7 +127,7 @@ def test_a_replay_is_refused_while_the_listener_runs_and_bad_input_names_what_an
 ) -> None:
     w = make_world(settings, token, tmp_path)
     produce(w.settings, w.phone_topic, [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(10)])
-    _run(w)
+    caught_up(w)
     committed = _committed(w)
     env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
     cli = CliRunner()
@@ -147,7 +142,7 @@ def test_a_replay_is_refused_while_the_listener_runs_and_bad_input_names_what_an
         try:
             replay.plan("earliest")
             raise AssertionError("planned while running")
-        except ReplayRefused:
+        except ListenerRunning:
             pass
 
     bad = tmp_path / "offsets.csv"
