@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from consumers.exceptions import ConsumerError, ListenerConfigError
-from consumers.runtime.topics import ListenerTopics, live_members
+from consumers.runtime.topics import ListenerTopics, interest_topics, live_members
 from mcq.config import Settings
 from mcq.registry.model import Registry
 
@@ -37,8 +37,7 @@ class ListenerGroups:
 
     def logical_topics(self) -> list[str]:
         """The logical topics of the listener's interests."""
-        prefix = self.settings.topic_prefix
-        return sorted({t.topic(prefix) for t in self.registry.tables_of(self.name)})
+        return interest_topics(self.registry, self.topics)
 
     def live_members(self) -> list[str]:
         """The instances in the listener's consumer groups now."""

@@ -59,7 +59,7 @@ from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
-from consumers.runtime.topics import ListenerTopics, tombstone_retention
+from consumers.runtime.topics import ListenerTopics, interest_topics, tombstone_retention
 from consumers.runtime.view import ListenerView, Verdict
 from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position, RegistryUnavailable
 from mcq.config import Settings
@@ -150,8 +150,7 @@ class ListenerRuntime:
         return listener
 
     def realtime_topics(self) -> list[str]:
-        prefix = self.settings.topic_prefix
-        return [*sorted({t.topic(prefix) for t in self.registry.tables_of(self.name)}), self.topics.retry]
+        return [*interest_topics(self.registry, self.topics), self.topics.retry]
 
     def _open_store(self, refs: list[str]) -> StateStore:
         return StateStore(self.settings, self.registry, refs)

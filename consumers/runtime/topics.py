@@ -21,6 +21,7 @@ from confluent_kafka.cimpl import KafkaException
 
 from consumers.exceptions import ConsumerError
 from mcq.config import Settings
+from mcq.registry.model import Registry
 from mcq.topics.plan import TopicSpec, refresh_topic
 
 # Work items: kept until consumed, never dropped by age or size (see above)
@@ -131,3 +132,9 @@ def live_members(admin: AdminClient, topics: ListenerTopics) -> list[str]:
             raise ConsumerError(f"listener {topics.listener}: cannot describe consumer group {group}: {exc}") from None
         out += [f"{m.client_id}@{m.host} ({group})" for m in described.members]
     return out
+
+
+def interest_topics(registry: Registry, topics: ListenerTopics) -> list[str]:
+    """The logical topics of a listener's interests (its real-time group reads them and its
+    retry lane)."""
+    return sorted({t.topic(topics.prefix) for t in registry.tables_of(topics.listener)})
