@@ -728,6 +728,75 @@ def flush(
     _say(f"flush {name}: skipped {written:,} record(s), written to {target}")
 
 
+@main.command("refresh")
+@click.argument("name")
+@click.option("--tname", help="Only this logical table (default: every table of the listener's interests).")
+@click.option("--subtype", help="Only this subtype of --tname.")
+@click.option("--where", metavar="RULE", help="Only states that pass this rule (the registry's rule language).")
+@click.option(
+    "--keys",
+    "keys_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Only these keys: CSV with a header row of key fields, or JSON Lines; a key may be partial.",
+)
+@FROM_FILE
+@click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
+@click.option("--dry-run", is_flag=True, help="Count what would be sent, per table, with examples; send nothing.")
+def refresh(
+    name: str,
+    tname: str | None,
+    subtype: str | None,
+    where: str | None,
+    keys_file: Path | None,
+    registry_file: Path | None,
+    master: str | None,
+    dry_run: bool,
+) -> None:
+    """Send the current state of the selected objects to listener NAME only (its bulk lane;
+    other listeners see nothing): a Spark job over the compacted logical topics.
+
+    A key without state is sent as a delete when the listener's target holds it (a whole
+    table, or a key list that covers it) or when a key list names it whole. The listener
+    applies the bulk lane while its real-time lane is idle. Exit 2 for an unknown listener
+    or table, a rule that does not parse or a bad key file line (nothing is sent), 1 when
+    the job fails."""
+    from streams.refresh import Refresh, listener_tables
+    from streams.selection import SelectionError, selection
+    from streams.session import SparkSetupError, spark_session
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    try:
+        chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file)
+        job = Refresh(settings, registry, name, chosen, report=_say)
+    except SelectionError as exc:
+        _err(f"mcq refresh: {name}: {exc}")
+        sys.exit(EXIT_CONFIG)
+    try:
+        spark = spark_session(settings, f"mcq-refresh-{name}", master)
+        summary = job.run(spark, dry_run=dry_run)
+    except SparkSetupError as exc:
+        _err(f"mcq refresh: {exc}")
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
+        _err(f"mcq refresh: {name}: the job failed: {_first_line(exc)}")
+        sys.exit(EXIT_FAILED)
+    for line in summary.lines():
+        _say(f"refresh {name}: {line}")
+    if dry_run:
+        _say(f"refresh {name}: dry run: nothing sent ({summary.total:,} record(s) would be; {summary.seconds:.1f} s)")
+    else:
+        _say(
+            f"refresh {name}: {summary.total:,} record(s) sent to {summary.topic} in {summary.seconds:.1f} s; "
+            f"the listener applies them while its real-time lane is idle"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
 @main.command("status")
 @click.argument("names", nargs=-1)
 @FROM_FILE

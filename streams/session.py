@@ -10,6 +10,7 @@ driver's machine: the master comes from ``MCQ_SPARK_MASTER`` or the caller
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,9 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
     """A SparkSession with the Kafka and Avro connectors on its classpath."""
     from pyspark.sql import SparkSession
 
+    # Python functions a job runs in Spark's workers (a refresh's content rule) need this
+    # interpreter and its packages, not whatever `python3` is first on the PATH
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jars = ",".join(str(j) for j in connector_jars(settings))
     builder = (
         SparkSession.builder.appName(app_name)

@@ -21,9 +21,10 @@ that has records after the committed offset: the oldest of those was written at 
 timestamp of the first record read there when that record sits right at the committed
 offset, and otherwise (the cleaner removed records in between) no earlier than ``r``.
 Once that is longer ago than the topic's ``delete.retention.ms``, deletes written while
-the listener was away may be gone: a whole-table refresh (``mcq_log_update('TNAME')``)
+the listener was away may be gone: a whole-table refresh (``mcq refresh NAME --tname T``)
 repairs the target, since it delivers a DELETE for every key at the target that has no
-state left in the topics (consumers/runtime/refresh.py).
+state left in the topics (streams/refresh.py; a whole-table ``mcq_log_update('T')``
+does the same for every listener of the table, consumers/runtime/refresh.py).
 
 The listener judges the same way whenever it reads a partition it had been reading
 before (its commit there carries a mark), so the report outlives the wait: changes read
@@ -213,12 +214,11 @@ def merge_exposures(live: Iterable[Exposure], marked: Iterable[Exposure]) -> lis
     return [out[t] for t in sorted(out)]
 
 
-def repair_call(table: LogicalTable) -> str:
-    """The refresh request naming every key of ``table``, scoped to the source(s) feeding it
-    (another deployment capturing the same database does not take it)."""
-    subtype = f", '{table.subtype}'" if table.subtype else ""
-    sources = sorted({f.source for f in table.feeds})
-    return ", ".join(f"mcq_log_update('{table.tname}'{subtype}, source => '{s}')" for s in sources)
+def repair_command(listener: str, table: LogicalTable) -> str:
+    """The refresh of every key of ``table`` for this listener alone (streams/refresh.py):
+    each live state, and a DELETE of each key its target holds that has no state left."""
+    subtype = f" --subtype {table.subtype}" if table.subtype else ""
+    return f"mcq refresh {listener} --tname {table.tname}{subtype}"
 
 
 def span(seconds: float) -> str:
@@ -240,20 +240,12 @@ def exposure_line(listener: str, exposures: list[Exposure]) -> str | None:
         for e in exposures
     )
     tables = sorted({e.table.ref: e.table for e in exposures if e.table is not None}.values(), key=lambda t: t.ref)
-    repair = []
-    calls = ", ".join(repair_call(t) for t in tables if t.feeds)
-    if calls:
-        repair.append(
-            f"repair: in the source database SELECT {calls}; then let it catch up "
-            f"(mcq listen {listener} --until-caught-up)"
-        )
-    by_hand = [e.topic for e in exposures if e.table is None or not e.table.feeds]
-    if by_hand:
-        repair.append(
-            f"no refresh can name what was deleted from {', '.join(by_hand)} (no source feed): "
-            "remove the keys no longer there from its target by hand"
-        )
+    commands = ", ".join(repair_command(listener, t) for t in tables)
+    unknown = [e.topic for e in exposures if e.table is None]
+    if unknown:  # a topic no table of the registry names any more: refresh every table
+        commands = f"mcq refresh {listener}"
     return (
         f"listener {listener}: changes waited longer than their topic keeps deletes, {where}: "
-        "deleted keys may remain at its target; " + "; ".join(repair)
+        f"deleted keys may remain at its target; repair: {commands}; "
+        f"then let it catch up (mcq listen {listener} --until-caught-up)"
     )

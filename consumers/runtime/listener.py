@@ -29,6 +29,7 @@ An unavailable target is waited for, change by change, with nothing parked.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -450,6 +451,8 @@ class ListenerRuntime:
             if item.origin.topic == self.topics.refresh:
                 requests.append(item)
                 continue
+            if item.origin.topic == self.topics.bulk:  # a refresh's state or delete (mcq refresh)
+                item.change = dataclasses.replace(item.change, cause="refresh")
             self._candidate(item, todo)
         self._judge_waits(consumer, firsts)
         if requests:

@@ -21,10 +21,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from consumers.runtime.acks import AckMark
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.status import listener_status
-from mcq.change import POSITION_HEADER, Change, ChangeKey
+from mcq.change import POSITION_HEADER, Change
 from mcq.cli import main as cli
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.topics.read import watermarks
@@ -146,9 +145,8 @@ def test_status_reports_a_listener_behind_longer_than_its_topic_keeps_deletes(
     )
     assert line.startswith(head), line
     assert line.endswith(
-        f"(delete.retention.ms {RETENTION_MS} = 4.0 s): deleted keys may remain at its target; repair: in the source "
-        "database SELECT mcq_log_update('PHONE', source => 'campus'); "
-        f"then let it catch up (mcq listen {w.name} --until-caught-up)"
+        f"(delete.retention.ms {RETENTION_MS} = 4.0 s): deleted keys may remain at its target; repair: "
+        f"mcq refresh {w.name} --tname PHONE; then let it catch up (mcq listen {w.name} --until-caught-up)"
     ), line
     as_json = _status(w, "--json")
     assert as_json.exit_code == 1
@@ -168,13 +166,18 @@ def test_status_reports_a_listener_behind_longer_than_its_topic_keeps_deletes(
     assert json.loads(marked.stdout)[0]["pending"] == 0
     assert waited.sub("", marked.stderr.strip()) == waited.sub("", line)
 
-    # the repair the line names: a whole-table refresh of PHONE, as mcq_log_update('PHONE')
-    # puts it on the refresh topic; applied, it clears the mark
-    refresh = dataclasses.replace(
-        change("PHONE", 0, None), key=ChangeKey("PHONE"), after=None, origin="explicit mcq_log_update"
-    )
-    register_topic(registry_client(w.settings), w.topics.refresh)
-    produce(w.settings, w.topics.refresh, [refresh])
+    # the repair the line names, run as it says: a whole-table refresh of PHONE for this
+    # listener; with its records in the bulk lane the mark is gone, and once applied the
+    # deleted key has left the target
+    repair = re.search(r"repair: (mcq refresh [^;]+);", line)
+    assert repair is not None and repair.group(1) == f"mcq refresh {w.name} --tname PHONE", line
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
+    args = [*repair.group(1).split()[1:], "--registry", str(w.registry_file)]
+    done = CliRunner().invoke(cli, args, env=env)
+    assert done.exit_code == 0, done.output
+    pending = _status(w, "--json")
+    assert pending.exit_code == 0 and pending.stderr == "", (pending.output, pending.stderr)
+    assert json.loads(pending.stdout)[0]["pending"] > 0  # the refresh, waiting in the bulk lane
     _catch_up(w)
     assert target_state(w.settings, w.table) == expected_state(first + later)
     healed = _status(w)

@@ -92,15 +92,16 @@ def test_the_line_names_the_listener_the_topic_and_the_refresh_that_repairs_it(r
     line = exposure_line("LDAP", [Exposure("mcq.person.status", 26.1 * HOUR, DAY_MS, status)])
     assert line == (
         "listener LDAP: changes waited longer than their topic keeps deletes, on mcq.person.status for 26.1 h "
-        "(delete.retention.ms 86400000 = 24.0 h): deleted keys may remain at its target; repair: in the source "
-        "database SELECT mcq_log_update('PERSON', 'Status', source => 'campus'); "
-        "then let it catch up (mcq listen LDAP --until-caught-up)"
+        "(delete.retention.ms 86400000 = 24.0 h): deleted keys may remain at its target; repair: "
+        "mcq refresh LDAP --tname PERSON --subtype Status; then let it catch up (mcq listen LDAP --until-caught-up)"
     )
     both = exposure_line("LDAP", [Exposure("mcq.phone", 30.0, 2000, phone), Exposure("mcq.room", 40.0, 2000, room)])
     assert both is not None and "\n" not in both
     assert "on mcq.phone for 30.0 s (delete.retention.ms 2000 = 2.0 s), on mcq.room for 40.0 s" in both
-    assert "SELECT mcq_log_update('PHONE', source => 'campus');" in both and "mcq_log_update('ROOM')" not in both
-    assert "no refresh can name what was deleted from mcq.room (no source feed)" in both
+    # a table without a source feed (explicit log entries only) is repaired the same way
+    assert "repair: mcq refresh LDAP --tname PHONE, mcq refresh LDAP --tname ROOM; then" in both
+    gone = exposure_line("LDAP", [Exposure("mcq.renamed", 30.0, 2000, None)])
+    assert gone is not None and "repair: mcq refresh LDAP; then" in gone
 
 
 def test_a_whole_table_refresh_deletes_the_keys_at_the_target_that_have_no_state_left(registry) -> None:  # type: ignore[no-untyped-def]

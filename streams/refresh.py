@@ -1,0 +1,465 @@
+"""``mcq refresh``: the current state of selected objects, into ONE listener's bulk lane
+(the MCQ paper's refresh of "all or selected objects" to one listener; other listeners
+see nothing).
+
+A Spark batch job over the compacted logical topics of the listener's tables:
+
+1. the last record of every key (highest offset), read from the earliest offset to the
+   end as of the start;
+2. the selection: tables/subtypes, a content rule on the state (the registry's rule
+   language, evaluated by the same code as the listeners'), explicit keys
+   (streams/selection.py);
+3. a key with a live state -> that record as it is (its source position included), into
+   the listener's bulk topic; the listener re-applies it even when it applied that very
+   change (a refresh repairs a target that lost it) and skips it when it has applied a
+   newer one since;
+4. a key with no live state -> a DELETE, for each key the listener's applied positions
+   say is at its target (a whole-table selection, or a key list that covers it) and each
+   key named whole in a key list: a refresh of a key that no longer exists is a delete.
+   Its position is the newest known for the key (the applied one, the delete's, the
+   tombstone's), so a newer change the listener applies meanwhile still wins.
+
+The listener applies the bulk lane while its real-time lane has nothing waiting, so a
+refresh of a million keys never holds back a password change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from confluent_kafka.admin import AdminClient
+
+from consumers.runtime.acks import EXPOSED
+from consumers.runtime.topics import ListenerTopics
+from mcq.change import KEY_FIELDS, POSITION_HEADER
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client, schema_text
+from mcq.registry.model import LogicalTable, Registry
+from streams.progress import stage_progress
+from streams.selection import Selection, SelectionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+Report = Callable[[str], None]
+CAUSE_HEADER = "mcq.cause"
+FIELDS = ("tname", "subtype", *KEY_FIELDS)
+EXAMPLES = 5
+
+
+@dataclass
+class RefreshSummary:
+    """What a refresh sent (or, in a dry run, would send), per table/subtype."""
+
+    listener: str
+    topic: str
+    states: dict[str, int] = field(default_factory=dict)
+    deletes: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(self.states.values()) + sum(self.deletes.values())
+
+    def lines(self) -> list[str]:
+        refs = sorted(set(self.states) | set(self.deletes))
+        out = [f"{ref}: {self.states.get(ref, 0):,} state(s), {self.deletes.get(ref, 0):,} delete(s)" for ref in refs]
+        out += [f"e.g. {example}" for example in self.examples]
+        return out or ["nothing selected"]
+
+
+def listener_tables(registry: Registry, name: str) -> list[LogicalTable]:
+    """The tables of a listener's interests; an unknown listener is a SelectionError."""
+    if registry.listener(name) is None:
+        known = ", ".join(sorted(li.name for li in registry.listeners)) or "none"
+        raise SelectionError(f"no listener named {name} in the registry (known: {known})")
+    return registry.tables_of(name)
+
+
+class RefreshError(Exception):
+    """The refresh did not finish; what was written to the bulk lane stays (it is state:
+    applying it twice is harmless), so running the command again is the recovery."""
+
+
+class Refresh:
+    """One refresh of one listener; :meth:`run` does it (or counts it, dry)."""
+
+    def __init__(self, settings: Settings, registry: Registry, name: str, chosen: Selection, report: Report) -> None:
+        self.settings = settings
+        self.name = name
+        self.chosen = chosen
+        self.report = report
+        self.topics = ListenerTopics(settings.topic_prefix, name)
+        self.tables: list[LogicalTable] = [
+            t
+            for t in listener_tables(registry, name)
+            if chosen.tname in (None, t.tname) and chosen.subtype in (None, t.subtype)
+        ]
+
+    # ------------------------------------------------------------------ the job
+
+    def run(self, spark: SparkSession, dry_run: bool = False) -> RefreshSummary:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        summary = RefreshSummary(self.name, self.topics.bulk)
+        existing = self._existing([*(t.topic(self.settings.topic_prefix) for t in self.tables), self.topics.applied])
+        named = [t.topic(self.settings.topic_prefix) for t in self.tables]
+        logical = sorted(t for t in named if t in existing)
+        label = f"refresh {self.name}"
+        self.report(f"{label}: {self.chosen.describe()}: reading {len(logical)} logical topic(s)")
+        if not logical and not self.chosen.keys:
+            summary.seconds = time.monotonic() - started
+            return summary
+        ids = (0, 0) if dry_run else self._prepare_bulk_topic()
+        with stage_progress(spark, label, self.report):
+            last = self._last_records(spark, logical)
+            live = last.where(F.col("live"))
+            selected = self._select(live)
+            gone = self._gone(spark, last, existing)
+            out = self._state_records(selected).unionByName(self._delete_records(gone, ids))
+            out = out.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                for row in out.groupBy("ref", "kind").count().collect():
+                    (summary.states if row["kind"] == "state" else summary.deletes)[row["ref"]] = int(row["count"])
+                examples = out.select("kind", "text").limit(EXAMPLES).collect()
+                summary.examples = [f"{r['kind']} {r['text']}" for r in examples]
+                if not dry_run and summary.total:
+                    self.report(f"{label}: writing {summary.total:,} record(s) to {self.topics.bulk}")
+                    (
+                        out.select("key", "value", "headers")
+                        .write.format("kafka")
+                        .options(**self.settings.kafka.spark_options())
+                        .option("topic", self.topics.bulk)
+                        .save()
+                    )
+            finally:
+                out.unpersist()
+        if not dry_run and self.chosen.whole:
+            self._clear_exposures(logical)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _clear_exposures(self, topics: list[str]) -> None:
+        """A whole-table refresh repairs the deletes a listener that stayed away longer than
+        a topic keeps tombstones may have missed (``mcq status`` reports them from the mark
+        ``exposed:<topic>`` in its applied topic): the repair is in the bulk lane, kept until
+        applied, so the marks of the refreshed topics go."""
+        from confluent_kafka import Producer
+
+        producer = Producer(self.settings.kafka.client_config())
+        for topic in topics:
+            producer.produce(self.topics.applied, key=(EXPOSED + topic).encode(), value=None)
+        if producer.flush(30) > 0:
+            raise RefreshError(f"{self.topics.applied}: clearing the marks of missed deletes: not delivered in 30 s")
+
+    def _existing(self, topics: list[str]) -> set[str]:
+        admin = AdminClient(self.settings.kafka.client_config())
+        return {t for t in admin.list_topics(timeout=30).topics if t in set(topics)}
+
+    def _prepare_bulk_topic(self) -> tuple[int, int]:
+        """The listener's topics (as the runtime makes them at start) and its bulk topic's
+        schema ids, which the deletes are written with."""
+        from mcq.topics.plan import apply_topics
+
+        apply_topics(self.settings, self.topics.specs())
+        return register_topic(registry_client(self.settings), self.topics.bulk)
+
+    def _read(self, spark: SparkSession, topics: list[str]) -> DataFrame:
+        return (
+            spark.read.format("kafka")
+            .options(**self.settings.kafka.spark_options())
+            .option("subscribe", ",".join(topics))
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .option("includeHeaders", "true")
+            # compaction removes records between the offsets listed and those fetched: expected here
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+
+    def _last_records(self, spark: SparkSession, topics: list[str]) -> DataFrame:
+        """Per key of the selected tables: its last record (key and value bytes, headers),
+        whether it is a live state, and its source position."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
+
+        if not topics:
+            return _empty_last(spark)
+        raw = self._read(spark, topics).where(F.col("key").isNotNull())
+        keyed = raw.select(
+            from_avro(_body("key"), schema_text("change_key")).alias("k"),
+            F.struct("offset", "key", "value", "headers").alias("r"),
+        )
+        last = keyed.groupBy("k").agg(F.max_by("r", F.col("r.offset")).alias("r"))
+        value = F.when(F.col("r.value").isNotNull(), from_avro(_body("r.value"), schema_text("change_record")))
+        header = F.element_at(F.filter("r.headers", lambda h: h.getField("key") == POSITION_HEADER), 1)
+        parts = F.split(header.getField("value").cast("string"), "/")
+        return (
+            last.select("k", "r", value.alias("v"))
+            .where(self._in_tables())
+            .select(
+                *(F.col(f"k.{f}").alias(f) for f in FIELDS),
+                F.col("r.key").alias("key"),
+                F.col("r.value").alias("value"),
+                (F.col("v").isNotNull() & (F.col("v.change_type") != "DELETE")).alias("live"),
+                F.col("v.change_type").alias("change_type"),
+                F.col("v.after").alias("after"),
+                F.struct(
+                    F.coalesce(F.col("v.source.last_commit_lsn"), F.element_at(parts, 1).cast("long")).alias("c"),
+                    F.coalesce(F.col("v.source.lsn"), F.element_at(parts, 2).cast("long")).alias("l"),
+                ).alias("pos"),
+            )
+        )
+
+    def _in_tables(self) -> Column:
+        from pyspark.sql import functions as F
+
+        condition = F.lit(False)
+        for t in self.tables:
+            subtype = F.col("k.subtype").isNull() if t.subtype is None else F.col("k.subtype") == t.subtype
+            condition = condition | ((F.col("k.tname") == t.tname) & subtype)
+        return condition
+
+    def _select(self, live: DataFrame) -> DataFrame:
+        """The live states the selection names."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import BooleanType
+
+        if self.chosen.keys is not None:
+            live = self._named(live)
+        if self.chosen.where is not None:
+            rule_text = self.chosen.where.text
+
+            def matches(tname, subtype, person_id, pkey_string, pkey_number, aux_string, change_type, after):  # type: ignore[no-untyped-def]
+                from mcq.registry.rules import change_values, parse_rule
+
+                fields = {
+                    "tname": tname,
+                    "subtype": subtype,
+                    "person_id": person_id,
+                    "pkey_string": pkey_string,
+                    "pkey_number": pkey_number,
+                    "aux_string": aux_string,
+                    "change_type": change_type,
+                }
+                return parse_rule(rule_text).matches(change_values(fields, after, None))
+
+            rule = F.udf(matches, BooleanType())
+            live = live.where(rule(*(F.col(f) for f in FIELDS), F.col("change_type"), F.col("after")))
+        return live
+
+    def _named(self, df: DataFrame) -> DataFrame:
+        """The rows of ``df`` some key of the key list names (whole or partial): one
+        semi-join per shape of key (the fields it gives), never a cross join."""
+        from pyspark.sql import functions as F
+
+        assert self.chosen.keys is not None
+        spark = df.sparkSession
+        shapes: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
+        for key in self.chosen.keys:
+            given = tuple(f for f in FIELDS if getattr(key, f) is not None)
+            shapes.setdefault(given, set()).add(tuple(getattr(key, f) for f in given))
+        found: DataFrame | None = None
+        for given, values in shapes.items():
+            keys = spark.createDataFrame(sorted(values, key=repr), schema=_schema(given))
+            part = df.join(F.broadcast(keys), list(given), "left_semi")
+            found = part if found is None else found.unionByName(part)
+        assert found is not None
+        return found.dropDuplicates(list(FIELDS)) if len(shapes) > 1 else found
+
+    def _gone(self, spark: SparkSession, last: DataFrame, existing: set[str]) -> DataFrame:
+        """The keys to delete: no live state, and at the target (by the listener's applied
+        positions) within the selection, or named whole in the key list; each at the newest
+        position known for it."""
+        from pyspark.sql import functions as F
+
+        candidates: DataFrame | None = None
+        if (self.chosen.whole or self.chosen.keys is not None) and self.topics.applied in existing:
+            present = self._present(spark)
+            candidates = present if self.chosen.whole else self._named(present)
+        named = self._named_whole(spark)
+        if named is not None:
+            candidates = named if candidates is None else candidates.unionByName(named)
+        if candidates is None:
+            return _empty_gone(spark)
+        candidates = candidates.groupBy(*FIELDS).agg(F.max("pos").alias("applied"))
+        live = last.where(F.col("live")).select(*FIELDS)
+        dead = last.where(~F.col("live")).select(*FIELDS, F.col("pos").alias("record"))
+        condition = [candidates[f].eqNullSafe(live[f]) for f in FIELDS]
+        gone = candidates.join(live, condition, "left_anti")
+        joined = gone.join(dead, [gone[f].eqNullSafe(dead[f]) for f in FIELDS], "left").select(
+            *(gone[f] for f in FIELDS), F.greatest(gone["applied"], dead["record"]).alias("pos")
+        )
+        zero = F.struct(F.lit(0).cast("long").alias("c"), F.lit(0).cast("long").alias("l"))
+        return joined.select(*FIELDS, F.coalesce("pos", zero).alias("pos"))
+
+    def _present(self, spark: SparkSession) -> DataFrame:
+        """Keys of the selected tables at the listener's target, with their applied positions
+        (``<prefix>.listener.NAME.applied``: key text -> ``commit/lsn``, ``/-`` when absent)."""
+        from pyspark.sql import functions as F
+
+        applied = self._read(spark, [self.topics.applied]).select(
+            F.col("key").cast("string").alias("text"), F.col("value").cast("string").alias("value"), "offset"
+        )
+        last = (
+            applied.where(F.col("text").startswith("{"))
+            .groupBy("text")
+            .agg(F.max_by("value", "offset").alias("value"))
+            .where(F.col("value").isNotNull() & ~F.col("value").endswith("/-"))
+        )
+        parts = F.split("value", "/")
+        k = F.from_json("text", _schema(FIELDS))
+        return (
+            last.select(k.alias("k"), parts.alias("p"))
+            .where(self._in_tables())
+            .select(
+                *(F.col(f"k.{f}").alias(f) for f in FIELDS),
+                F.struct(F.element_at("p", 1).cast("long").alias("c"), F.element_at("p", 2).cast("long").alias("l"))
+                .alias("pos"),
+            )
+        )  # fmt: skip
+
+    def _named_whole(self, spark: SparkSession) -> DataFrame | None:
+        """The keys of the key list that name one key of a selected table whole (every key
+        field its feeds map, no other): a delete when it has no state."""
+        if self.chosen.keys is None:
+            return None
+        rows = []
+        for key in self.chosen.keys:
+            for t in self.tables:
+                fields = {f for feed in t.feeds for f in feed.keys}
+                if (
+                    key.tname == t.tname
+                    and key.subtype in (None, t.subtype)
+                    and fields
+                    and all((getattr(key, f) is not None) == (f in fields) for f in KEY_FIELDS)
+                ):
+                    rows.append((key.tname, t.subtype, *(getattr(key, f) for f in KEY_FIELDS), (0, 0)))
+        if not rows:
+            return None
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
+        return spark.createDataFrame(rows, schema=StructType([*_schema(FIELDS).fields, StructField("pos", pos)]))
+
+    # ------------------------------------------------------------------ what is written
+
+    def _state_records(self, live: DataFrame) -> DataFrame:
+        """A live state as its record was written to the logical topic."""
+        from pyspark.sql import functions as F
+
+        return live.select(
+            _ref().alias("ref"),
+            F.lit("state").alias("kind"),
+            _text().alias("text"),
+            "key",
+            "value",
+            _headers(F.col("pos")).alias("headers"),
+        )
+
+    def _delete_records(self, gone: DataFrame, ids: tuple[int, int]) -> DataFrame:
+        """A DELETE change record of each gone key, in Confluent's wire format."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        tname = F.coalesce(F.col("tname"), F.lit("?"))  # required in the schema
+        key = F.struct(tname.alias("tname"), *(F.col(f) for f in FIELDS[1:]))
+        value = F.struct(
+            tname.alias("tname"),
+            F.col("subtype"),
+            F.lit("DELETE").alias("change_type"),
+            *(F.col(f) for f in KEY_FIELDS),
+            F.current_timestamp().alias("entry_time"),
+            F.struct(
+                F.coalesce(F.col("pos.c"), F.lit(0).cast("long")).alias("last_commit_lsn"),
+                F.coalesce(F.col("pos.l"), F.lit(0).cast("long")).alias("lsn"),
+                F.lit(None).cast("long").alias("txid"),
+                F.lit("mcq.refresh").alias("table"),
+            ).alias("source"),
+            F.lit(None).cast("map<string,string>").alias("after"),
+            F.lit(None).cast("map<string,string>").alias("before"),
+            F.struct(F.lit(f"refresh of {self.name}").alias("origin"), F.lit(None).cast("string").alias("call_stack"))
+            .alias("provenance"),
+        )  # fmt: skip
+        return gone.select(
+            _ref().alias("ref"),
+            F.lit("delete").alias("kind"),
+            _text().alias("text"),
+            F.concat(_wire_header(ids[0]), to_avro(key, schema_text("change_key"))).alias("key"),
+            F.concat(_wire_header(ids[1]), to_avro(value, schema_text("change_record"))).alias("value"),
+            _headers(F.col("pos")).alias("headers"),
+        )
+
+
+def _body(column: str) -> Column:
+    """The Avro body of Confluent's wire format (after the magic byte and schema id)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"substring({column}, 6)")
+
+
+def _wire_header(schema_id: int) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.unhex(F.lit(f"00{schema_id:08x}"))
+
+
+def _headers(pos: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    position = F.concat_ws("/", pos.getField("c").cast("string"), pos.getField("l").cast("string"))
+    return F.array(
+        F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")),
+        F.struct(F.lit(CAUSE_HEADER).alias("key"), F.lit("refresh").cast("binary").alias("value")),
+    )
+
+
+def _ref() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(F.col("subtype").isNull(), F.col("tname")).otherwise(F.concat_ws("/", "tname", "subtype"))
+
+
+def _text() -> Column:
+    """The key as ``ChangeKey.text()`` spells it (sorted JSON), for examples."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*(F.col(f) for f in sorted(FIELDS))), {"ignoreNullFields": "false"})
+
+
+def _schema(fields: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    numbers = ("person_id", "pkey_number")
+    return StructType([StructField(f, LongType() if f in numbers else StringType()) for f in fields])
+
+
+def _empty_last(spark: SparkSession) -> DataFrame:
+    from pyspark.sql.types import BinaryType, BooleanType, LongType, MapType, StringType, StructField, StructType
+
+    pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
+    schema = StructType(
+        [
+            *_schema(FIELDS).fields,
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("live", BooleanType()),
+            StructField("change_type", StringType()),
+            StructField("after", MapType(StringType(), StringType())),
+            StructField("pos", pos),
+        ]
+    )
+    return spark.createDataFrame([], schema)
+
+
+def _empty_gone(spark: SparkSession) -> DataFrame:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
+    return spark.createDataFrame([], StructType([*_schema(FIELDS).fields, StructField("pos", pos)]))
