@@ -24,17 +24,20 @@ and a listener with ``adapter: {type: mykind, settings: {...}}`` uses it.
 
 from __future__ import annotations
 
-from abc import ABC
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from consumers.exceptions import AdapterError, ListenerConfigError, TargetUnavailable
-from mcq.change import Change
+from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
+
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
 
 ENTRY_POINT_GROUP = "mcq.adapters"
 
@@ -111,6 +114,32 @@ class Adapter(ABC):
     def ready(self) -> bool:
         """Whether the target answers (readiness probe); default: assume so."""
         return True
+
+
+class ReadBack(ABC):
+    """An adapter whose target can be read back and compared with the last state its
+    listener should hold (``mcq reconcile``). A target is a set of *objects* -- a row per
+    key, an LDAP entry per person -- each with a content that compares equal when the
+    target holds what it should (only what the adapter manages: attributes set by hand
+    elsewhere are not its business)."""
+
+    def state_refs(self) -> tuple[str, ...] | None:
+        """The tables/subtypes the objects are assembled from; None: the listener's
+        interests (an object per key)."""
+        return None
+
+    @abstractmethod
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        """Object -> content the target should hold, from the live state of every key of
+        the tables (each as an UPDATE carrying its after-state) seen through ``view``."""
+
+    @abstractmethod
+    def read_back(self) -> dict[str, Any]:
+        """Object -> content of every object of this listener the target holds now."""
+
+    @abstractmethod
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        """The keys whose refresh makes the adapter write ``obj`` again (or delete it)."""
 
 
 def adapter_class(kind: str) -> type[Adapter]:

@@ -792,6 +792,67 @@ def refresh(
         )
 
 
+@main.command("reconcile")
+@click.argument("name")
+@click.option("--repair", is_flag=True, help="Refresh exactly the drifted objects' keys into the listener's bulk lane.")
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write every drifted object, with what it should hold and what it holds, to this JSON file.",
+)
+@FROM_FILE
+@click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
+def reconcile(
+    name: str, repair: bool, report_file: Path | None, registry_file: Path | None, master: str | None
+) -> None:
+    """Compare listener NAME's target with the last state it should hold (a Spark job over
+    the compacted logical topics, through the listener's rules and column allow-lists,
+    against the target read back): missing, extra and different objects, with examples.
+
+    Exit 0 when the target holds what it should (or --repair sent the repair), 1 when it
+    drifted (or the job failed), 2 for an unknown listener or a target that cannot be
+    read back (table, ldap and file targets can)."""
+    from consumers.exceptions import ListenerConfigError, TargetUnavailable
+    from streams.reconcile import Reconcile
+    from streams.selection import SelectionError
+    from streams.session import SparkSetupError, spark_session
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    try:
+        job = Reconcile(settings, registry, name, report=_say)
+    except (SelectionError, ListenerConfigError) as exc:
+        _err(f"mcq reconcile: {name}: {exc}")
+        sys.exit(EXIT_CONFIG)
+    try:
+        spark = spark_session(settings, f"mcq-reconcile-{name}", master)
+        drift = job.run(spark)
+        for line in drift.lines():
+            _say(f"reconcile {name}: {line}")
+        if report_file is not None:
+            drift.write(report_file)
+            _say(f"reconcile {name}: report written to {report_file}")
+        if drift.total and repair:
+            sent = job.repair(spark, drift)
+            _say(
+                f"reconcile {name}: repair: {sent.total:,} record(s) for {drift.total:,} drifted object(s) sent to "
+                f"{sent.topic}; the listener applies them while its real-time lane is idle"
+            )
+            return
+    except SparkSetupError as exc:
+        _err(f"mcq reconcile: {exc}")
+        sys.exit(EXIT_FAILED)
+    except TargetUnavailable as exc:
+        _err(f"mcq reconcile: {name}: the target cannot be read: {exc}")
+        sys.exit(EXIT_FAILED)
+    except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
+        _err(f"mcq reconcile: {name}: the job failed: {_first_line(exc)}")
+        sys.exit(EXIT_FAILED)
+    if drift.total:
+        sys.exit(EXIT_FAILED)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

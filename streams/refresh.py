@@ -16,8 +16,9 @@ A Spark batch job over the compacted logical topics of the listener's tables:
 4. a key with no live state -> a DELETE, for each key the listener's applied positions
    say is at its target (a whole-table selection, or a key list that covers it) and each
    key named whole in a key list: a refresh of a key that no longer exists is a delete.
-   Its position is the newest known for the key (the applied one, the delete's, the
-   tombstone's), so a newer change the listener applies meanwhile still wins.
+   Its position is the newest known (the key's applied one, its delete's or tombstone's,
+   the newest read from the topics), so a newer change the listener applies meanwhile
+   still wins.
 
 The listener applies the bulk lane while its real-time lane has nothing waiting, so a
 refresh of a million keys never holds back a password change.
@@ -38,6 +39,7 @@ from mcq.change import KEY_FIELDS, POSITION_HEADER
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import LogicalTable, Registry
+from streams.laststate import FIELDS, in_tables, key_schema, last_records, read_topics
 from streams.progress import stage_progress
 from streams.selection import Selection, SelectionError
 
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 CAUSE_HEADER = "mcq.cause"
-FIELDS = ("tname", "subtype", *KEY_FIELDS)
 EXAMPLES = 5
 
 
@@ -118,7 +119,7 @@ class Refresh:
             return summary
         ids = (0, 0) if dry_run else self._prepare_bulk_topic()
         with stage_progress(spark, label, self.report):
-            last = self._last_records(spark, logical)
+            last = last_records(spark, self.settings, logical, self.tables).persist(StorageLevel.MEMORY_AND_DISK)
             live = last.where(F.col("live"))
             selected = self._select(live)
             gone = self._gone(spark, last, existing)
@@ -140,6 +141,7 @@ class Refresh:
                     )
             finally:
                 out.unpersist()
+                last.unpersist()
         if not dry_run and self.chosen.whole:
             self._clear_exposures(logical)
         summary.seconds = time.monotonic() - started
@@ -169,62 +171,6 @@ class Refresh:
 
         apply_topics(self.settings, self.topics.specs())
         return register_topic(registry_client(self.settings), self.topics.bulk)
-
-    def _read(self, spark: SparkSession, topics: list[str]) -> DataFrame:
-        return (
-            spark.read.format("kafka")
-            .options(**self.settings.kafka.spark_options())
-            .option("subscribe", ",".join(topics))
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .option("includeHeaders", "true")
-            # compaction removes records between the offsets listed and those fetched: expected here
-            .option("failOnDataLoss", "false")
-            .load()
-        )
-
-    def _last_records(self, spark: SparkSession, topics: list[str]) -> DataFrame:
-        """Per key of the selected tables: its last record (key and value bytes, headers),
-        whether it is a live state, and its source position."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import from_avro
-
-        if not topics:
-            return _empty_last(spark)
-        raw = self._read(spark, topics).where(F.col("key").isNotNull())
-        keyed = raw.select(
-            from_avro(_body("key"), schema_text("change_key")).alias("k"),
-            F.struct("offset", "key", "value", "headers").alias("r"),
-        )
-        last = keyed.groupBy("k").agg(F.max_by("r", F.col("r.offset")).alias("r"))
-        value = F.when(F.col("r.value").isNotNull(), from_avro(_body("r.value"), schema_text("change_record")))
-        header = F.element_at(F.filter("r.headers", lambda h: h.getField("key") == POSITION_HEADER), 1)
-        parts = F.split(header.getField("value").cast("string"), "/")
-        return (
-            last.select("k", "r", value.alias("v"))
-            .where(self._in_tables())
-            .select(
-                *(F.col(f"k.{f}").alias(f) for f in FIELDS),
-                F.col("r.key").alias("key"),
-                F.col("r.value").alias("value"),
-                (F.col("v").isNotNull() & (F.col("v.change_type") != "DELETE")).alias("live"),
-                F.col("v.change_type").alias("change_type"),
-                F.col("v.after").alias("after"),
-                F.struct(
-                    F.coalesce(F.col("v.source.last_commit_lsn"), F.element_at(parts, 1).cast("long")).alias("c"),
-                    F.coalesce(F.col("v.source.lsn"), F.element_at(parts, 2).cast("long")).alias("l"),
-                ).alias("pos"),
-            )
-        )
-
-    def _in_tables(self) -> Column:
-        from pyspark.sql import functions as F
-
-        condition = F.lit(False)
-        for t in self.tables:
-            subtype = F.col("k.subtype").isNull() if t.subtype is None else F.col("k.subtype") == t.subtype
-            condition = condition | ((F.col("k.tname") == t.tname) & subtype)
-        return condition
 
     def _select(self, live: DataFrame) -> DataFrame:
         """The live states the selection names."""
@@ -267,7 +213,7 @@ class Refresh:
             shapes.setdefault(given, set()).add(tuple(getattr(key, f) for f in given))
         found: DataFrame | None = None
         for given, values in shapes.items():
-            keys = spark.createDataFrame(sorted(values, key=repr), schema=_schema(given))
+            keys = spark.createDataFrame(sorted(values, key=repr), schema=key_schema(given))
             part = df.join(F.broadcast(keys), list(given), "left_semi")
             found = part if found is None else found.unionByName(part)
         assert found is not None
@@ -293,18 +239,22 @@ class Refresh:
         dead = last.where(~F.col("live")).select(*FIELDS, F.col("pos").alias("record"))
         condition = [candidates[f].eqNullSafe(live[f]) for f in FIELDS]
         gone = candidates.join(live, condition, "left_anti")
-        joined = gone.join(dead, [gone[f].eqNullSafe(dead[f]) for f in FIELDS], "left").select(
-            *(gone[f] for f in FIELDS), F.greatest(gone["applied"], dead["record"]).alias("pos")
+        # the newest position read from the topics stands for "now": the delete of a key the
+        # listener never applied (a stray row at its target) passes the target's own guard
+        # against older changes, and a change of the key the listener applies after it wins
+        newest = last.agg(F.max("pos").alias("pos")).first()
+        c, lsn = (newest["pos"]["c"], newest["pos"]["l"]) if newest and newest["pos"] else (0, 0)
+        now = F.struct(F.lit(c).cast("long").alias("c"), F.lit(lsn).cast("long").alias("l"))
+        return gone.join(dead, [gone[f].eqNullSafe(dead[f]) for f in FIELDS], "left").select(
+            *(gone[f] for f in FIELDS), F.greatest(gone["applied"], dead["record"], now).alias("pos")
         )
-        zero = F.struct(F.lit(0).cast("long").alias("c"), F.lit(0).cast("long").alias("l"))
-        return joined.select(*FIELDS, F.coalesce("pos", zero).alias("pos"))
 
     def _present(self, spark: SparkSession) -> DataFrame:
         """Keys of the selected tables at the listener's target, with their applied positions
         (``<prefix>.listener.NAME.applied``: key text -> ``commit/lsn``, ``/-`` when absent)."""
         from pyspark.sql import functions as F
 
-        applied = self._read(spark, [self.topics.applied]).select(
+        applied = read_topics(spark, self.settings, [self.topics.applied]).select(
             F.col("key").cast("string").alias("text"), F.col("value").cast("string").alias("value"), "offset"
         )
         last = (
@@ -314,10 +264,10 @@ class Refresh:
             .where(F.col("value").isNotNull() & ~F.col("value").endswith("/-"))
         )
         parts = F.split("value", "/")
-        k = F.from_json("text", _schema(FIELDS))
+        k = F.from_json("text", key_schema(FIELDS))
         return (
             last.select(k.alias("k"), parts.alias("p"))
-            .where(self._in_tables())
+            .where(in_tables(self.tables))
             .select(
                 *(F.col(f"k.{f}").alias(f) for f in FIELDS),
                 F.struct(F.element_at("p", 1).cast("long").alias("c"), F.element_at("p", 2).cast("long").alias("l"))
@@ -346,7 +296,7 @@ class Refresh:
         from pyspark.sql.types import LongType, StructField, StructType
 
         pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
-        return spark.createDataFrame(rows, schema=StructType([*_schema(FIELDS).fields, StructField("pos", pos)]))
+        return spark.createDataFrame(rows, schema=StructType([*key_schema(FIELDS).fields, StructField("pos", pos)]))
 
     # ------------------------------------------------------------------ what is written
 
@@ -397,13 +347,6 @@ class Refresh:
         )
 
 
-def _body(column: str) -> Column:
-    """The Avro body of Confluent's wire format (after the magic byte and schema id)."""
-    from pyspark.sql import functions as F
-
-    return F.expr(f"substring({column}, 6)")
-
-
 def _wire_header(schema_id: int) -> Column:
     from pyspark.sql import functions as F
 
@@ -433,33 +376,8 @@ def _text() -> Column:
     return F.to_json(F.struct(*(F.col(f) for f in sorted(FIELDS))), {"ignoreNullFields": "false"})
 
 
-def _schema(fields: tuple[str, ...]):  # type: ignore[no-untyped-def]
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    numbers = ("person_id", "pkey_number")
-    return StructType([StructField(f, LongType() if f in numbers else StringType()) for f in fields])
-
-
-def _empty_last(spark: SparkSession) -> DataFrame:
-    from pyspark.sql.types import BinaryType, BooleanType, LongType, MapType, StringType, StructField, StructType
-
-    pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
-    schema = StructType(
-        [
-            *_schema(FIELDS).fields,
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("live", BooleanType()),
-            StructField("change_type", StringType()),
-            StructField("after", MapType(StringType(), StringType())),
-            StructField("pos", pos),
-        ]
-    )
-    return spark.createDataFrame([], schema)
-
-
 def _empty_gone(spark: SparkSession) -> DataFrame:
     from pyspark.sql.types import LongType, StructField, StructType
 
     pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
-    return spark.createDataFrame([], StructType([*_schema(FIELDS).fields, StructField("pos", pos)]))
+    return spark.createDataFrame([], StructType([*key_schema(FIELDS).fields, StructField("pos", pos)]))

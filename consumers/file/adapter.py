@@ -13,16 +13,20 @@ import json
 import os
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from consumers.adapter import Adapter
+from consumers.adapter import Adapter, ReadBack
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.file.names import FileNamer
 from consumers.file.settings import FileSettings
-from mcq.change import KEY_FIELDS, Change
+from mcq.change import KEY_FIELDS, Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Listener
+
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
 
 
 def to_xml(listener: str, changes: Sequence[Change]) -> bytes:
@@ -56,7 +60,7 @@ def to_jsonl(changes: Sequence[Change]) -> bytes:
     return b"".join(json.dumps(c.as_json(), sort_keys=True).encode() + b"\n" for c in changes)
 
 
-class FileAdapter(Adapter):
+class FileAdapter(Adapter, ReadBack):
     kind = "file"
     settings_model = FileSettings
     settings: FileSettings
@@ -105,3 +109,51 @@ class FileAdapter(Adapter):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    # ------------------------------------------------------------------ read back (mcq reconcile)
+    # what a reader of the files holds: every file of this listener applied in name order
+    # (the order they were written), each change setting its key's state or deleting it
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for change in states:
+            seen, _ = view.see(change, False)
+            if seen is not None and seen.after is not None:
+                out[seen.key.text()] = seen.after
+        return out
+
+    def read_back(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        fmt = self.settings.format
+        for path in sorted(self.settings.directory.glob(f"{self.listener.name}-*.{fmt}")):
+            for key, change_type, after in _jsonl_changes(path) if fmt == "jsonl" else _xml_changes(path):
+                if change_type == "DELETE":
+                    out.pop(key, None)
+                else:
+                    out[key] = after
+        return out
+
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        return [ChangeKey.from_text(obj)]
+
+
+def _jsonl_changes(path: Path) -> Iterator[tuple[str, str, dict[str, Any] | None]]:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            c = json.loads(line)
+            key = ChangeKey(c["tname"], c.get("subtype"), *(c.get(f) for f in KEY_FIELDS))
+            yield key.text(), c["change_type"], c.get("after")
+
+
+def _xml_changes(path: Path) -> Iterator[tuple[str, str, dict[str, Any] | None]]:
+    for el in ET.parse(path).getroot().iter("change"):
+        fields: dict[str, Any] = {f: None for f in KEY_FIELDS}
+        found = el.find("key")
+        for item in found if found is not None else []:
+            fields[item.tag] = int(item.text or 0) if item.tag in ("person_id", "pkey_number") else item.text
+        key = ChangeKey(el.get("tname") or "", el.get("subtype") or None, *(fields[f] for f in KEY_FIELDS))
+        block = el.find("after")
+        after = None
+        if block is not None:
+            after = {col.get("name") or "": None if col.get("null") == "true" else (col.text or "") for col in block}
+        yield key.text(), el.get("type") or "", after

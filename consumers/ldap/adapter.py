@@ -16,17 +16,22 @@ server's message.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from ldap3 import BASE, MODIFY_REPLACE, NONE, Connection, Server
+from ldap3 import BASE, LEVEL, MODIFY_REPLACE, NONE, Connection, Server
 from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
 
+from consumers.adapter import ReadBack
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.ldap.entries import (
     DEPARTMENT,
+    GROUP_ATTRS,
     GROUP_MEM,
     GROUPS,
     ORGN,
+    PEOPLE,
+    PERSON_ATTRS,
     STATE,
     Entry,
     group_dn,
@@ -36,13 +41,17 @@ from consumers.ldap.entries import (
 )
 from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter
-from mcq.change import Change
+from consumers.projection import IndexedState
+from mcq.change import Change, ChangeKey
+
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
 
 NO_SUCH_OBJECT = 32
 ALREADY_EXISTS = 68
 
 
-class LdapAdapter(ProjectedAdapter):
+class LdapAdapter(ProjectedAdapter, ReadBack):
     kind = "ldap"
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
@@ -182,3 +191,74 @@ class LdapAdapter(ProjectedAdapter):
                 raise
             return False
         return True
+
+    # ------------------------------------------------------------------ read back (mcq reconcile)
+    # objects: "person <person_id>" (employeeNumber=... under people_dn) and "group <name>"
+    # (cn=... under groups_dn); content: object classes and the managed attributes that
+    # have values, names lower-cased and values sorted (the directory keeps no order)
+
+    def state_refs(self) -> tuple[str, ...]:
+        return STATE
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        from consumers.runtime.view import ViewState
+
+        inner = IndexedState()
+        for change in states:
+            inner.put(change.key.ref, change.key, change.after, change.position)
+        store = ViewState(inner, view)  # type: ignore[arg-type]  # an IndexedState reads as a store does
+        out: dict[str, Any] = {}
+        for key, _, _ in inner.entries(PEOPLE):
+            if key.person_id is not None:
+                person = person_entry(store, key.person_id, self.people_dn, self.settings.default_gid)
+                if person is not None:
+                    out[f"person {key.person_id}"] = _content(person.object_classes, person.attributes)
+        for key, _, _ in inner.entries(GROUPS):
+            if key.pkey_string is not None:
+                group = group_entry(store, key.pkey_string, self.groups_dn)
+                if group is not None:
+                    out[f"group {key.pkey_string}"] = _content(group.object_classes, group.attributes)
+        return out
+
+    def read_back(self) -> dict[str, Any]:
+        from ldap3.utils.dn import parse_dn
+
+        conn = self._connection()
+        out: dict[str, Any] = {}
+        for base, rdn, kind, managed in (
+            (self.people_dn, "employeenumber", "person", PERSON_ATTRS),
+            (self.groups_dn, "cn", "group", GROUP_ATTRS),
+        ):
+            found = conn.extend.standard.paged_search(
+                base, "(objectClass=*)", LEVEL, attributes=["objectClass", *managed], paged_size=1000, generator=True
+            )
+            for entry in found:
+                if entry.get("type") != "searchResEntry":
+                    continue
+                name, value, _ = parse_dn(entry["dn"])[0]
+                if name.lower() != rdn or (kind == "person" and not value.isdigit()):
+                    continue  # not an entry this adapter makes
+                attrs = entry["attributes"]
+                classes = [str(c) for c in attrs.get("objectClass", [])]
+                values = {k: _values(v) for k, v in attrs.items() if k.lower() != "objectclass"}
+                out[f"{kind} {int(value) if kind == 'person' else value}"] = _content(classes, values)
+        return out
+
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        """A person's entry is written again by a refresh of its PERSON/PEOPLE key (deleted
+        when that has no state), a group's by its GROUPS key."""
+        kind, _, name = obj.partition(" ")
+        if kind == "person":
+            return [ChangeKey("PERSON", "PEOPLE", int(name))]
+        return [ChangeKey(GROUPS, None, None, name)]
+
+
+def _values(value: object) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in items]
+
+
+def _content(classes: Iterable[str], attributes: dict[str, list[str]]) -> dict[str, list[str]]:
+    out = {"objectclass": sorted(c.lower() for c in classes)}
+    out.update({k.lower(): sorted(v) for k, v in attributes.items() if v})
+    return out

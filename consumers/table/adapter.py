@@ -6,21 +6,25 @@ overwrites a newer state. A batch is one transaction with a savepoint per change
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
-from consumers.adapter import Adapter
+from consumers.adapter import Adapter, ReadBack
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.postgres import Connection, PgTarget
 from consumers.table.settings import TableSettings
-from mcq.change import Change
+from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Listener
 
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
 
-class TableAdapter(Adapter):
+
+class TableAdapter(Adapter, ReadBack):
     kind = "table"
     settings_model = TableSettings
     settings: TableSettings
@@ -120,3 +124,27 @@ class TableAdapter(Adapter):
             conn.execute(self._delete, (change.key.text(), change.position.last_commit_lsn, change.position.lsn))
         else:
             conn.execute(self._upsert, self._upsert_row(change))
+
+    # ------------------------------------------------------------------ read back (mcq reconcile)
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        """A row per key in the listener's view, holding the columns it may see."""
+        out: dict[str, Any] = {}
+        for change in states:
+            seen, _ = view.see(change, False)
+            if seen is not None and seen.after is not None:
+                out[seen.key.text()] = seen.after
+        return out
+
+    def read_back(self) -> dict[str, Any]:
+        conn = self.target.connection()
+        out: dict[str, Any] = {}
+        with conn.transaction(), conn.cursor(name="mcq_read_back") as cur:
+            cur.itersize = 10_000
+            cur.execute(sql.SQL("SELECT change_key, state FROM {}").format(self.table))
+            for key, state in cur:
+                out[str(key)] = state
+        return out
+
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        return [ChangeKey.from_text(obj)]

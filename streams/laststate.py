@@ -1,0 +1,119 @@
+"""The last state of every key, read in a Spark batch from the compacted logical topics:
+what the batch jobs (``mcq refresh``, ``mcq reconcile``) start from.
+
+Topics are read from the earliest offset to their end as of the read; the last record
+of a key (its highest offset: a key lives in one partition) is its state. A DELETE
+record or a tombstone is no live state; its source position comes from the record or,
+for a tombstone, from the ``mcq.position`` header the normaliser writes. Records are
+in Confluent's wire format: a magic byte and a schema id before the Avro body.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mcq.change import KEY_FIELDS, POSITION_HEADER
+from mcq.config import Settings
+from mcq.contract import schema_text
+from mcq.registry.model import LogicalTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+FIELDS = ("tname", "subtype", *KEY_FIELDS)
+NUMBERS = ("person_id", "pkey_number")
+
+
+def read_topics(spark: SparkSession, settings: Settings, topics: list[str]) -> DataFrame:
+    """Every record of ``topics`` now (key, value, headers, topic, partition, offset)."""
+    return (
+        spark.read.format("kafka")
+        .options(**settings.kafka.spark_options())
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        # compaction removes records between the offsets listed and those fetched: expected here
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+
+
+def last_records(spark: SparkSession, settings: Settings, topics: list[str], tables: list[LogicalTable]) -> DataFrame:
+    """Per key of ``tables``: the key fields, its last record's key and value bytes, whether
+    it is a live state (``live``), its change type, after-state and source position
+    (``pos``: struct of ``c`` = last commit LSN and ``l`` = LSN)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    if not topics:
+        return empty_last(spark)
+    raw = read_topics(spark, settings, topics).where(F.col("key").isNotNull())
+    keyed = raw.select(
+        from_avro(wire_body("key"), schema_text("change_key")).alias("k"),
+        F.struct("offset", "key", "value", "headers").alias("r"),
+    )
+    last = keyed.groupBy("k").agg(F.max_by("r", F.col("r.offset")).alias("r"))
+    value = F.when(F.col("r.value").isNotNull(), from_avro(wire_body("r.value"), schema_text("change_record")))
+    header = F.element_at(F.filter("r.headers", lambda h: h.getField("key") == POSITION_HEADER), 1)
+    parts = F.split(header.getField("value").cast("string"), "/")
+    return (
+        last.select("k", "r", value.alias("v"))
+        .where(in_tables(tables))
+        .select(
+            *(F.col(f"k.{f}").alias(f) for f in FIELDS),
+            F.col("r.key").alias("key"),
+            F.col("r.value").alias("value"),
+            (F.col("v").isNotNull() & (F.col("v.change_type") != "DELETE")).alias("live"),
+            F.col("v.change_type").alias("change_type"),
+            F.col("v.after").alias("after"),
+            F.struct(
+                F.coalesce(F.col("v.source.last_commit_lsn"), F.element_at(parts, 1).cast("long")).alias("c"),
+                F.coalesce(F.col("v.source.lsn"), F.element_at(parts, 2).cast("long")).alias("l"),
+            ).alias("pos"),
+        )
+    )
+
+
+def in_tables(tables: list[LogicalTable]) -> Column:
+    """Whether the key struct ``k`` is of one of ``tables``."""
+    from pyspark.sql import functions as F
+
+    condition = F.lit(False)
+    for t in tables:
+        subtype = F.col("k.subtype").isNull() if t.subtype is None else F.col("k.subtype") == t.subtype
+        condition = condition | ((F.col("k.tname") == t.tname) & subtype)
+    return condition
+
+
+def wire_body(column: str) -> Column:
+    """The Avro body of Confluent's wire format (after the magic byte and schema id)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"substring({column}, 6)")
+
+
+def key_schema(fields: tuple[str, ...]) -> StructType:
+    """A struct of key fields, typed as the change key schema types them."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType([StructField(f, LongType() if f in NUMBERS else StringType()) for f in fields])
+
+
+def empty_last(spark: SparkSession) -> DataFrame:
+    from pyspark.sql.types import BinaryType, BooleanType, LongType, MapType, StringType, StructField, StructType
+
+    pos = StructType([StructField("c", LongType()), StructField("l", LongType())])
+    schema = StructType(
+        [
+            *key_schema(FIELDS).fields,
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("live", BooleanType()),
+            StructField("change_type", StringType()),
+            StructField("after", MapType(StringType(), StringType())),
+            StructField("pos", pos),
+        ]
+    )
+    return spark.createDataFrame([], schema)

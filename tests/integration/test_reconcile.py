@@ -1,0 +1,140 @@
+"""``mcq reconcile``: drift injected into a target by hand (an object deleted, one changed,
+a stray one added) is reported exactly; ``--repair`` sends exactly those objects' keys
+through the listener's bulk lane; once the listener has applied them a second reconcile
+finds nothing, and the target holds what the source says (derived from the changes sent,
+not from the code under test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+from click.testing import CliRunner, Result
+from ldap3 import Connection
+
+from mcq.change import ChangeKey
+from mcq.cli import main
+from mcq.config import Settings
+from mcq.stack import Stack
+from tests.integration.listeners import World, caught_up, change, expected_state, make_world, produce, target_state
+from tests.integration.test_adapters import ch, send_changes
+from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
+
+
+def _reconcile(w: World, *args: str) -> Result:
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
+    return CliRunner().invoke(main, ["reconcile", w.name, "--registry", str(w.registry_file), *args], env=env)
+
+
+def test_drift_in_a_table_target_is_reported_exactly_and_repaired(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(40)]
+    history += [change("PHONE", pid, f"+1-519-{pid:07d}") for pid in range(0, 40, 4)]
+    history += [change("PHONE", pid, None, "DELETE") for pid in (5, 6)]
+    produce(w.settings, w.phone_topic, history)
+    caught_up(w)
+    expected = expected_state(history)
+
+    clean = _reconcile(w)
+    assert clean.exit_code == 0, clean.output
+    assert "38 object(s) expected, 38 at the target: 0 missing, 0 extra, 0 different" in clean.output
+
+    lost, changed = change("PHONE", 1, None).key.text(), change("PHONE", 2, None).key.text()
+    stray = ChangeKey("PHONE", None, 777, None, None, "office").text()
+    with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {w.table} WHERE change_key = %s", (lost,))
+        conn.execute(f"UPDATE {w.table} SET state = state || '{{\"phone\": \"+1-000\"}}' WHERE change_key = %s",
+                     (changed,))  # fmt: skip
+        conn.execute(
+            f"INSERT INTO {w.table} (change_key, tname, person_id, aux_string, state, last_commit_lsn, lsn)"
+            " VALUES (%s, 'PHONE', 777, 'office', '{\"phone\": \"x\"}', 7, 8)",
+            (stray,),
+        )
+    report = tmp_path / "drift.json"
+    found = _reconcile(w, "--report", str(report))
+    assert found.exit_code == 1, found.output
+    assert "38 object(s) expected, 38 at the target: 1 missing, 1 extra, 1 different" in found.output
+    assert f"different: {changed}: phone: expected '+1-518-0000002', found '+1-000'" in found.output
+    drift = json.loads(report.read_text())
+    assert [d["object"] for d in drift["missing"]] == [lost]
+    assert [d["object"] for d in drift["extra"]] == [stray]
+    assert [(d["object"], d["actual"]["phone"]) for d in drift["different"]] == [(changed, "+1-000")]
+
+    repaired = _reconcile(w, "--repair")
+    assert repaired.exit_code == 0, repaired.output
+    assert "repair: 3 record(s) for 3 drifted object(s)" in repaired.output
+    run = caught_up(w)
+    assert run.counters.bulk_applied == 3
+    assert target_state(w.settings, w.table) == expected
+    again = _reconcile(w)
+    assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
+
+
+def _people(w: World, n: int) -> None:
+    for pid in range(1, n + 1):
+        send_changes(
+            w,
+            ch("PERSON/PEOPLE", "INSERT", {"person_id": str(pid), "first_name": f"P{pid}", "last_name": f"L{pid}"},
+               person_id=pid),
+            ch("PERSON/Telephone", "INSERT",
+               {"person_id": str(pid), "tele_type": "campus", "phone_number": f"+1 518 276 {pid:04d}"},
+               person_id=pid, aux_string="campus"),
+        )  # fmt: skip
+    send_changes(
+        w,
+        ch("GROUPS", "INSERT", {"group_name": "staff", "gid": "500", "description": "All staff"}, pkey_string="staff"),
+    )
+
+
+def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: World) -> None:  # noqa: F811
+    w = world
+    _people(w, 6)
+    caught_up(w)
+    people = f"ou=people,{w.table}"
+    assert entry(w.settings, f"employeeNumber=6,{people}") is not None
+    clean = _reconcile(w)
+    assert clean.exit_code == 0 and "7 object(s) expected, 7 at the target: 0 missing" in clean.output, clean.output
+
+    conn: Connection = ldap(w.settings)
+    conn.delete(f"employeeNumber=2,{people}")
+    conn.modify(f"employeeNumber=3,{people}", {"telephoneNumber": [("MODIFY_REPLACE", ["+1 000 000 0000"])]})
+    conn.modify(f"employeeNumber=4,{people}", {"description": [("MODIFY_REPLACE", ["set by hand: not ours"])]})
+    conn.add(f"employeeNumber=999,{people}", ["inetOrgPerson"], {"cn": "Stray", "sn": "Stray"})
+    conn.unbind()
+
+    found = _reconcile(w)
+    assert found.exit_code == 1, found.output
+    assert "7 object(s) expected, 7 at the target: 1 missing, 1 extra, 1 different" in found.output
+    assert "missing: person 2" in found.output and "extra: person 999" in found.output
+    assert "different: person 3: telephonenumber: expected ['+1 518 276 0003'], found ['+1 000 000 0000']" in (
+        found.output
+    )
+
+    repaired = _reconcile(w, "--repair")
+    assert repaired.exit_code == 0, repaired.output
+    caught_up(w)
+    assert entry(w.settings, f"employeeNumber=999,{people}") is None
+    two = entry(w.settings, f"employeeNumber=2,{people}")
+    assert two is not None and two["telephoneNumber"] == ["+1 518 276 0002"] and two["cn"] == ["P2 L2"]
+    three = entry(w.settings, f"employeeNumber=3,{people}")
+    assert three is not None and three["telephoneNumber"] == ["+1 518 276 0003"]
+    four = entry(w.settings, f"employeeNumber=4,{people}")
+    assert four is not None and four["description"] == ["set by hand: not ours"]  # not managed: left alone
+    again = _reconcile(w)
+    assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
+
+
+def test_an_unknown_listener_or_a_target_that_cannot_be_read_back_is_one_line_and_exit_2(
+    world: World,  # noqa: F811
+) -> None:
+    env = {"MCQ_TOPIC_PREFIX": world.settings.topic_prefix}
+    for name, message in {
+        "NOPE": "mcq reconcile: NOPE: no listener named NOPE in the registry (known: ADSI, Applix, BEST, CMMS, Insite,",
+        "Unity": "mcq reconcile: Unity: its webhook target cannot be read back to compare",
+    }.items():
+        out = CliRunner().invoke(main, ["reconcile", name, "--registry", str(world.registry_file)], env=env)
+        assert out.exit_code == 2, out.output
+        assert len(out.output.strip().splitlines()) == 1 and out.output.startswith(message), out.output
