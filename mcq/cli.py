@@ -853,6 +853,50 @@ def reconcile(
         sys.exit(EXIT_FAILED)
 
 
+@main.command("rebuild")
+@click.argument("name")
+@click.option(
+    "--truncate", is_flag=True, help="A table target: empty it first (faster; readers wait until it commits)."
+)
+@FROM_FILE
+@click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
+@click.option("--dry-run", is_flag=True, help="Count the live states that would be loaded; change nothing.")
+def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str | None, dry_run: bool) -> None:
+    """Rebuild stopped listener NAME's target from the compacted logical topics in a Spark
+    job, without consuming them through Kafka: a table target by COPY in one transaction,
+    any other through its adapter (what it holds beyond the states removed where it can be
+    read back). The listener's applied positions follow, and its group moves to the
+    offsets the rebuild read up to: what is committed meanwhile is applied by its next run.
+
+    Refused while an instance of NAME runs (exit 1, naming the instances); exit 2 for an
+    unknown listener or --truncate on a target that is not a table; 1 when the job fails
+    (the listener's offsets are then left where they were)."""
+    from consumers.exceptions import ConsumerError, TargetUnavailable
+    from streams.rebuild import Rebuild
+    from streams.session import SparkSetupError, spark_session
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    with _moving_groups("rebuild"):
+        job = Rebuild(settings, registry, name, truncate, report=_say)
+        job.groups.refuse_while_running("rebuild")
+        try:
+            spark = spark_session(settings, f"mcq-rebuild-{name}", master)
+            summary = job.run(spark, dry_run=dry_run)
+        except (SparkSetupError, TargetUnavailable) as exc:
+            _err(f"mcq rebuild: {name}: {exc}")
+            sys.exit(EXIT_FAILED)
+        except ConsumerError:
+            raise  # a running listener, a refused change...: said by _moving_groups
+        except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
+            _err(f"mcq rebuild: {name}: the job failed: {_first_line(exc)}; the listener's offsets were not moved")
+            sys.exit(EXIT_FAILED)
+    for line in summary.lines():
+        _say(f"rebuild {name}: {line}")
+    if not dry_run:
+        _say(f"rebuild {name}: done; the next run (mcq listen {name}) goes on from where the rebuild read up to")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

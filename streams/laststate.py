@@ -10,6 +10,7 @@ in Confluent's wire format: a magic byte and a schema id before the Avro body.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from mcq.change import KEY_FIELDS, POSITION_HEADER
@@ -25,14 +26,23 @@ FIELDS = ("tname", "subtype", *KEY_FIELDS)
 NUMBERS = ("person_id", "pkey_number")
 
 
-def read_topics(spark: SparkSession, settings: Settings, topics: list[str]) -> DataFrame:
-    """Every record of ``topics`` now (key, value, headers, topic, partition, offset)."""
+def read_topics(
+    spark: SparkSession, settings: Settings, topics: list[str], ends: dict[tuple[str, int], int] | None = None
+) -> DataFrame:
+    """Every record of ``topics`` now, or before the offsets ``ends`` gives per partition
+    (key, value, headers, topic, partition, offset)."""
+    ending = "latest"
+    if ends is not None:
+        by_topic: dict[str, dict[str, int]] = {}
+        for (topic, partition), offset in ends.items():
+            by_topic.setdefault(topic, {})[str(partition)] = offset
+        ending = json.dumps(by_topic)
     return (
         spark.read.format("kafka")
         .options(**settings.kafka.spark_options())
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
+        .option("endingOffsets", ending)
         .option("includeHeaders", "true")
         # compaction removes records between the offsets listed and those fetched: expected here
         .option("failOnDataLoss", "false")
@@ -40,16 +50,22 @@ def read_topics(spark: SparkSession, settings: Settings, topics: list[str]) -> D
     )
 
 
-def last_records(spark: SparkSession, settings: Settings, topics: list[str], tables: list[LogicalTable]) -> DataFrame:
+def last_records(
+    spark: SparkSession,
+    settings: Settings,
+    topics: list[str],
+    tables: list[LogicalTable],
+    ends: dict[tuple[str, int], int] | None = None,
+) -> DataFrame:
     """Per key of ``tables``: the key fields, its last record's key and value bytes, whether
     it is a live state (``live``), its change type, after-state and source position
-    (``pos``: struct of ``c`` = last commit LSN and ``l`` = LSN)."""
+    (``pos``: struct of ``c`` = last commit LSN and ``l`` = LSN); up to ``ends`` if given."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     if not topics:
         return empty_last(spark)
-    raw = read_topics(spark, settings, topics).where(F.col("key").isNotNull())
+    raw = read_topics(spark, settings, topics, ends).where(F.col("key").isNotNull())
     keyed = raw.select(
         from_avro(wire_body("key"), schema_text("change_key")).alias("k"),
         F.struct("offset", "key", "value", "headers").alias("r"),
@@ -74,6 +90,34 @@ def last_records(spark: SparkSession, settings: Settings, topics: list[str], tab
             ).alias("pos"),
         )
     )
+
+
+def present_at_target(spark: SparkSession, settings: Settings, applied: str, tables: list[LogicalTable]) -> DataFrame:
+    """Keys of ``tables`` a listener's applied positions (its topic ``applied``: key text ->
+    ``commit/lsn``, ``/-`` when the key is not at the target) say are at its target: the
+    key fields, the key's text and its applied position ``pos``."""
+    from pyspark.sql import functions as F
+
+    records = read_topics(spark, settings, [applied]).select(
+        F.col("key").cast("string").alias("text"), F.col("value").cast("string").alias("value"), "offset"
+    )
+    last = (
+        records.where(F.col("text").startswith("{"))  # keys, not park:/dead:/exposed: marks
+        .groupBy("text")
+        .agg(F.max_by("value", "offset").alias("value"))
+        .where(F.col("value").isNotNull() & ~F.col("value").endswith("/-"))
+    )
+    parts = F.split("value", "/")
+    return (
+        last.select("text", F.from_json("text", key_schema(FIELDS)).alias("k"), parts.alias("p"))
+        .where(in_tables(tables))
+        .select(
+            *(F.col(f"k.{f}").alias(f) for f in FIELDS),
+            "text",
+            F.struct(F.element_at("p", 1).cast("long").alias("c"), F.element_at("p", 2).cast("long").alias("l"))
+            .alias("pos"),
+        )
+    )  # fmt: skip
 
 
 def in_tables(tables: list[LogicalTable]) -> Column:

@@ -39,7 +39,7 @@ from mcq.change import KEY_FIELDS, POSITION_HEADER
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import LogicalTable, Registry
-from streams.laststate import FIELDS, in_tables, key_schema, last_records, read_topics
+from streams.laststate import FIELDS, key_schema, last_records, present_at_target
 from streams.progress import stage_progress
 from streams.selection import Selection, SelectionError
 
@@ -250,30 +250,8 @@ class Refresh:
         )
 
     def _present(self, spark: SparkSession) -> DataFrame:
-        """Keys of the selected tables at the listener's target, with their applied positions
-        (``<prefix>.listener.NAME.applied``: key text -> ``commit/lsn``, ``/-`` when absent)."""
-        from pyspark.sql import functions as F
-
-        applied = read_topics(spark, self.settings, [self.topics.applied]).select(
-            F.col("key").cast("string").alias("text"), F.col("value").cast("string").alias("value"), "offset"
-        )
-        last = (
-            applied.where(F.col("text").startswith("{"))
-            .groupBy("text")
-            .agg(F.max_by("value", "offset").alias("value"))
-            .where(F.col("value").isNotNull() & ~F.col("value").endswith("/-"))
-        )
-        parts = F.split("value", "/")
-        k = F.from_json("text", key_schema(FIELDS))
-        return (
-            last.select(k.alias("k"), parts.alias("p"))
-            .where(in_tables(self.tables))
-            .select(
-                *(F.col(f"k.{f}").alias(f) for f in FIELDS),
-                F.struct(F.element_at("p", 1).cast("long").alias("c"), F.element_at("p", 2).cast("long").alias("l"))
-                .alias("pos"),
-            )
-        )  # fmt: skip
+        """Keys of the selected tables at the listener's target, with their applied positions."""
+        return present_at_target(spark, self.settings, self.topics.applied, self.tables).drop("text")
 
     def _named_whole(self, spark: SparkSession) -> DataFrame | None:
         """The keys of the key list that name one key of a selected table whole (every key

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from consumers.adapter import Adapter, ReadBack
 from consumers.exceptions import AdapterError, TargetUnavailable
-from consumers.postgres import Connection, PgTarget
+from consumers.postgres import Connection, PgTarget, first_line
 from consumers.table.settings import TableSettings
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
@@ -139,7 +139,14 @@ class TableAdapter(Adapter, ReadBack):
     def read_back(self) -> dict[str, Any]:
         conn = self.target.connection()
         out: dict[str, Any] = {}
-        with conn.transaction(), conn.cursor(name="mcq_read_back") as cur:
+        with conn.transaction():
+            conn.execute("SET LOCAL statement_timeout = 0")  # a whole table, not one change
+            out.update(self._rows(conn))
+        return out
+
+    def _rows(self, conn: Connection) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        with conn.cursor(name="mcq_read_back") as cur:
             cur.itersize = 10_000
             cur.execute(sql.SQL("SELECT change_key, state FROM {}").format(self.table))
             for key, state in cur:
@@ -148,3 +155,48 @@ class TableAdapter(Adapter, ReadBack):
 
     def keys_of(self, obj: str) -> list[ChangeKey]:
         return [ChangeKey.from_text(obj)]
+
+    # ------------------------------------------------------------------ bulk load (mcq rebuild)
+
+    COPY_COLUMNS = (
+        "change_key", "tname", "subtype", "person_id", "pkey_string", "pkey_number", "aux_string", "state",
+        "last_commit_lsn", "lsn",
+    )  # fmt: skip
+    """The columns of the CSV a rebuild loads, in this order (``state``: the row as JSON)."""
+
+    def load_csv(self, chunks: Iterable[bytes], truncate: bool) -> int:
+        """Make the table hold exactly the rows of ``chunks`` (CSV of :attr:`COPY_COLUMNS`),
+        in one transaction: TRUNCATE and COPY (readers wait until it commits), or COPY into
+        a staging table and merge (readers see the old rows until it commits). The number
+        of rows loaded."""
+        conn = self.target.connection()
+        columns = sql.SQL(", ").join(map(sql.Identifier, self.COPY_COLUMNS))
+        staging = sql.Identifier("mcq_rebuild")
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET LOCAL statement_timeout = 0")  # a whole table, not one change
+                if truncate:
+                    cur.execute(sql.SQL("TRUNCATE {}").format(self.table))
+                else:
+                    cur.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP").format(
+                        staging, self.table))  # fmt: skip
+                into = self.table if truncate else staging
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(into, columns)) as copy:
+                    for chunk in chunks:
+                        copy.write(chunk)
+                loaded = cur.rowcount
+                if not truncate:
+                    cur.execute(sql.SQL(
+                        "DELETE FROM {t} t WHERE NOT EXISTS (SELECT 1 FROM {s} s WHERE s.change_key = t.change_key)"
+                    ).format(t=self.table, s=staging))  # fmt: skip
+                    updates = sql.SQL(", ").join(
+                        sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in self.COPY_COLUMNS[1:]
+                    )
+                    cur.execute(sql.SQL(
+                        "INSERT INTO {t} ({cols}) SELECT {cols} FROM {s} "
+                        "ON CONFLICT (change_key) DO UPDATE SET {updates}, applied_at = now()"
+                    ).format(t=self.table, cols=columns, s=staging, updates=updates))  # fmt: skip
+        except psycopg.OperationalError as exc:
+            self.target.close()
+            raise TargetUnavailable(f"table {self.settings.table}: {first_line(exc)}") from None
+        return loaded

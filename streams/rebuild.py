@@ -1,0 +1,306 @@
+"""``mcq rebuild``: rebuild a stopped listener's target from the compacted logical topics
+in a Spark batch job, without consuming them through Kafka, and let the listener resume
+where the rebuild read up to.
+
+1. Refused while an instance of the listener runs (its groups have live members).
+2. The end offsets of the listener's logical topics now (E); Spark reads every record
+   before E: the last state of every key as of E.
+3. Through the listener's view (its rules and column allow-lists): what its target holds.
+4. The load. A ``table`` target: Spark writes the rows as CSV and they are COPY'd in one
+   transaction (``--truncate``: TRUNCATE then COPY, readers wait for the commit; else a
+   staging table merged in, readers see the old rows until the commit), so the table
+   holds exactly the rebuilt rows. Other targets: every state through the adapter's own
+   batch path (``apply_batch``); where the adapter can read its target back (LDAP,
+   files), what it holds beyond that is deleted.
+5. The listener's applied positions: every key loaded at its state's position, at the
+   target; every other key it had at the target, absent.
+6. Its real-time group moves to E on the logical topics: whatever is committed during the
+   rebuild (after E) is applied by its next run. The retry and bulk lanes are left as they
+   are: a parked change older than the rebuilt state is superseded when its time comes.
+
+A failure before step 6 leaves the listener's offsets where they were: its next run
+applies again what it had not applied, and no older change overwrites a rebuilt row (the
+``table`` target keeps each row's source position and refuses older ones).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
+
+from consumers.adapter import ReadBack, make_adapter
+from consumers.exceptions import ConsumerError, ListenerConfigError
+from consumers.runtime.groups import TP, ListenerGroups
+from consumers.runtime.view import ListenerView, Verdict
+from consumers.table.adapter import TableAdapter
+from mcq.change import Change, ChangeKey, Position
+from mcq.config import Settings
+from mcq.registry.model import LogicalTable, Registry
+from streams.laststate import FIELDS, last_records, present_at_target
+from streams.progress import stage_progress
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+Report = Callable[[str], None]
+BATCH = 1000
+CHUNK = 1 << 20
+
+
+class RebuildFailed(ConsumerError):
+    """Changes the target refused during a rebuild: the listener's offsets were not moved."""
+
+
+@dataclass
+class RebuildSummary:
+    listener: str
+    path: str = ""
+    loaded: int = 0
+    removed: int = 0
+    absent: int = 0
+    ends: dict[TP, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        records = sum(self.ends.values())
+        return [
+            f"read the compacted topics up to their ends ({len(self.ends)} partition(s), offsets summing to "
+            f"{records:,}); {self.path}",
+            f"{self.loaded:,} object(s) loaded, {self.removed:,} removed; applied positions: {self.loaded:,} at the "
+            f"target, {self.absent:,} no longer ({self.seconds:.1f} s)",
+        ]
+
+
+class Rebuild:
+    def __init__(self, settings: Settings, registry: Registry, name: str, truncate: bool, report: Report) -> None:
+        self.groups = ListenerGroups(settings, registry, name)  # an unknown listener: ListenerConfigError
+        listener = registry.listener(name)
+        assert listener is not None
+        self.adapter = make_adapter(listener, settings)
+        self.adapter.bind(registry)
+        if truncate and not isinstance(self.adapter, TableAdapter):
+            raise ListenerConfigError(
+                f"--truncate empties a table target first; the target of {name} is {listener.adapter.type}, "
+                "whose rebuild writes every state through the adapter"
+            )
+        self.settings, self.registry, self.name, self.truncate, self.report = settings, registry, name, truncate, report
+        self.tables = registry.tables_of(name)
+        self.view = ListenerView(registry, name)
+
+    def run(self, spark: SparkSession, dry_run: bool = False) -> RebuildSummary:
+        from confluent_kafka import TopicPartition
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        label = f"rebuild {self.name}"
+        self.groups.refuse_while_running("rebuild")
+        topics = self.groups.logical_topics()
+        meta = self.groups.admin.list_topics(timeout=30).topics
+        tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
+        summary = RebuildSummary(self.name)
+        summary.ends = self.groups.offsets(tps, OffsetSpec.latest()) if tps else {}  # type: ignore[no-untyped-call]
+        fast = isinstance(self.adapter, TableAdapter) and self._columns() is not None
+        summary.path = "bulk COPY into the table" if fast else f"through the {type(self.adapter).kind} adapter"
+        self.report(f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends")
+        with stage_progress(spark, label, self.report):
+            live = last_records(spark, self.settings, sorted({t for t, _ in summary.ends}), self.tables, summary.ends)
+            live = live.where(F.col("live"))
+            if dry_run:
+                summary.loaded = live.count()
+                summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
+                summary.seconds = time.monotonic() - started
+                return summary
+            if fast:
+                summary.loaded, summary.absent = self._rebuild_table(spark, live)
+            else:
+                summary.loaded, summary.removed, summary.absent = self._rebuild_through_adapter(spark, live)
+        if summary.ends:
+            self.groups.move(self.groups.topics.group, summary.ends)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    # ------------------------------------------------------------------ a table target: Spark and COPY
+
+    def _columns(self) -> dict[str, frozenset[str] | None] | None:
+        """The columns the listener sees of each of its tables; None when a rule chooses rows
+        (then each state goes through the listener's view in Python)."""
+        out: dict[str, frozenset[str] | None] = {}
+        for t in self.tables:
+            interests = self.view.interests_for(t.tname, t.subtype)
+            if any(i.parsed_rule() is not None for i in interests):
+                return None
+            out[t.ref] = Verdict(tuple(interests)).columns
+        return out
+
+    def _rebuild_table(self, spark: SparkSession, live: DataFrame) -> tuple[int, int]:
+        from pyspark.sql import functions as F
+
+        assert isinstance(self.adapter, TableAdapter)
+        columns = self._columns()
+        assert columns is not None
+        from pyspark import StorageLevel
+
+        states = live.select(*FIELDS, _projected(self.tables, columns).alias("after"), "pos")
+        states = states.persist(StorageLevel.MEMORY_AND_DISK)  # read once, written twice (rows, positions)
+        rows = _with_key_text(states)
+        staging = self.settings.stack.home / "tmp" / f"rebuild-{self.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            csv = rows.select(
+                "change_key", *FIELDS, F.to_json("after", {"ignoreNullFields": "false"}), "pos.c", "pos.l"
+            )
+            csv.write.option("escape", '"').option("header", "false").csv(str(staging))
+            self.report(f"rebuild {self.name}: loading into {self.adapter.settings.table}")
+            loaded = self.adapter.load_csv(_chunks(staging), self.truncate)
+            absent = self._write_applied(spark, rows.select(F.col("change_key").alias("text"), "pos"))
+        finally:
+            self.adapter.close()
+            shutil.rmtree(staging, ignore_errors=True)
+            states.unpersist()
+        return loaded, absent
+
+    def _write_applied(self, spark: SparkSession, loaded: DataFrame) -> int:
+        """Every key loaded at its position, at the target; every other key of these tables
+        the applied positions had at the target, absent. Written as the listener writes them:
+        its producer's partition (librdkafka's default: CRC-32 of the key), in order."""
+        from pyspark.sql import functions as F
+
+        topic = self.groups.topics.applied
+        partitions = len(self.groups.admin.list_topics(topic, timeout=30).topics[topic].partitions)
+        present = present_at_target(spark, self.settings, topic, self.tables)
+        absent = present.join(loaded.select("text"), "text", "left_anti").select(
+            "text", F.concat_ws("/", "pos.c", "pos.l", F.lit("-")).alias("value")
+        )
+        records = loaded.select("text", F.concat_ws("/", "pos.c", "pos.l").alias("value")).unionByName(absent)
+        records = records.persist()
+        try:
+            gone = absent.count()
+            out = records.select(
+                F.col("text").cast("binary").alias("key"),
+                F.col("value").cast("binary").alias("value"),
+                F.pmod(F.crc32(F.col("text").cast("binary")), F.lit(partitions)).cast("int").alias("partition"),
+            )
+            out.write.format("kafka").options(**self.settings.kafka.spark_options()).option("topic", topic).save()
+        finally:
+            records.unpersist()
+        return gone
+
+    # ------------------------------------------------------------------ any other target: its batch path
+
+    def _rebuild_through_adapter(self, spark: SparkSession, live: DataFrame) -> tuple[int, int, int]:
+        adapter = self.adapter
+        adapter.open()
+        seen: list[Change] = []
+        batch: list[Change] = []
+        try:
+            for change in _changes(live):
+                state, _ = self.view.see(change, False)
+                if state is None:
+                    continue
+                seen.append(state)
+                batch.append(state)
+                if len(batch) >= BATCH:
+                    self._apply(batch)
+                    batch = []
+                    if len(seen) % (BATCH * 20) == 0:
+                        self.report(f"rebuild {self.name}: {len(seen):,} state(s) written")
+            self._apply(batch)
+            removed = self._remove_extra(seen)
+        finally:
+            adapter.close()
+        loaded = spark.createDataFrame(
+            [(c.key.text(), (c.position.last_commit_lsn, c.position.lsn)) for c in seen],
+            "text string, pos struct<c: long, l: long>",
+        )
+        return len(seen), removed, self._write_applied(spark, loaded)
+
+    def _apply(self, batch: list[Change]) -> None:
+        if not batch:
+            return
+        outcomes = self.adapter.apply_batch(batch)
+        failed = [(c, e) for c, e in zip(batch, outcomes, strict=True) if e is not None]
+        if failed:
+            change, error = failed[0]
+            raise RebuildFailed(
+                f"rebuild {self.name}: the target refused {len(failed)} change(s) of a batch, first {change.key}: "
+                f"{error}; the listener's offsets were not moved"
+            )
+
+    def _remove_extra(self, seen: list[Change]) -> int:
+        """What the target holds beyond the rebuilt states, deleted (adapters that read back)."""
+        if not isinstance(self.adapter, ReadBack):
+            return 0
+        expected = set(self.adapter.expected(self.view, seen))
+        extra = [obj for obj in self.adapter.read_back() if obj not in expected]
+        newest = max((c.position for c in seen), default=Position(0, 0))
+        now = datetime.now(UTC)
+        deletes = [
+            Change(key, "DELETE", newest, now, key.ref, cause="refresh")
+            for obj in extra
+            for key in self.adapter.keys_of(obj)
+        ]
+        for i in range(0, len(deletes), BATCH):
+            self._apply(deletes[i : i + BATCH])
+        return len(extra)
+
+
+def _changes(live: DataFrame) -> Iterator[Change]:
+    now = datetime.now(UTC)
+    for row in live.select(*FIELDS, "after", "pos").toLocalIterator(prefetchPartitions=True):
+        key = ChangeKey(*(row[f] for f in FIELDS))
+        position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
+        yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))
+
+
+def _projected(tables: list[LogicalTable], columns: dict[str, frozenset[str] | None]) -> Column:
+    """The after-state restricted to the columns the listener sees of its table."""
+    from pyspark.sql import functions as F
+
+    out = F.col("after")
+    for t in tables:
+        allowed = columns.get(t.ref)
+        if allowed is None:
+            continue
+        subtype = F.col("subtype").isNull() if t.subtype is None else F.col("subtype") == t.subtype
+        shown = F.map_filter("after", _among(sorted(allowed)))
+        out = F.when((F.col("tname") == t.tname) & subtype, shown).otherwise(out)
+    return out
+
+
+def _among(names: list[str]) -> Callable[[Column, Column], Column]:
+    return lambda k, _: k.isin(names)
+
+
+def _with_key_text(states: DataFrame) -> DataFrame:
+    """The rows with ``change_key``: ``ChangeKey.text()``, sorted JSON with ASCII escapes.
+    Spark's JSON writer escapes printable ASCII as Python does, so those keys are written
+    by Spark; the rare key with any other character goes through ``ChangeKey.text`` (a
+    Python function: only those rows are sent to it)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    def text(tname, subtype, person_id, pkey_string, pkey_number, aux_string):  # type: ignore[no-untyped-def]
+        return ChangeKey(tname, subtype, person_id, pkey_string, pkey_number, aux_string).text()
+
+    printable = F.concat_ws("", "tname", "subtype", "pkey_string", "aux_string").rlike("^[\\x20-\\x7E]*$")
+    plain = F.to_json(F.struct(*(F.col(f) for f in sorted(FIELDS))), {"ignoreNullFields": "false"})
+    odd = F.udf(text, StringType())(*(F.col(f) for f in FIELDS))
+    return (
+        states.where(printable)
+        .withColumn("change_key", plain)
+        .unionByName(states.where(~printable).withColumn("change_key", odd))
+    )
+
+
+def _chunks(directory: Path) -> Iterator[bytes]:
+    for part in sorted(directory.glob("part-*.csv")):
+        with part.open("rb") as f:
+            while chunk := f.read(CHUNK):
+                yield chunk

@@ -1,0 +1,123 @@
+"""``mcq rebuild``: a stopped listener's target rebuilt from the compacted topics in a
+Spark job: a table by COPY (with or without emptying it first), an LDAP directory through
+its adapter; equal key by key to what the changes sent say (derived here, not by the
+code under test); what is committed during the rebuild is applied by the next run.
+Refused while the listener runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from confluent_kafka.admin import AdminClient
+
+from consumers.runtime.topics import live_members
+from mcq.change import ChangeKey
+from mcq.cli import main
+from mcq.config import Settings
+from mcq.stack import Stack
+from streams.rebuild import Rebuild
+from streams.session import spark_session
+from tests.integration.listeners import (
+    World,
+    caught_up,
+    change,
+    expected_state,
+    make_world,
+    produce,
+    running,
+    target_state,
+    wait_for,
+)
+from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
+from tests.integration.test_reconcile import _people, _reconcile
+
+# keys whose text needs escaping (JSON, CSV): they must land on the rows the listener writes
+ODD = ["höme", 'q"uote', "back\\slash", "comma,semi;colon", "tab\there"]
+
+
+def _rebuild(w: World, *args: str) -> Result:
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
+    return CliRunner().invoke(main, ["rebuild", w.name, "--registry", str(w.registry_file), *args], env=env)
+
+
+@pytest.mark.parametrize("truncate", [False, True], ids=["merge", "truncate"])
+def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_meanwhile_follow(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path, truncate: bool
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(60)]
+    history += [change("PHONE", pid, f"+1-519-{pid:07d}", "INSERT", tele=t) for pid, t in enumerate(ODD)]
+    history += [change("PHONE", pid, f"+1-520-{pid:07d}") for pid in range(0, 60, 5)]
+    history += [change("PHONE", pid, None, "DELETE") for pid in (7, 8)]
+    produce(w.settings, w.phone_topic, history)
+    caught_up(w)
+    assert target_state(w.settings, w.table) == expected_state(history)
+
+    # the target is lost (emptied) but for a row the source never had
+    stray = ChangeKey("PHONE", None, 4242, None, None, "office").text()
+    with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {w.table}")
+        conn.execute(
+            f"INSERT INTO {w.table} (change_key, tname, state, last_commit_lsn, lsn)"
+            " VALUES (%s, 'PHONE', '{}', 1, 1)",
+            (stray,),
+        )
+
+    meanwhile = [change("PHONE", 3, "+1-777-0000003"), change("PHONE", 100, "+1-777-0000100", "INSERT")]
+    meanwhile += [change("PHONE", 4, None, "DELETE")]
+
+    def report(line: str) -> None:  # once the rebuild has taken the topics' ends: committed during it
+        if "to their ends" in line:
+            produce(w.settings, w.phone_topic, meanwhile)
+
+    job = Rebuild(w.settings, w.registry, w.name, truncate, report)
+    summary = job.run(spark_session(w.settings, "test-rebuild"))
+    assert summary.loaded == len(expected_state(history))
+    assert target_state(w.settings, w.table) == expected_state(history)  # as of the ends it read
+
+    run = caught_up(w)
+    assert run.counters.applied == len(meanwhile)  # only what came after, nothing applied twice
+    assert target_state(w.settings, w.table) == expected_state(history + meanwhile)
+
+
+def test_a_rebuild_is_refused_while_the_listener_runs(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    produce(w.settings, w.phone_topic, [change("PHONE", 1, "+1-518-0000001", "INSERT")])
+    with running(w):
+        admin = AdminClient(w.settings.kafka.client_config())
+        wait_for("the listener in its group", lambda: bool(live_members(admin, w.topics)), 60)
+        refused = _rebuild(w)
+    assert refused.exit_code == 1, refused.output
+    assert refused.output.startswith(f"mcq rebuild {w.name}: the listener is running ("), refused.output
+    stopped = _rebuild(w, "--truncate")
+    assert stopped.exit_code == 0, stopped.output  # once stopped; a table target may be emptied first
+    assert target_state(w.settings, w.table) == expected_state([change("PHONE", 1, "+1-518-0000001", "INSERT")])
+
+
+def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World) -> None:  # noqa: F811
+    w = world
+    _people(w, 5)
+    caught_up(w)
+    people = f"ou=people,{w.table}"
+    conn = ldap(w.settings)
+    for pid in (1, 2, 3):
+        conn.delete(f"employeeNumber={pid},{people}")
+    conn.modify(f"employeeNumber=4,{people}", {"cn": [("MODIFY_REPLACE", ["Wrong"])]})
+    conn.add(f"employeeNumber=998,{people}", ["inetOrgPerson"], {"cn": "Stray", "sn": "Stray"})
+    conn.unbind()
+    assert _rebuild(w, "--truncate").exit_code == 2  # not a table
+
+    done = _rebuild(w)
+    assert done.exit_code == 0, done.output
+    assert "through the ldap adapter" in done.output and "1 removed" in done.output
+    for pid in range(1, 6):
+        person = entry(w.settings, f"employeeNumber={pid},{people}")
+        assert person is not None and person["cn"] == [f"P{pid} L{pid}"], person
+    assert entry(w.settings, f"employeeNumber=998,{people}") is None
+    again = _reconcile(w)
+    assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
