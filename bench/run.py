@@ -39,6 +39,7 @@ SUITE: dict[str, tuple[list[str], list[str]]] = {
         ["--people", "5000", "--rate", "1000", "--seconds", "60"],
         ["--people", "500", "--rate", "100", "--seconds", "10"],
     ),
+    "batch_jobs": (["--keys", "1000000", "--samples", "30"], ["--keys", "50000", "--samples", "10"]),
     "listener_lanes": (
         ["--samples", "30", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "5000", "--burst", "2000"],

@@ -128,6 +128,16 @@ class ReadBack(ABC):
         interests (an object per key)."""
         return None
 
+    def unreadable(self) -> str | None:
+        """Why this target cannot be read back as configured (a setting it needs); None: it can."""
+        return None
+
+    def settled(self, obj: str) -> bool:
+        """Whether an object the target holds that nothing should hold is as it should be
+        all the same: a row the target keeps for a key that is gone (a soft delete, such as
+        a vendor's ``Former-`` person). Asked after :meth:`read_back`."""
+        return False
+
     @abstractmethod
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
         """Object -> content the target should hold, from the live state of every key of

@@ -812,7 +812,7 @@ def reconcile(
 
     Exit 0 when the target holds what it should (or --repair sent the repair), 1 when it
     drifted (or the job failed), 2 for an unknown listener or a target that cannot be
-    read back (table, ldap and file targets can)."""
+    read back (table, ldap, file and sql_import targets can)."""
     from consumers.exceptions import ListenerConfigError, TargetUnavailable
     from streams.reconcile import Reconcile
     from streams.selection import SelectionError
@@ -900,6 +900,65 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+@main.command("purge")
+@click.argument("names", nargs=-1)
+@click.option(
+    "--gone-after",
+    type=click.FloatRange(min=0),
+    default=24.0,
+    show_default=True,
+    help="Hours since an instance's last heartbeat before it counts as gone.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory of the files of what is removed (JSON Lines); default $MCQ_HOME/purged.",
+)
+@FROM_FILE
+@click.option("--dry-run", is_flag=True, help="Show what would be removed; remove nothing.")
+def purge(
+    names: tuple[str, ...], gone_after: float, out: Path | None, registry_file: Path | None, dry_run: bool
+) -> None:
+    """Apply retention for stopped listeners NAMES (default: every listener): resolved dead
+    letters older than delivery.dead_letter_retention_days, applied positions of keys
+    deleted longer ago than their topic keeps deletes, heartbeats of instances gone.
+    Everything removed is written to a file first; unresolved dead letters are kept.
+
+    A running listener is skipped with one line on stderr (exit 1 at the end); exit 2 for
+    an unknown listener."""
+    from datetime import UTC, datetime
+
+    from consumers.exceptions import ConsumerError
+    from consumers.runtime.purge import Purge
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    unknown = [n for n in names if registry.listener(n) is None]
+    if unknown:
+        _err(f"mcq purge: no listener named {', '.join(unknown)} in the registry")
+        sys.exit(EXIT_CONFIG)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    failed = False
+    for name in names or tuple(li.name for li in registry.listeners):
+        try:
+            job = Purge(settings, registry, name, report=_say, gone_after_s=gone_after * 3600)
+            plan = job.plan()
+            for line in plan.lines():
+                _say(f"purge {name}: {line}")
+            if dry_run or not plan.total:
+                continue
+            target = (out or settings.stack.home / "purged") / f"{settings.topic_prefix}.{name}.{stamp}.jsonl"
+            removed = job.apply(plan, target)
+            _say(f"purge {name}: removed {removed:,}, written to {target}")
+        except ConsumerError as exc:
+            _err(f"mcq {exc}")
+            failed = True
+    if dry_run:
+        _say("purge: dry run: nothing removed")
+    if failed:
+        sys.exit(EXIT_FAILED)
 
 
 @main.command("status")

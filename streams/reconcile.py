@@ -91,14 +91,18 @@ class Drift:
         path.write_text(json.dumps(self.as_json(), indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
 
 
-def compare(listener: str, expected: dict[str, Any], actual: dict[str, Any]) -> Drift:
+def compare(
+    listener: str, expected: dict[str, Any], actual: dict[str, Any], settled: Callable[[str], bool] = lambda _: False
+) -> Drift:
+    """Drift between what should be and what is; an object nothing should hold that the
+    target keeps as ``settled`` (a soft delete) is not drift."""
     drift = Drift(listener, len(expected), len(actual))
     for obj, content in expected.items():
         if obj not in actual:
             drift.missing[obj] = content
         elif actual[obj] != content:
             drift.different[obj] = (content, actual[obj])
-    drift.extra = {obj: content for obj, content in actual.items() if obj not in expected}
+    drift.extra = {obj: content for obj, content in actual.items() if obj not in expected and not settled(obj)}
     return drift
 
 
@@ -120,8 +124,11 @@ class Reconcile:
         if not isinstance(adapter, ReadBack):
             raise SelectionError(
                 f"its {listener.adapter.type} target cannot be read back to compare "
-                "(reconcile reads table, ldap and file targets)"
+                "(reconcile reads table, ldap, file and sql_import targets)"
             )
+        why = adapter.unreadable()
+        if why is not None:
+            raise SelectionError(f"its {listener.adapter.type} target cannot be read back: {why}")
         adapter.bind(registry)
         self.settings, self.registry, self.name, self.report = settings, registry, name, report
         self.adapter = adapter
@@ -143,7 +150,7 @@ class Reconcile:
             actual = self.adapter.read_back()
         finally:
             self.adapter.close()
-        drift = compare(self.name, expected, actual)
+        drift = compare(self.name, expected, actual, self.adapter.settled)
         drift.seconds = time.monotonic() - started
         return drift
 

@@ -15,18 +15,25 @@ pushed (or whose rows were flushed) has nothing at the vendor to mark as former.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
+from consumers.adapter import ReadBack
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
 from consumers.projected import ProjectedAdapter
+from consumers.projection import IndexedState
 from consumers.sql_import.settings import SqlImportSettings
-from mcq.change import Change
+from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry.model import Listener
+
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
 
 PERSON = "PERSON/PEOPLE"
 STATUS = "PERSON/Status"
@@ -34,7 +41,7 @@ ORGN = "PERSON/Dir_Orgn"
 DEPARTMENT = "DEPARTMENT"
 
 
-class SqlImportAdapter(ProjectedAdapter):
+class SqlImportAdapter(ProjectedAdapter, ReadBack):
     kind = "sql_import"
     settings_model = SqlImportSettings
     settings: SqlImportSettings
@@ -111,6 +118,8 @@ class SqlImportAdapter(ProjectedAdapter):
             if change.key.ref != PERSON or change.change_type != "DELETE":
                 return None  # not (or no longer) a person: nothing the vendor could hold
             person = change.before or (self._last_pushed(conn, person_id) if conn is not None else None)
+            if person is None and conn is not None:
+                person = self._vendor_names(conn, person_id)  # a row we never pushed (a stray one)
             if person is None:
                 return None  # never pushed: the vendor holds nothing to mark as former
             status_row = None  # deleted: pushed once more, without a status
@@ -204,3 +213,91 @@ class SqlImportAdapter(ProjectedAdapter):
                 self._refused.setdefault(id(change), first_line(exc))
                 continue
             self._pushed[person_id] = id(change)
+
+    def _vendor_names(self, conn: Connection, person_id: int) -> dict[str, str | None] | None:
+        """The names the vendor holds for a person we have no push of, through the read-back
+        query (a row someone added by hand): enough to mark it as gone."""
+        query = self._read_back_query()
+        if query is None:
+            return None
+        found = conn.execute(
+            # the query's own % (LIKE patterns) are literal, not placeholders
+            sql.SQL("SELECT lastname, firstname FROM ({}) AS r WHERE spriden_id = %s").format(
+                sql.SQL(query.replace("%", "%%"))  # type: ignore[arg-type]
+            ),
+            (str(person_id),),
+        ).fetchone()
+        if found is None:
+            return None
+        return {"last_name": None if found[0] is None else str(found[0]),
+                "first_name": None if found[1] is None else str(found[1])}  # fmt: skip
+
+    # ------------------------------------------------------------------ read back (mcq reconcile)
+    # objects: a person's number; content: the import row's fields as the vendor holds them
+
+    FIELDS = ("lastname", "firstname", "status", "orgn", "title")
+
+    def _read_back_query(self) -> str | None:
+        path = self.settings.read_back_path()
+        if path is None:
+            return None
+        text = path.read_text(encoding="utf-8").replace("insite.", f"{self.settings.vendor_schema}.")
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+        return "\n".join(lines).strip().rstrip(";")
+
+    def unreadable(self) -> str | None:
+        path = self.settings.read_back_path()
+        if path is None:
+            return "set adapter.settings.read_back to a query of what the vendor holds (examples/insite_read_back.sql)"
+        if not path.is_file():
+            return f"adapter.settings.read_back: {path} does not exist"
+        return None
+
+    def state_refs(self) -> tuple[str, ...]:
+        return self.needs_state
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        from consumers.runtime.view import ViewState
+
+        inner = IndexedState()
+        for change in states:
+            inner.put(change.key.ref, change.key, change.after, change.position)
+        kept, self.store = self.store, ViewState(inner, view)  # type: ignore[arg-type]  # a store, read the same way
+        out: dict[str, Any] = {}
+        try:
+            for key, _, _ in inner.entries(PERSON):
+                if key.person_id is None:
+                    continue
+                probe = Change(key, "UPDATE", Position(0, 0), datetime.now(UTC), key.ref)
+                record = self.record(key.person_id, probe)
+                if record is not None:
+                    status = record.get("status")
+                    record["status"] = status[:24] if status else None  # what the vendor's column keeps
+                    out[str(record.pop("spriden_id"))] = {f: record.get(f) for f in self.FIELDS}
+        finally:
+            self.store = kept
+        return out
+
+    def read_back(self) -> dict[str, Any]:
+        query = self._read_back_query()
+        assert query is not None, "unreadable() first"
+        conn = self.target.connection()
+        out: dict[str, Any] = {}
+        self._retired: set[str] = set()
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET LOCAL statement_timeout = 0")
+            cur.execute(query)  # type: ignore[arg-type]
+            names = [d.name for d in cur.description or []]
+            for values in cur:
+                row = dict(zip(names, values, strict=True))
+                obj = str(row["spriden_id"])
+                if row.get("retired"):
+                    self._retired.add(obj)
+                out[obj] = {f: None if row.get(f) is None else str(row[f]) for f in self.FIELDS}
+        return out
+
+    def settled(self, obj: str) -> bool:
+        return obj in getattr(self, "_retired", set())
+
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        return [ChangeKey("PERSON", "PEOPLE", int(obj))] if obj.isdigit() else []

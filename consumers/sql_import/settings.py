@@ -26,10 +26,26 @@ class SqlImportSettings(AdapterSettings):
     ``examples/insite_import.sql``); relative paths are from the project."""
 
     def install_path(self) -> Path | None:
-        if self.install is None:
-            return None
-        return self.install if self.install.is_absolute() else PROJECT_ROOT / self.install
+        return _from_project(self.install)
+
+    def read_back_path(self) -> Path | None:
+        return _from_project(self.read_back)
+
+    read_back: Path | None = None
+    """A SQL file of a query returning what the vendor holds per person (what ``mcq
+    reconcile`` compares; relative paths are from the project),
+    with columns named as the import row -- ``spriden_id``, ``lastname``, ``firstname``,
+    ``status``, ``orgn``, ``title`` -- and ``retired``: true for a row the vendor keeps for a
+    person who is gone (INSITE's ``Former-<status>``), whose status then reads as NULL.
+    None: the target cannot be read back. The sample, for INSITE:
+    ``examples/insite_read_back.sql``."""
 
     state: Literal["topics", "source"] = "topics"
     """Where records are assembled from: a store kept from the compacted topics (no access
     to the source needed; a replay rebuilds it), or read through to the source database."""
+
+
+def _from_project(path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    return path if path.is_absolute() else PROJECT_ROOT / path

@@ -139,6 +139,9 @@ class Delivery(_Model):
     """``mcq status`` exits 1 once this many dead letters are unresolved (neither requeued
     nor discarded): each one is a change its target does not hold, so the default alerts
     on the first. ``null`` never alerts (the depth is still shown)."""
+    dead_letter_retention_days: float | None = Field(default=None, gt=0)
+    """``mcq purge`` removes resolved dead letters older than this (written to a file
+    first); unresolved ones are kept whatever their age. ``null``: kept for ever."""
 
 
 class Listener(_Model):

@@ -26,7 +26,7 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.topics.plan import apply_topics, plan_topics
-from tests.integration.listeners import World, running, wait_for
+from tests.integration.listeners import World, caught_up, running, wait_for
 
 REGISTRY = """
 sources:
@@ -50,7 +50,7 @@ listeners:
   - name: Insite
     owner: space@example
     adapter: {{type: sql_import, settings: {{vendor_schema: {vendor}, install: examples/insite_import.sql,
-                                            statement_timeout_ms: 3000}}}}
+                                            read_back: examples/insite_read_back.sql, statement_timeout_ms: 3000}}}}
     delivery: {{retries_in_place: 1, backoff_initial_s: 0.05, park_initial_s: 0.3, max_attempts: 2}}
   - name: Hook
     owner: tickets@example
@@ -226,6 +226,51 @@ def test_import_table_trigger_applies_inserts_updates_and_deletes_idempotently(w
     finally:
         adapter.close()
     assert sa_person(world) == before
+
+
+def test_drift_in_the_vendor_table_is_reported_exactly_and_repaired(world: World) -> None:
+    """``mcq reconcile`` on an import-table target: what the vendor holds (read back with
+    the listener's query) against each person's record; a person the vendor keeps as
+    Former- for someone gone is no drift; ``--repair`` pushes the drifted people again and
+    marks a stray one as gone (the vendor has no delete)."""
+    from tests.integration.test_reconcile import _reconcile
+
+    insite = listener(world, "Insite")
+    for pid in range(1, 6):
+        send_changes(world, ch("PERSON/PEOPLE", "INSERT", {"person_id": str(pid), "first_name": f"F{pid}",
+                                                          "last_name": f"L{pid}"}, person_id=pid))  # fmt: skip
+        if pid < 5:
+            status = {"person_id": str(pid), "status": "Staff"}
+            send_changes(world, ch("PERSON/Status", "INSERT", status, person_id=pid))
+    caught_up(insite)
+    send_changes(world, ch("PERSON/PEOPLE", "DELETE", None, {"person_id": "4", "first_name": "F4", "last_name": "L4"},
+                           person_id=4))  # fmt: skip
+    caught_up(insite)
+    assert sa_person(world)["4"][2] == "Former-Staff" and sa_person(world)["5"][2] == "No Status"
+    clean = _reconcile(insite)
+    assert clean.exit_code == 0 and "4 object(s) expected, 5 at the target: 0 missing, 0 extra, 0 different" in (
+        clean.output
+    ), clean.output
+
+    with psycopg.connect(world.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {world.table} WHERE person_number = '2'")
+        conn.execute(f"UPDATE {world.table} SET person_last_name = 'Wrong' WHERE person_number = '3'")
+        conn.execute(
+            f"INSERT INTO {world.table} (person_number, person_last_name, person_first_name, person_location)"
+            " VALUES ('99', 'Stray', 'S', 'Staff')"
+        )
+    found = _reconcile(insite)
+    assert found.exit_code == 1, found.output
+    assert "1 missing, 1 extra, 1 different" in found.output
+    assert "missing: 2" in found.output and "extra: 99" in found.output
+    assert "different: 3: lastname: expected 'L3', found 'Wrong'" in found.output
+
+    assert _reconcile(insite, "--repair").exit_code == 0
+    caught_up(insite)
+    held = sa_person(world)
+    assert held["2"][:3] == ("L2", "F2", "Staff") and held["3"][0] == "L3" and held["99"][2] == "Former-Staff"
+    again = _reconcile(insite)
+    assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
 
 
 def test_a_person_whose_delete_survived_compaction_only_as_a_tombstone_becomes_former(world: World) -> None:

@@ -1,0 +1,144 @@
+"""The batch side on ``--keys`` keys of a ``table`` listener: rebuild (beside a plain
+PostgreSQL COPY of the same rows), reconcile, and a refresh of every key into the
+listener's bulk lane with the real-time latency while the listener applies it.
+
+Method: ``--keys`` changes are produced into one logical topic of a listener world of its
+own (the test registry: a ``table`` target on the stack's PostgreSQL). (1) ``Rebuild``
+with ``--truncate`` (Spark reads the topic, writes CSV, one COPY transaction, applied
+positions written, group moved): keys/s over its whole run, Spark session already up.
+Beside it, the same rows exported and COPY'd into an empty table of the same shape: what
+PostgreSQL alone takes. (2) ``Reconcile`` of the rebuilt target: must find no drift.
+(3) The listener runs; real-time latency idle (a change produced -> its row visible),
+then a whole-table ``Refresh`` (its job time) and the same latency while the listener
+applies the refresh from its bulk lane, and the bulk lane's rate.
+
+    .venv/bin/python -m bench.batch_jobs --keys 1000000 --samples 30
+
+Needs the local stack up (``mcq stack up``). Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Producer
+
+from bench.listener_lanes import _latencies, _pct
+from mcq.change import POSITION_HEADER, ChangeCodec
+from mcq.config import load_settings
+from mcq.contract import registry_client
+from streams.rebuild import Rebuild
+from streams.reconcile import Reconcile
+from streams.refresh import Refresh
+from streams.selection import Selection
+from streams.session import spark_session
+from tests.integration.listeners import change, make_world, running
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _produce(w, keys: int) -> None:  # type: ignore[no-untyped-def]
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer({**w.settings.kafka.client_config(), "linger.ms": 50, "batch.size": 1_000_000})
+    started = time.monotonic()
+    for pid in range(keys):
+        c = change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT")
+        key, value = codec.encode(w.phone_topic, c)
+        while True:
+            try:
+                producer.produce(w.phone_topic, key=key, value=value, headers=[(POSITION_HEADER, str(c.position))])
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if pid % 100_000 == 0:
+            producer.poll(0)
+            _say(f"produced {pid:,} of {keys:,} ({time.monotonic() - started:.0f} s)")
+    assert producer.flush(300) == 0
+
+
+def _copy_ceiling(w) -> float:  # type: ignore[no-untyped-def]
+    """Rows/s of PostgreSQL COPY alone: the rebuilt rows exported, then loaded into an
+    empty table of the same shape (one transaction, as the rebuild does)."""
+    buf = io.BytesIO()
+    with psycopg.connect(w.settings.vendor.dsn()) as conn:
+        with conn.cursor().copy(f"COPY {w.table} TO STDOUT WITH (FORMAT csv)") as copy:
+            for data in copy:
+                buf.write(data)
+        clone = f"{w.table}_copy"
+        conn.execute(f"CREATE TABLE {clone} (LIKE {w.table} INCLUDING ALL)")
+        conn.commit()
+        started = time.monotonic()
+        with conn.transaction(), conn.cursor() as cur:
+            with cur.copy(f"COPY {clone} FROM STDIN WITH (FORMAT csv)") as copy:
+                copy.write(buf.getvalue())
+            rows = cur.rowcount
+        seconds = time.monotonic() - started
+        conn.execute(f"DROP TABLE {clone}")
+        conn.commit()
+    return rows / seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--samples", type=int, default=30)
+    args = ap.parse_args()
+    settings = load_settings()
+    w = make_world(settings, uuid.uuid4().hex[:10], Path(tempfile.mkdtemp()))
+    _produce(w, args.keys)
+    spark = spark_session(w.settings, "bench-batch-jobs")
+
+    started = time.monotonic()
+    rebuilt = Rebuild(w.settings, w.registry, w.name, True, _say).run(spark)
+    rebuild_s = time.monotonic() - started
+    assert rebuilt.loaded == args.keys, rebuilt
+    copy_rate = _copy_ceiling(w)
+
+    drift = Reconcile(w.settings, w.registry, w.name, _say).run(spark)
+    assert drift.total == 0 and drift.expected == args.keys, drift.lines()
+
+    with running(w) as rt:
+        time.sleep(5)  # joined both groups
+        idle = _latencies(w, args.samples)
+        started = time.monotonic()
+        sent = Refresh(w.settings, w.registry, w.name, Selection(), _say).run(spark)
+        refresh_s = time.monotonic() - started
+        while rt.counters.bulk_applied == 0:
+            time.sleep(0.05)
+        loaded = _latencies(w, args.samples)
+        depth = sent.total - rt.counters.bulk_applied
+        count, started = rt.counters.bulk_applied, time.monotonic()
+        while rt.counters.bulk_applied < min(sent.total, count + 50_000):
+            time.sleep(0.2)
+        bulk_rate = (rt.counters.bulk_applied - count) / (time.monotonic() - started)
+
+    n = args.keys
+    print("| measure | keys | seconds | keys/s | note |")
+    print("|---|---|---|---|---|")
+    print(f"| rebuild `--truncate` (Spark read, CSV, COPY, applied positions, group moved) | {n:,} | {rebuild_s:.1f} "
+          f"| {n / rebuild_s:,.0f} | target ≥ 100,000/s |")  # fmt: skip
+    print(f"| PostgreSQL COPY alone, same rows, same run | {n:,} | {n / copy_rate:.1f} | {copy_rate:,.0f} | ceiling |")
+    print(f"| reconcile (no drift found) | {n:,} | {drift.seconds:.1f} | {n / drift.seconds:,.0f} | target < 60 s |")
+    print(f"| refresh of every key into the bulk lane (job) | {sent.total:,} | {refresh_s:.1f} "
+          f"| {sent.total / refresh_s:,.0f} | |")  # fmt: skip
+    print(
+        f"\nreal-time latency while the listener applies the refresh (bulk lane {depth:,} deep): "
+        f"p50 {_pct(loaded, 50):.3f} s, p99 {_pct(loaded, 99):.3f} s (idle: p50 {_pct(idle, 50):.3f} s, "
+        f"p99 {_pct(idle, 99):.3f} s, mean {statistics.mean(idle):.3f} s; target p99 ≤ 1.5 x idle); "
+        f"bulk lane {bulk_rate:,.0f} changes/s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
