@@ -102,6 +102,10 @@ class Rebuild:
         started = time.monotonic()
         label = f"rebuild {self.name}"
         self.groups.refuse_while_running("rebuild")
+        if not dry_run:  # its applied positions are written: its topics exist, as its first run makes them
+            from mcq.topics.plan import apply_topics
+
+            apply_topics(self.settings, self.groups.topics.specs())
         topics = self.groups.logical_topics()
         meta = self.groups.admin.list_topics(timeout=30).topics
         tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
@@ -174,6 +178,8 @@ class Rebuild:
 
         topic = self.groups.topics.applied
         partitions = len(self.groups.admin.list_topics(topic, timeout=30).topics[topic].partitions)
+        if partitions == 0:
+            raise ConsumerError(f"rebuild {self.name}: {topic} has no partitions; the listener's offsets stay")
         present = present_at_target(spark, self.settings, topic, self.tables)
         absent = present.join(loaded.select("text"), "text", "left_anti").select(
             "text", F.concat_ws("/", "pos.c", "pos.l", F.lit("-")).alias("value")
