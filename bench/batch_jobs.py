@@ -109,6 +109,7 @@ def main() -> int:
 
     with running(w) as rt:
         time.sleep(5)  # joined both groups
+        _latencies(w, 3)  # warm-up: the first change waits for the start (a million applied positions read)
         idle = _latencies(w, args.samples)
         started = time.monotonic()
         sent = Refresh(w.settings, w.registry, w.name, Selection(), _say).run(spark)

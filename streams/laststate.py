@@ -92,10 +92,10 @@ def last_records(
     )
 
 
-def present_at_target(spark: SparkSession, settings: Settings, applied: str, tables: list[LogicalTable]) -> DataFrame:
-    """Keys of ``tables`` a listener's applied positions (its topic ``applied``: key text ->
-    ``commit/lsn``, ``/-`` when the key is not at the target) say are at its target: the
-    key fields, the key's text and its applied position ``pos``."""
+def applied_values(spark: SparkSession, settings: Settings, applied: str, tables: list[LogicalTable]) -> DataFrame:
+    """The last record of each key of ``tables`` in a listener's applied positions (its
+    topic ``applied``: key text -> ``commit/lsn``, ``/-`` when the key is not at the
+    target): the key's ``text``, its fields as ``k`` and the ``value``."""
     from pyspark.sql import functions as F
 
     records = read_topics(spark, settings, [applied]).select(
@@ -105,18 +105,23 @@ def present_at_target(spark: SparkSession, settings: Settings, applied: str, tab
         records.where(F.col("text").startswith("{"))  # keys, not park:/dead:/exposed: marks
         .groupBy("text")
         .agg(F.max_by("value", "offset").alias("value"))
-        .where(F.col("value").isNotNull() & ~F.col("value").endswith("/-"))
+        .where(F.col("value").isNotNull())
     )
+    return last.select("text", F.from_json("text", key_schema(FIELDS)).alias("k"), "value").where(in_tables(tables))
+
+
+def present_at_target(spark: SparkSession, settings: Settings, applied: str, tables: list[LogicalTable]) -> DataFrame:
+    """Keys of ``tables`` a listener's applied positions say are at its target: the key
+    fields, the key's text and its applied position ``pos``."""
+    from pyspark.sql import functions as F
+
+    held = applied_values(spark, settings, applied, tables).where(~F.col("value").endswith("/-"))
     parts = F.split("value", "/")
-    return (
-        last.select("text", F.from_json("text", key_schema(FIELDS)).alias("k"), parts.alias("p"))
-        .where(in_tables(tables))
-        .select(
-            *(F.col(f"k.{f}").alias(f) for f in FIELDS),
-            "text",
-            F.struct(F.element_at("p", 1).cast("long").alias("c"), F.element_at("p", 2).cast("long").alias("l"))
-            .alias("pos"),
-        )
+    return held.select(
+        *(F.col(f"k.{f}").alias(f) for f in FIELDS),
+        "text",
+        F.struct(F.element_at(parts, 1).cast("long").alias("c"), F.element_at(parts, 2).cast("long").alias("l"))
+        .alias("pos"),
     )  # fmt: skip
 
 

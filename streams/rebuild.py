@@ -25,10 +25,12 @@ applies again what it had not applied, and no older change overwrites a rebuilt 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,8 +46,9 @@ from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable, Registry
-from streams.laststate import FIELDS, last_records, present_at_target
+from streams.laststate import FIELDS, applied_values, last_records
 from streams.progress import stage_progress
+from streams.reconcile import STREAMED_PARTITIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -160,10 +163,28 @@ class Rebuild:
             csv = rows.select(
                 "change_key", *FIELDS, F.to_json("after", {"ignoreNullFields": "false"}), "pos.c", "pos.l"
             )
+            begun = time.monotonic()
             csv.write.option("escape", '"').option("header", "false").csv(str(staging))
-            self.report(f"rebuild {self.name}: loading into {self.adapter.settings.table}")
-            loaded = self.adapter.load_csv(_chunks(staging), self.truncate)
-            absent = self._write_applied(spark, rows.select(F.col("change_key").alias("text"), "pos"))
+            self.report(
+                f"rebuild {self.name}: rows written as CSV in {time.monotonic() - begun:.1f} s; "
+                f"loading into {self.adapter.settings.table}"
+            )
+            begun = time.monotonic()
+            # what the applied positions must say is worked out by Spark while PostgreSQL loads
+            # (a core each); it is written only once the load has committed
+            with ThreadPoolExecutor(1, thread_name_prefix="applied-diff") as pool:
+                diff = pool.submit(self._applied_diff, spark, rows.select(F.col("change_key").alias("text"), "pos"))
+                try:
+                    loaded = self.adapter.load_csv(_chunks(staging), self.truncate)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        diff.result()[0].unpersist()
+                    raise
+                self.report(f"rebuild {self.name}: {loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
+                changes = diff.result()
+            begun = time.monotonic()
+            absent = self._write_diff(changes)
+            self.report(f"rebuild {self.name}: applied positions written in {time.monotonic() - begun:.1f} s")
         finally:
             self.adapter.close()
             shutil.rmtree(staging, ignore_errors=True)
@@ -172,31 +193,55 @@ class Rebuild:
 
     def _write_applied(self, spark: SparkSession, loaded: DataFrame) -> int:
         """Every key loaded at its position, at the target; every other key of these tables
-        the applied positions had at the target, absent. Written as the listener writes them:
-        its producer's partition (librdkafka's default: CRC-32 of the key), in order."""
+        the applied positions had at the target, absent. The number of keys now absent."""
+        return self._write_diff(self._applied_diff(spark, loaded))
+
+    def _applied_diff(self, spark: SparkSession, loaded: DataFrame) -> tuple[DataFrame, dict[bool, int]]:
+        """The applied-position records to write (persisted) and their counts (by whether
+        the key is gone): only where the topic says otherwise already (a target rebuilt
+        after a loss: hardly any)."""
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        topic = self.groups.topics.applied
-        partitions = len(self.groups.admin.list_topics(topic, timeout=30).topics[topic].partitions)
-        if partitions == 0:
-            raise ConsumerError(f"rebuild {self.name}: {topic} has no partitions; the listener's offsets stay")
-        present = present_at_target(spark, self.settings, topic, self.tables)
-        absent = present.join(loaded.select("text"), "text", "left_anti").select(
-            "text", F.concat_ws("/", "pos.c", "pos.l", F.lit("-")).alias("value")
+        held = applied_values(spark, self.settings, self.groups.topics.applied, self.tables)
+        new = loaded.select("text", F.concat_ws("/", "pos.c", "pos.l").alias("new"))
+        both = new.join(held.select("text", F.col("value").alias("held")), "text", "full_outer")
+        gone = F.col("new").isNull() & F.col("held").isNotNull() & ~F.col("held").endswith("/-")
+        stale = F.col("new").isNotNull() & (F.col("held").isNull() | (F.col("held") != F.col("new")))
+        writes = both.where(gone | stale).select(
+            "text",
+            F.when(stale, F.col("new")).otherwise(F.concat(F.col("held"), F.lit("/-"))).alias("value"),
+            gone.alias("gone"),
         )
-        records = loaded.select("text", F.concat_ws("/", "pos.c", "pos.l").alias("value")).unionByName(absent)
-        records = records.persist()
+        writes = writes.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            gone = absent.count()
-            out = records.select(
+            counts = {bool(r["gone"]): int(r["count"]) for r in writes.groupBy("gone").count().collect()}
+        except BaseException:
+            writes.unpersist()
+            raise
+        return writes, counts
+
+    def _write_diff(self, diff: tuple[DataFrame, dict[bool, int]]) -> int:
+        """Write the records as the listener writes them: its producer's partition
+        (librdkafka's default: CRC-32 of the key)."""
+        from pyspark.sql import functions as F
+
+        writes, counts = diff
+        topic = self.groups.topics.applied
+        try:
+            partitions = len(self.groups.admin.list_topics(topic, timeout=30).topics[topic].partitions)
+            if partitions == 0:
+                raise ConsumerError(f"rebuild {self.name}: {topic} has no partitions; the listener's offsets stay")
+            out = writes.select(
                 F.col("text").cast("binary").alias("key"),
                 F.col("value").cast("binary").alias("value"),
                 F.pmod(F.crc32(F.col("text").cast("binary")), F.lit(partitions)).cast("int").alias("partition"),
             )
-            out.write.format("kafka").options(**self.settings.kafka.spark_options()).option("topic", topic).save()
+            if counts:
+                out.write.format("kafka").options(**self.settings.kafka.spark_options()).option("topic", topic).save()
         finally:
-            records.unpersist()
-        return gone
+            writes.unpersist()
+        return counts.get(True, 0)
 
     # ------------------------------------------------------------------ any other target: its batch path
 
@@ -259,7 +304,8 @@ class Rebuild:
 
 def _changes(live: DataFrame) -> Iterator[Change]:
     now = datetime.now(UTC)
-    for row in live.select(*FIELDS, "after", "pos").toLocalIterator(prefetchPartitions=True):
+    rows = live.select(*FIELDS, "after", "pos").repartition(STREAMED_PARTITIONS)  # see streams/reconcile.py
+    for row in rows.toLocalIterator(prefetchPartitions=True):
         key = ChangeKey(*(row[f] for f in FIELDS))
         position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
         yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 EXAMPLES = 5
+STREAMED_PARTITIONS = 64
 
 
 @dataclass
@@ -159,7 +160,10 @@ class Reconcile:
 
         live = last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
         now = datetime.now(UTC)
-        for row in live.select(*FIELDS, "after", "pos").toLocalIterator(prefetchPartitions=True):
+        # partitions of a few ten thousand rows reach the driver one after the other (adaptive
+        # execution would merge a shuffle's small partitions into one of every row)
+        rows = live.select(*FIELDS, "after", "pos").repartition(STREAMED_PARTITIONS)
+        for row in rows.toLocalIterator(prefetchPartitions=True):
             key = ChangeKey(*(row[f] for f in FIELDS))
             position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
             yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))

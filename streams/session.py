@@ -52,6 +52,8 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # our jobs log a line per batch instead
         .config("spark.sql.session.timeZone", "UTC")
+        # the batch jobs stream a million states to the driver; Spark's 1g heap is too small for that
+        .config("spark.driver.memory", os.environ.get("MCQ_SPARK_DRIVER_MEMORY", "4g"))
         # Spark 4.1's micro-batch Kafka source (V2) fails a restarted query whose last
         # batch was cut short: its progress metrics read offsets that a re-run batch never
         # fetched (NPE in KafkaMicroBatchStream.metrics, SPARK-55271 / SPARK-57438). The V1

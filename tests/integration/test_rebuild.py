@@ -83,6 +83,23 @@ def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_mean
     assert target_state(w.settings, w.table) == expected_state(history + meanwhile)
 
 
+def test_a_listener_that_never_ran_is_loaded_by_a_rebuild_and_its_first_run_has_nothing_to_do(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(25)]
+    history += [change("PHONE", 3, None, "DELETE")]
+    produce(w.settings, w.phone_topic, history)
+    dry = _rebuild(w, "--dry-run")
+    assert dry.exit_code == 0 and "24 live state(s), nothing written" in dry.output, dry.output
+    assert target_state(w.settings, w.table) == {}
+    done = _rebuild(w)
+    assert done.exit_code == 0, done.output
+    assert target_state(w.settings, w.table) == expected_state(history)
+    run = caught_up(w)
+    assert run.counters.applied == 0 and run.counters.skipped == 0  # it starts where the rebuild read up to
+
+
 def test_a_rebuild_is_refused_while_the_listener_runs(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:
