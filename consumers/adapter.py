@@ -152,6 +152,18 @@ class ReadBack(ABC):
         """The keys whose refresh makes the adapter write ``obj`` again (or delete it)."""
 
 
+def rows_in_view(view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+    """What a target holding one row per key should hold (``ReadBack.expected`` of such
+    adapters): each key's state the listener's view admits, restricted to the columns it
+    may see, by key text."""
+    out: dict[str, Any] = {}
+    for change in states:
+        seen, _ = view.see(change, False)
+        if seen is not None and seen.after is not None:
+            out[seen.key.text()] = seen.after
+    return out
+
+
 def adapter_class(kind: str) -> type[Adapter]:
     """The adapter registered under ``kind`` in the ``mcq.adapters`` entry point group."""
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}

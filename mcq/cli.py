@@ -897,6 +897,14 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
         _say(f"rebuild {name}: done; the next run (mcq listen {name}) goes on from where the rebuild read up to")
 
 
+def _refuse_unknown(verb: str, registry: Registry, names: tuple[str, ...]) -> None:
+    """Exit 2 with one line when a listener named on the command line is not in the registry."""
+    unknown = [n for n in names if registry.listener(n) is None]
+    if unknown:
+        _err(f"mcq {verb}: no listener named {', '.join(unknown)} in the registry")
+        sys.exit(EXIT_CONFIG)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -935,10 +943,7 @@ def purge(
 
     settings = _settings()
     registry = _current_registry(registry_file)
-    unknown = [n for n in names if registry.listener(n) is None]
-    if unknown:
-        _err(f"mcq purge: no listener named {', '.join(unknown)} in the registry")
-        sys.exit(EXIT_CONFIG)
+    _refuse_unknown("purge", registry, names)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     failed = False
     for name in names or tuple(li.name for li in registry.listeners):
@@ -980,10 +985,7 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
 
     settings = _settings()
     registry = _current_registry(registry_file)
-    unknown = [n for n in names if registry.listener(n) is None]
-    if unknown:
-        _err(f"mcq status: no listener named {', '.join(unknown)} in the registry")
-        sys.exit(EXIT_CONFIG)
+    _refuse_unknown("status", registry, names)
     from mcq.topics.read import TopicReadError
 
     try:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from consumers.adapter import Adapter, ReadBack
+from consumers.adapter import Adapter, ReadBack, rows_in_view
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.file.names import FileNamer
 from consumers.file.settings import FileSettings
@@ -115,12 +115,8 @@ class FileAdapter(Adapter, ReadBack):
     # (the order they were written), each change setting its key's state or deleting it
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for change in states:
-            seen, _ = view.see(change, False)
-            if seen is not None and seen.after is not None:
-                out[seen.key.text()] = seen.after
-        return out
+        """A row per key in the listener's view, holding the columns it may see."""
+        return rows_in_view(view, states)
 
     def read_back(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

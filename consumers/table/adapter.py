@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from consumers.adapter import Adapter, ReadBack
+from consumers.adapter import Adapter, ReadBack, rows_in_view
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
 from consumers.table.settings import TableSettings
@@ -129,12 +129,7 @@ class TableAdapter(Adapter, ReadBack):
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
         """A row per key in the listener's view, holding the columns it may see."""
-        out: dict[str, Any] = {}
-        for change in states:
-            seen, _ = view.see(change, False)
-            if seen is not None and seen.after is not None:
-                out[seen.key.text()] = seen.after
-        return out
+        return rows_in_view(view, states)
 
     def read_back(self) -> dict[str, Any]:
         conn = self.target.connection()

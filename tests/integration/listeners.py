@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from click.testing import CliRunner, Result
 from confluent_kafka import Producer
 
 from consumers.runtime.listener import ListenerRuntime
@@ -222,3 +223,11 @@ def listen_process(world: World, *args: str, log: Path) -> subprocess.Popen[byte
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def mcq(world: World, command: str, *args: str) -> Result:
+    """``mcq COMMAND NAME --registry FILE ARGS`` for the world's listener, in this process."""
+    from mcq.cli import main
+
+    env = {"MCQ_TOPIC_PREFIX": world.settings.topic_prefix, "MCQ_HOME": str(world.settings.stack.home)}
+    return CliRunner().invoke(main, [command, world.name, "--registry", str(world.registry_file), *args], env=env)

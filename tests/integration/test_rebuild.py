@@ -10,12 +10,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from confluent_kafka.admin import AdminClient
 
 from consumers.runtime.topics import live_members
 from mcq.change import ChangeKey
-from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
 from streams.rebuild import Rebuild
@@ -26,6 +25,7 @@ from tests.integration.listeners import (
     change,
     expected_state,
     make_world,
+    mcq,
     produce,
     running,
     target_state,
@@ -39,8 +39,7 @@ ODD = ["höme", 'q"uote', "back\\slash", "comma,semi;colon", "tab\there"]
 
 
 def _rebuild(w: World, *args: str) -> Result:
-    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
-    return CliRunner().invoke(main, ["rebuild", w.name, "--registry", str(w.registry_file), *args], env=env)
+    return mcq(w, "rebuild", *args)
 
 
 @pytest.mark.parametrize("truncate", [False, True], ids=["merge", "truncate"])

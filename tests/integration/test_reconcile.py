@@ -17,14 +17,13 @@ from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import World, caught_up, change, expected_state, make_world, produce, target_state
+from tests.integration.listeners import World, caught_up, change, expected_state, make_world, mcq, produce, target_state
 from tests.integration.test_adapters import ch, send_changes
 from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
 
 
 def _reconcile(w: World, *args: str) -> Result:
-    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
-    return CliRunner().invoke(main, ["reconcile", w.name, "--registry", str(w.registry_file), *args], env=env)
+    return mcq(w, "reconcile", *args)
 
 
 def test_drift_in_a_table_target_is_reported_exactly_and_repaired(

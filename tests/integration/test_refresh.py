@@ -28,6 +28,7 @@ from tests.integration.listeners import (
     change,
     expected_state,
     make_world,
+    mcq,
     produce,
     target_state,
 )
@@ -35,8 +36,7 @@ from tests.integration.worlds import read_topic_to_end
 
 
 def _refresh(w: World, *args: str) -> Result:
-    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix, "MCQ_HOME": str(w.settings.stack.home)}
-    return CliRunner().invoke(main, ["refresh", w.name, "--registry", str(w.registry_file), *args], env=env)
+    return mcq(w, "refresh", *args)
 
 
 def _bulk(w: World) -> list[tuple[str, str, dict[str, Any] | None]]:
