@@ -11,9 +11,11 @@ in Confluent's wire format: a magic byte and a schema id before the Avro body.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from mcq.change import KEY_FIELDS, POSITION_HEADER
+from mcq.change import KEY_FIELDS, POSITION_HEADER, Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import schema_text
 from mcq.registry.model import LogicalTable
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 FIELDS = ("tname", "subtype", *KEY_FIELDS)
 NUMBERS = ("person_id", "pkey_number")
+STREAMED_PARTITIONS = 64
 
 
 def read_topics(
@@ -123,6 +126,19 @@ def present_at_target(spark: SparkSession, settings: Settings, applied: str, tab
         F.struct(F.element_at(parts, 1).cast("long").alias("c"), F.element_at(parts, 2).cast("long").alias("l"))
         .alias("pos"),
     )  # fmt: skip
+
+
+def live_changes(live: DataFrame) -> Iterator[Change]:
+    """The live states of ``last_records`` on the driver, each as an UPDATE carrying its
+    after-state and position. Partitions of a few ten thousand rows arrive one after the
+    other (adaptive execution would merge a shuffle's small partitions into one of every
+    row: a million states overflowed the driver's heap)."""
+    now = datetime.now(UTC)
+    rows = live.select(*FIELDS, "after", "pos").repartition(STREAMED_PARTITIONS)
+    for row in rows.toLocalIterator(prefetchPartitions=True):
+        key = ChangeKey(*(row[f] for f in FIELDS))
+        position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
+        yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))
 
 
 def in_tables(tables: list[LogicalTable]) -> Column:

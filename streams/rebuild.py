@@ -46,9 +46,8 @@ from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable, Registry
-from streams.laststate import FIELDS, applied_values, last_records
+from streams.laststate import FIELDS, applied_values, last_records, live_changes
 from streams.progress import stage_progress
-from streams.reconcile import STREAMED_PARTITIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -251,7 +250,7 @@ class Rebuild:
         seen: list[Change] = []
         batch: list[Change] = []
         try:
-            for change in _changes(live):
+            for change in live_changes(live):
                 state, _ = self.view.see(change, False)
                 if state is None:
                     continue
@@ -300,15 +299,6 @@ class Rebuild:
         for i in range(0, len(deletes), BATCH):
             self._apply(deletes[i : i + BATCH])
         return len(extra)
-
-
-def _changes(live: DataFrame) -> Iterator[Change]:
-    now = datetime.now(UTC)
-    rows = live.select(*FIELDS, "after", "pos").repartition(STREAMED_PARTITIONS)  # see streams/reconcile.py
-    for row in rows.toLocalIterator(prefetchPartitions=True):
-        key = ChangeKey(*(row[f] for f in FIELDS))
-        position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
-        yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))
 
 
 def _projected(tables: list[LogicalTable], columns: dict[str, frozenset[str] | None]) -> Column:

@@ -24,7 +24,6 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +31,10 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.adapter import ReadBack, make_adapter
 from consumers.runtime.view import ListenerView
-from mcq.change import Change, ChangeKey, Position
+from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from streams.laststate import FIELDS, last_records
+from streams.laststate import last_records, live_changes
 from streams.progress import stage_progress
 from streams.refresh import Refresh, RefreshSummary, listener_tables
 from streams.selection import Selection, SelectionError
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 EXAMPLES = 5
-STREAMED_PARTITIONS = 64
 
 
 @dataclass
@@ -158,15 +156,7 @@ class Reconcile:
     def _states(self, spark: SparkSession, topics: list[str]) -> Iterator[Change]:
         from pyspark.sql import functions as F
 
-        live = last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
-        now = datetime.now(UTC)
-        # partitions of a few ten thousand rows reach the driver one after the other (adaptive
-        # execution would merge a shuffle's small partitions into one of every row)
-        rows = live.select(*FIELDS, "after", "pos").repartition(STREAMED_PARTITIONS)
-        for row in rows.toLocalIterator(prefetchPartitions=True):
-            key = ChangeKey(*(row[f] for f in FIELDS))
-            position = Position(row["pos"]["c"] or 0, row["pos"]["l"] or 0)
-            yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))
+        return live_changes(last_records(spark, self.settings, topics, self.tables).where(F.col("live")))
 
     def repair(self, spark: SparkSession, drift: Drift) -> RefreshSummary:
         """Refresh the keys of exactly the drifted objects into the listener's bulk lane."""
