@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
-JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml)
+JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
 .PHONY: install system python jvm run test lint unit bench bench-quick stack-up stack-down stack-status clean-stack
 

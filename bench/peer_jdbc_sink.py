@@ -11,6 +11,9 @@ Method: a captured campus world of its own (``--people``). Both read the raw
   ``mcq listen Mirror`` (the ``table`` adapter, interested in PERSON/Telephone) keeping
   each key's last state in ``b_<token>.mirror`` of the same database.
 
+The raw values carry their Connect schema (``connect.natural_text: false``), which the JDBC
+sink needs; mcq's default connector writes the smaller schemaless form instead.
+
 1. Initial load, one after the other (each alone on the 2 cores): from the start of the
    connector / of the two mcq processes until the target holds every row of the source
    table. Rate = rows / that time, start-up included.
@@ -112,6 +115,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     token = uuid.uuid4().hex[:6]
     settings = load_settings().model_copy(update={"topic_prefix": f"peer{token}"})
+    # the JDBC sink needs each value's Connect schema: the world's connector writes values
+    # with it (as for a worker without mcq's NaturalText transform), and mcq reads the same
+    settings = settings.model_copy(update={"connect": settings.connect.model_copy(update={"natural_text": False})})
     peer_table, mirror_table = f"p_{token}.telephone", f"b_{token}.mirror"
     connector = f"bench-peer-{token}"
     procs: list[subprocess.Popen[bytes]] = []

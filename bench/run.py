@@ -34,6 +34,7 @@ SUITE: dict[str, tuple[list[str], list[str]]] = {
         ["--rates", "20,100,400,1000", "--seconds", "60"],
         ["--rates", "100", "--seconds", "15"],
     ),
+    "normalize_backlog": (["--people", "112000"], ["--people", "5000"]),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
     "peer_jdbc_sink": (
         ["--people", "5000", "--rate", "1000", "--seconds", "60"],

@@ -166,6 +166,16 @@ class HttpServiceSettings(_Section):
         return (self.username, self.password.get_secret_value())
 
 
+class ConnectSettings(HttpServiceSettings):
+    """The Kafka Connect worker that runs the Debezium source connectors."""
+
+    natural_text: bool = True
+    """The worker has mcq's ``NaturalText`` transform on its plugin path (the local stack
+    and the image do: ``jvm/connect-transforms``): connectors write values as compact JSON
+    whose dates and times are already text. False, for a worker mcq cannot add a plugin
+    to: values carry their Connect schema (about 6x larger) and the normaliser decodes them."""
+
+
 class RegistrySettings(HttpServiceSettings):
     """The Confluent-API schema registry (Apicurio's ``ccompat`` API locally)."""
 
@@ -239,7 +249,7 @@ class Settings(BaseSettings):
 
     stack: StackSettings = StackSettings()
     kafka: KafkaSettings = KafkaSettings()
-    connect: HttpServiceSettings = HttpServiceSettings()
+    connect: ConnectSettings = ConnectSettings()
     registry: RegistrySettings = RegistrySettings()
     source: DatabaseSettings = DatabaseSettings()
     vendor: DatabaseSettings = DatabaseSettings()

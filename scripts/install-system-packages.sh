@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what the local stack runs and mcq builds with:
-# PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 runtime, Maven, and
+# PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 JDK (mcq's Connect
+# transform is compiled: jvm/connect-transforms), Maven, and
 # Python's venv module. Only what is missing is installed, so a second run is a no-op.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ have_cmd() { command -v "$1" >/dev/null 2>&1; }
 have_file /usr/lib/postgresql/15/bin/postgres || need+=(postgresql-15)
 have_file /usr/sbin/slapd || need+=(slapd)
 have_cmd ldapsearch || need+=(ldap-utils)
-have_cmd java || need+=(openjdk-17-jre-headless)
+have_cmd javac || need+=(openjdk-17-jdk-headless)
 have_cmd mvn || need+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 

@@ -1,10 +1,19 @@
 """Debezium's JSON change events -> envelopes whose row images hold natural text values.
 
-The connectors ``mcq connect apply`` puts write each value as JSON *with its Connect
-schema* (``{"schema": ..., "payload": <envelope>}``): the schema names every column's
-semantic type, and Debezium encodes several types in ways no target should see. The
-normaliser keeps the change contract's ``map<string, string|null>`` and writes every
-value as the text a person (or ``datetime.fromisoformat``) reads:
+Debezium encodes several types in ways no target should see. The normaliser keeps the
+change contract's ``map<string, string|null>`` and writes every value as the text a
+person (or ``datetime.fromisoformat``) reads. Where that text is made depends on the
+connector (``mcq.capture.connector``):
+
+* by default, in the Connect worker: mcq's ``NaturalText`` transform
+  (``jvm/connect-transforms``) turns dates, timestamps and times into the texts below and
+  the value is written as compact JSON without its schema; this module takes its images
+  as they are;
+* for a worker without the transform (``connect.natural_text: false``), here: the value
+  is JSON *with its Connect schema* (``{"schema": ..., "payload": <envelope>}``), whose
+  semantic names say which integer is a day number, and :func:`decode_image` decodes it.
+
+Both give the same text:
 
 ==========================================  ===============================================
 PostgreSQL type (Debezium's name)           value in ``after`` / ``before``
@@ -32,9 +41,9 @@ timestamptz is normalised to UTC with ``Z`` (Debezium already converts to UTC, b
 the fraction to the column's precision): one instant has one text, so comparing two
 records' values, e.g. to detect a housekeeping-only update, compares instants.
 
-A raw record written without the schema (schemaless JSON, a connector applied before
-the converters were set on it) is read too: its values stay as Debezium encoded them
-(a date as a day number), since nothing in the record says what they are.
+A raw record written without the schema and without the transform (a connector applied
+before either was set on it) is read too: its values stay as Debezium encoded them (a
+date as a day number), since nothing in the record says what they are.
 """
 
 from __future__ import annotations
@@ -146,9 +155,13 @@ class EnvelopeReader:
         )
         self._split = (env.alias("_mcq_env"), names.alias("_mcq_names"))
         env, names = F.col("_mcq_env"), F.col("_mcq_names")
-        self._decoded = env.withField("after", decode_image(env.getField("after"), names)).withField(
-            "before", decode_image(env.getField("before"), names)
-        )
+
+        # a value without its schema (dates and times already text: the NaturalText
+        # transform) is taken as it is, without a pass over its images
+        def image(which: str) -> Column:
+            return F.when(names.isNull(), env.getField(which)).otherwise(decode_image(env.getField(which), names))
+
+        self._decoded = env.withField("after", image("after")).withField("before", image("before"))
 
     def apply(self, df: DataFrame, name: str = "e") -> DataFrame:
         """``df`` plus column ``name``: the envelope of its raw value. ``op`` is null when

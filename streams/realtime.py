@@ -278,11 +278,9 @@ def record_first_seen(job: NormalizeJob) -> None:
     found = first_records(job.settings, topics)
     if not found:
         return
-    store = RegistryStore(job.settings)
-    for ref, origin in sorted(found.items()):
-        store.record_first_seen(ref, origin)
+    for ref, provenance in sorted(RegistryStore(job.settings).record_first_seen_all(found).items()):
         job._known_refs.add(ref)
-        job.report(f"provenance: {ref} first seen from {origin.splitlines()[0]}")
+        job.report(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
 
 
 def batch_line(progress: dict[str, Any], interval: str) -> str:

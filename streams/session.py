@@ -24,6 +24,7 @@ class SparkSetupError(Exception):
     """Spark cannot be started as configured; the message says what is missing."""
 
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 REQUIRED_JARS = ("spark-sql-kafka-0-10_", "spark-avro_", "spark-token-provider-kafka-0-10_", "kafka-clients-")
 
 
@@ -44,6 +45,12 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
     # Python functions a job runs in Spark's workers (a refresh's content rule) need this
     # interpreter and its packages, not whatever `python3` is first on the PATH
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Unset, Spark's own default applies: local[*] from plain python, the --master of
+    # spark-submit otherwise.
+    chosen = master or os.environ.get("MCQ_SPARK_MASTER")
+    if chosen is None or chosen.startswith("local"):
+        # in-process Spark talks to itself: no host-name lookup (and no notice about it)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = ",".join(str(j) for j in connector_jars(settings))
     builder = (
         SparkSession.builder.appName(app_name)
@@ -52,6 +59,8 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # our jobs log a line per batch instead
         .config("spark.sql.session.timeZone", "UTC")
+        # errors only on the user's terminal, from the first line (streams/log4j2.properties)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}")
         # the batch jobs stream a million states to the driver; Spark's 1g heap is too small for that
         .config("spark.driver.memory", os.environ.get("MCQ_SPARK_DRIVER_MEMORY", "4g"))
         # Spark 4.1's micro-batch Kafka source (V2) fails a restarted query whose last
@@ -63,13 +72,10 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
             "org.apache.spark.sql.kafka010.KafkaSourceProvider",
         )
     )
-    # Unset, Spark's own default applies: local[*] from plain python, the --master of
-    # spark-submit otherwise.
-    chosen = master or os.environ.get("MCQ_SPARK_MASTER")
     if chosen:
         builder = builder.master(chosen)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "ERROR"))
     # spark-avro warns once per task that the Avro schema is stricter than Spark's nullable
     # columns: the normaliser gives every required field a non-null expression (streams/normalize.py)
     jvm: Any = spark._jvm

@@ -7,10 +7,14 @@ housekeeping-only update from one that touches a column of interest, and content
 are evaluated on it: ``mcq connect apply`` sets it (``mcq.capture.apply``), Debezium's
 ``replica.identity.autoset.values`` asks for it again at every start.
 
-Record values are JSON *with their Connect schema* (``value.converter.schemas.enable``),
-set on the connector rather than left to the worker's defaults: the schema names each
-column's semantic type (``io.debezium.time.Date`` for days since the epoch, ...), which
-the normaliser needs to turn Debezium's encodings back into natural text values.
+Dates, timestamps and times reach the raw topics as natural text: mcq's ``NaturalText``
+transform (``jvm/connect-transforms``) turns Debezium's encodings (``io.debezium.time.Date``:
+days since the epoch, ...) into text inside the worker, where each field's Connect schema
+is at hand, and values are written as compact JSON *without* their schema. Where the
+worker cannot have the plugin (``connect.natural_text: false``), values are written *with*
+their Connect schema (``value.converter.schemas.enable``), about 6x larger, and the
+normaliser decodes them by its semantic names. Either way the converter settings are set
+on the connector, never left to the worker's defaults.
 """
 
 from __future__ import annotations
@@ -52,6 +56,22 @@ def captured_columns(registry: Registry, source: Source) -> dict[str, list[str]]
     return dict(sorted(out.items()))
 
 
+NATURAL_TEXT = "mcq.connect.NaturalText"
+
+
+def value_encoding(settings: Settings) -> dict[str, str]:
+    """How values are written: compact JSON with dates and times as text (the NaturalText
+    transform), or JSON with its Connect schema for the normaliser to decode."""
+    if settings.connect.natural_text:
+        return {
+            "transforms": "naturaltext",
+            "transforms.naturaltext.type": NATURAL_TEXT,
+            "value.converter.schemas.enable": "false",
+        }
+    # the normaliser decodes dates, timestamps and times by the schema's semantic names
+    return {"value.converter.schemas.enable": "true"}
+
+
 def render_source(registry: Registry, source: Source, settings: Settings) -> dict[str, str]:
     """The connector config of one source."""
     tables = captured_columns(registry, source)
@@ -69,8 +89,7 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
             ),
             "replica.identity.autoset.values": ",".join(f"{t}:FULL" for t in feeds),
             "snapshot.mode": "initial",
-            # the normaliser decodes dates, timestamps and times by the schema's semantic names
-            "value.converter.schemas.enable": "true",
+            **value_encoding(settings),
         },
     )
 

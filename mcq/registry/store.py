@@ -188,13 +188,25 @@ class RegistryStore:
 
     def record_first_seen(self, ref: str, origin: str, at: datetime | None = None) -> Provenance:
         """Record where a table/subtype was first seen, unless it already has a record."""
-        key = f"provenance/{ref}"
-        existing = self.records().get(key)
-        if existing:
-            return Provenance(ref, existing["origin"], existing["first_seen"])
+        return self.record_first_seen_all({ref: origin}, at)[ref]
+
+    def record_first_seen_all(self, origins: dict[str, str], at: datetime | None = None) -> dict[str, Provenance]:
+        """:meth:`record_first_seen` for several refs at once: one read of the store, one
+        write (a normaliser's first batch meets every table at once)."""
+        records = self.records()
         stamp = (at or datetime.now(UTC)).isoformat()
-        self._produce({key: {"origin": origin, "first_seen": stamp}})
-        return Provenance(ref, origin, stamp)
+        out: dict[str, Provenance] = {}
+        new: dict[str, dict[str, Any] | None] = {}
+        for ref, origin in origins.items():
+            existing = records.get(f"provenance/{ref}")
+            if existing:
+                out[ref] = Provenance(ref, existing["origin"], existing["first_seen"])
+            else:
+                new[f"provenance/{ref}"] = {"origin": origin, "first_seen": stamp}
+                out[ref] = Provenance(ref, origin, stamp)
+        if new:
+            self._produce(new)
+        return out
 
 
 class RegistryReader:

@@ -589,6 +589,7 @@ class Connect(JvmService):
     def prepare(self) -> None:
         super().prepare()
         self._require(self.plugin_path / "debezium-connector-postgres", "the Debezium connector plugin")
+        self._require(self.plugin_path / "mcq-connect-transforms", "mcq's NaturalText transform plugin")
         port = self.settings.stack.ports.connect
         props = {
             "bootstrap.servers": self.settings.kafka.bootstrap_servers,

@@ -18,6 +18,7 @@ import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,8 @@ def sql(settings: Settings, *statements: str) -> None:
             conn.execute(stmt)
 
 
-@pytest.fixture(scope="module")
-def typed(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
+@contextmanager
+def typed_world(settings: Settings) -> Iterator[TypedWorld]:
     """A table with a column of each type, default replica identity, captured through apply_capture."""
     token = uuid.uuid4().hex[:8]
     schema = f"y_{token}"
@@ -124,6 +125,42 @@ def typed(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
         yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
     finally:
         uncapture(settings, registry, schema)
+
+
+@pytest.fixture(scope="module")
+def typed(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
+    """Captured as `mcq connect apply` does by default: dates and times made text by the
+    NaturalText transform in the Connect worker, values as compact JSON."""
+    with typed_world(settings) as world:
+        yield world
+
+
+@pytest.fixture(scope="module")
+def typed_with_schema(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
+    """Captured for a worker without mcq's transform: values carry their Connect schema and
+    the normaliser decodes Debezium's encodings by it."""
+    plain = settings.model_copy(update={"connect": settings.connect.model_copy(update={"natural_text": False})})
+    with typed_world(plain) as world:
+        yield world
+
+
+def raw_headers(settings: Settings, topic: str) -> list[list[tuple[str, bytes]]]:
+    """The headers of every record of a raw topic, up to its current end."""
+    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
+    out: list[list[tuple[str, bytes]]] = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low])
+        expected = sum(high - low for low, high in ends.values())
+        deadline = time.monotonic() + 60
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                out.append(list(msg.headers() or []))
+    finally:
+        consumer.close()
+    return out
 
 
 def prefixed(settings: Settings, letter: str) -> Settings:
@@ -162,13 +199,19 @@ def records_with_headers(
     return out
 
 
+@pytest.mark.parametrize("world", ["typed", "typed_with_schema"])
 def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
-    typed: TypedWorld, settings: Settings, tmp_path: Path
+    world: str, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """date, timestamp(3/6), timestamptz, time, numeric(12,2), boolean, uuid, jsonb, text[],
-    integer and text, NULLs included, compared with PostgreSQL's own rendering of each type."""
+    integer and text, NULLs included, compared with PostgreSQL's own rendering of each type:
+    made text in the Connect worker (the default), or decoded by the normaliser from values
+    that carry their Connect schema."""
+    typed: TypedWorld = request.getfixturevalue(world)
     tsettings = prefixed(settings, "y")
     wait_raw_records(settings, typed.raw_topic, len(ROWS))
+    marked = [("mcq.text", b"1") in headers for headers in raw_headers(settings, typed.raw_topic)]
+    assert marked and all(marked) if world == "typed" else not any(marked)
     normalize_once(tsettings, typed.registry, tmp_path / "checkpoint")
     topic = typed.registry.tables[0].topic(tsettings.topic_prefix)
     state = {k[4]: v for k, v in last_state(decode_topic(tsettings, topic)).items()}  # by pkey_number
@@ -283,7 +326,7 @@ def test_a_table_captured_by_apply_gets_full_replica_identity_and_whole_before_i
             msg = consumer.poll(0.5)
             if msg is None or msg.error() or msg.value() is None:
                 continue
-            event = json.loads(msg.value())["payload"]  # type: ignore[arg-type]
+            event = json.loads(msg.value())  # type: ignore[arg-type]
             if event["op"] == "u" and event["after"]["note"] == "before-image":
                 before = event["before"]
     finally:

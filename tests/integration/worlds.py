@@ -102,7 +102,9 @@ def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
 
 
 @contextmanager
-def captured_world(settings: Settings, people: int = 60, seed: int = 7) -> Iterator[Captured]:
+def captured_world(
+    settings: Settings, people: int = 60, seed: int = 7, slot_timeout_s: float = 90
+) -> Iterator[Captured]:
     token = uuid.uuid4().hex[:8]
     schema = f"w_{token}"
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
@@ -112,7 +114,7 @@ def captured_world(settings: Settings, people: int = 60, seed: int = 7) -> Itera
     registry = parse_registry(text, "campus-test.yaml")
     source = registry.sources[0]
     apply_capture(registry, settings, report=lambda _: None)
-    wait_slot_active(settings, source.slot_name)
+    wait_slot_active(settings, source.slot_name, slot_timeout_s)  # active once the snapshot is read
     cap = Captured(registry, source, schema, text)
     try:
         yield cap

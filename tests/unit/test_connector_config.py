@@ -45,10 +45,23 @@ def test_before_images_are_requested_and_the_password_is_a_reference(config: dic
     assert config["heartbeat.interval.ms"] and config["snapshot.mode"] == "initial"
 
 
-def test_the_converters_are_the_connectors_own_and_values_carry_their_schema(config: dict[str, str]) -> None:
+def test_the_converters_are_the_connectors_own_and_dates_and_times_become_text_in_the_worker(
+    config: dict[str, str],
+) -> None:
     """A Connect worker whose default converter differs (Avro, schemaless JSON) must not change
-    what the normaliser reads: JSON values with the schema that names each column's type."""
+    what the normaliser reads: compact JSON whose dates and times mcq's transform made text."""
     json_converter = "org.apache.kafka.connect.json.JsonConverter"
     assert config["value.converter"] == json_converter and config["key.converter"] == json_converter
-    assert config["value.converter.schemas.enable"] == "true"
+    assert config["transforms"] == "naturaltext"
+    assert config["transforms.naturaltext.type"] == "mcq.connect.NaturalText"
+    assert config["value.converter.schemas.enable"] == "false"
     assert config["decimal.handling.mode"] == "string" and config["interval.handling.mode"] == "string"
+
+
+def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("MCQ_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MCQ_CONNECT__NATURAL_TEXT", "false")
+    config = render(load_registry(CAMPUS), load_settings())["mcq-source-campus"]
+    assert "transforms" not in config
+    assert config["value.converter.schemas.enable"] == "true"  # the normaliser decodes by the schema
