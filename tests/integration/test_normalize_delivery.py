@@ -68,6 +68,9 @@ ROWS = [
     "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
     "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    # fractions of a second before the epoch: negative counts of micro/milliseconds
+    "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
+    "'23:59:59.999999', 0, NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch')",
 ]
 
 
