@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows_in, batch_s = int(batch.group(1)), float(batch.group(2))
                 rows.append(f"| normaliser, initial load (batch 0) | {rows_in:,} raw rows | {batch_s:.1f} s | "
                             f"{rows_in / batch_s:,.0f} rows/s |")  # fmt: skip
+            n_raw = raw_rows(settings, raw)  # the outbox's last entries may have come after the wait
             rows.append(f"| normaliser `--once`, start to exit | {n_raw:,} raw rows | {seconds:.1f} s | "
                         f"{n_raw / seconds:,.0f} rows/s |")  # fmt: skip
             print(rows[-1], flush=True)
