@@ -43,6 +43,8 @@ from mcq.registry import parse_registry
 from mcq.topics.read import all_watermarks
 from tests.integration.worlds import captured_world
 
+from .table import print_table
+
 MIRROR = """
   - name: Mirror
     comment: the last state of every row LDAP sees, in a table (bench)
@@ -195,10 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
             db.execute(f"DROP SCHEMA IF EXISTS v_{token} CASCADE")
             db.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
-    print(f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine\n")
-    print("| measurement | size | wall time | rate |")
-    print("|---|---|---|---|")
-    print("\n".join(rows))
+    caption = f"{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine"
+    print_table(caption, ["measurement", "size", "wall time", "rate"], rows)
     return 0
 
 

@@ -33,6 +33,7 @@ from streams.plan import plan_normalize
 from tests.integration.worlds import captured_world
 
 from .listener_apply import raw_rows, wait_snapshot
+from .table import print_table
 
 BATCH = re.compile(r"batch (\d+): in (\d+), out (\d+) \(\+(\d+) tombstones, (\d+) refresh requests\).*?([\d.]+) s")
 
@@ -84,10 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{written:,} | {batch_s:.1f} s | **{rows_in / batch_s:,.0f} rows/s** |")  # fmt: skip
         rows.append(f"| `mcq streams normalize --once`, start to exit | {rows_in:,} raw rows | {written:,} | "
                     f"{seconds:.1f} s | {rows_in / seconds:,.0f} rows/s |")  # fmt: skip
-    print(f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine\n")
-    print("| measurement | read | logical records written | wall time | rate |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
+    caption = f"{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine"
+    print_table(caption, ["measurement", "read", "logical records written", "wall time", "rate"], rows)
     return 0
 
 

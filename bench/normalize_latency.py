@@ -36,6 +36,8 @@ from mcq.config import load_settings
 from mcq.contract import registry_client
 from tests.integration.worlds import captured_world
 
+from .table import print_table
+
 
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
@@ -183,10 +185,9 @@ def main() -> int:
         job.terminate()
         job.wait(60)
     how = f"checkpoint every {args.checkpoint_interval}" if args.mode == "realtime" else f"trigger {args.trigger!r}"
-    print(f"\n{args.mode} mode, {how}, {os.cpu_count()} cores\n")
-    print("| rate/s asked | rate/s driven | changes | raw p50 / p99 s | p50 s | p99 s | max s | missing | kept up |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    columns = ["rate/s asked", "rate/s driven", "changes", "raw p50 / p99 s", "p50 s", "p99 s", "max s", "missing",
+               "kept up"]  # fmt: skip
+    print_table(f"{args.mode} mode, {how}, {os.cpu_count()} cores", columns, rows)
     return 0
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -149,8 +149,14 @@ def typed_with_schema(stack: Stack, settings: Settings) -> Iterator[TypedWorld]:
 
 def raw_headers(settings: Settings, topic: str) -> list[list[tuple[str, bytes]]]:
     """The headers of every record of a raw topic, up to its current end."""
+    return [headers for _, _, headers in messages_to_end(settings, topic)]
+
+
+def messages_to_end(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """(key, value, headers) of every record of a topic up to its current end, in offset
+    order within each partition."""
     consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
-    out: list[list[tuple[str, bytes]]] = []
+    out: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
@@ -160,7 +166,8 @@ def raw_headers(settings: Settings, topic: str) -> list[list[tuple[str, bytes]]]
         while len(out) < expected and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error():
-                out.append(list(msg.headers() or []))
+                headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
+                out.append((msg.key(), msg.value(), [(k, v) for k, v in headers if isinstance(v, bytes)]))
     finally:
         consumer.close()
     return out
@@ -181,24 +188,16 @@ def records_with_headers(
 ) -> list[tuple[dict[str, Any], dict[str, Any] | None, dict[str, bytes]]]:
     """(key, value, headers) of every record, decoded, in offset order within each partition."""
     des = AvroDeserializer(registry_client(settings))
-    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}"})
     out = []
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
-        consumer.assign([TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low])
-        expected = sum(high - low for low, high in ends.values())
-        deadline = time.monotonic() + 60
-        while len(out) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            key = des(msg.key(), SerializationContext(topic, MessageField.KEY))
-            value = msg.value()
-            decoded = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
-            out.append((key, decoded, {k: v for k, v in (msg.headers() or []) if v is not None}))
-    finally:
-        consumer.close()
+    for key, value, headers in messages_to_end(settings, topic):
+        decoded = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
+        out.append(
+            (
+                des(key, SerializationContext(topic, MessageField.KEY)),
+                decoded,
+                dict(headers),
+            )
+        )
     return out
 
 
