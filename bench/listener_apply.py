@@ -26,24 +26,22 @@ import argparse
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 import psycopg
 from ldap3 import Connection, Server
 
 from mcq.checks import check_insite, check_ldap
-from mcq.config import Settings, load_settings
+from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.topics.read import all_watermarks
+from streams.plan import plan_normalize
 from tests.integration.worlds import captured_world
 
 from .table import print_table
+from .world import bench_run
 
 MIRROR = """
   - name: Mirror
@@ -133,11 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--people", type=int, default=10_000)
     ap.add_argument("--pending", type=int, default=100, help="changes committed before the scheduled runs")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the world is removed
-    token = uuid.uuid4().hex[:8]
-    settings = load_settings().model_copy(update={"topic_prefix": f"bench{token}"})
-    env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
-    work = Path(tempfile.mkdtemp(prefix="mcq-bench-"))
+    run = bench_run()
+    token, settings, env, work = run.token, run.settings, run.env, run.work
     base = f"ou=b{token},{settings.ldap.base_dn}"
     ldap = Connection(Server(settings.ldap.url), user=settings.ldap.bind_dn,
                       password=settings.ldap.password.get_secret_value(), auto_bind=True)  # fmt: skip
@@ -162,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows_in, batch_s = int(batch.group(1)), float(batch.group(2))
                 rows.append(f"| normaliser, initial load (batch 0) | {rows_in:,} raw rows | {batch_s:.1f} s | "
                             f"{rows_in / batch_s:,.0f} rows/s |")  # fmt: skip
-            n_raw = raw_rows(settings, raw)  # the outbox's last entries may have come after the wait
+            n_raw = raw_rows(settings, plan_normalize(registry, settings.topic_prefix).raw_topics)  # and the outbox's
             rows.append(f"| normaliser `--once`, start to exit | {n_raw:,} raw rows | {seconds:.1f} s | "
                         f"{n_raw / seconds:,.0f} rows/s |")  # fmt: skip
             print(rows[-1], flush=True)

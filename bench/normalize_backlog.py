@@ -19,21 +19,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
-from mcq.config import load_settings
 from mcq.registry import parse_registry
 from streams.plan import plan_normalize
 from tests.integration.worlds import captured_world
 
 from .listener_apply import raw_rows, wait_snapshot
 from .table import print_table
+from .world import bench_run
 
 BATCH = re.compile(r"batch (\d+): in (\d+), out (\d+) \(\+(\d+) tombstones, (\d+) refresh requests\).*?([\d.]+) s")
 
@@ -42,11 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--people", type=int, default=112_000, help="people in the world (~8.9 raw rows each)")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the world is removed
-    token = uuid.uuid4().hex[:8]
-    settings = load_settings().model_copy(update={"topic_prefix": f"bench{token}"})
-    env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
-    work = Path(tempfile.mkdtemp(prefix="mcq-bench-"))
+    run = bench_run()
+    settings, env, work = run.settings, run.env, run.work
     rows: list[str] = []
     print(f"loading and capturing {args.people:,} people ...", flush=True)
     with captured_world(settings, people=args.people, seed=13, slot_timeout_s=1800) as world:
@@ -75,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         written = sum(b[2] for b in batches)
         plan = plan_normalize(registry, settings.topic_prefix)
         logical = raw_rows(settings, [*plan.logical_topics, plan.refresh_topic])
+        n_raw = raw_rows(settings, plan.raw_topics)  # the feeds' and the outbox's
         if logical != written:
             raise SystemExit(f"the logical topics hold {logical:,} records, the batch lines say {written:,} written")
-        n_raw = raw_rows(settings, raw)  # the outbox's last entries may have come after the wait
         if rows_in != n_raw:
             raise SystemExit(f"the batches read {rows_in:,} raw rows of the {n_raw:,} in the raw topics")
         batch_s = sum(b[3] for b in batches)
