@@ -493,7 +493,7 @@ class NormalizeJob:
                 records.groupBy(F.col("r.key.tname").alias("tname"), F.col("r.key.subtype").alias("subtype"))
                 .agg(
                     count(F.col("pos").isNull() | (F.col("pos") == 0)).alias("rows_in"),
-                    count(F.col("r").isNotNull() & ~tombstone & ~refresh).alias("out"),
+                    count(written & ~tombstone & ~refresh).alias("out"),
                     count(tombstone).alias("tombstones"),
                     count(F.col("housekeeping")).alias("housekeeping"),
                     count(refresh).alias("refresh"),
@@ -532,12 +532,10 @@ class NormalizeJob:
         self.history.append(stats)
         self.report(stats.line())
 
-    def _unseen_feed_refs(self) -> bool:
-        return any(f.ref not in self._known_refs for f in self.plan.feeds)
-
     def _unseen_refs(self) -> bool:
         explicit = (f"{t}/{s}" if s else t for t, s, _ in self.plan.explicit_topics)
-        return self._unseen_feed_refs() or any(ref not in self._known_refs for ref in explicit)
+        feeds = (f.ref for f in self.plan.feeds)
+        return any(ref not in self._known_refs for ref in (*feeds, *explicit))
 
     def _record_provenance(self, seen: list[tuple[str, str | None, str]]) -> None:
         """First-seen provenance of each table/subtype (the paper's call-stack column):
