@@ -739,6 +739,14 @@ def flush(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Only these keys: CSV with a header row of key fields, or JSON Lines; a key may be partial.",
 )
+@click.option(
+    "--from",
+    "origin",
+    type=click.Choice(["topics", "source"]),
+    default="topics",
+    show_default=True,
+    help="Read the state from the compacted logical topics, or from the source database (JDBC).",
+)
 @FROM_FILE
 @click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
 @click.option("--dry-run", is_flag=True, help="Count what would be sent, per table, with examples; send nothing.")
@@ -748,12 +756,15 @@ def refresh(
     subtype: str | None,
     where: str | None,
     keys_file: Path | None,
+    origin: str,
     registry_file: Path | None,
     master: str | None,
     dry_run: bool,
 ) -> None:
     """Send the current state of the selected objects to listener NAME only (its bulk lane;
-    other listeners see nothing): a Spark job over the compacted logical topics.
+    other listeners see nothing): a Spark job over the compacted logical topics, or with
+    --from source over the source tables that feed them (every row as its change record
+    would carry it, at the database's current WAL position).
 
     A key without state is sent as a delete when the listener's target holds it (a whole
     table, or a key list that covers it) or when a key list names it whole. The listener
@@ -763,20 +774,21 @@ def refresh(
     from streams.refresh import Refresh, listener_tables
     from streams.selection import SelectionError, selection
     from streams.session import SparkSetupError, spark_session
+    from streams.source_state import SourceReadError
 
     settings = _settings()
     registry = _current_registry(registry_file)
     try:
         chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file)
-        job = Refresh(settings, registry, name, chosen, report=_say)
+        job = Refresh(settings, registry, name, chosen, report=_say, from_source=origin == "source")
     except SelectionError as exc:
         _err(f"mcq refresh: {name}: {exc}")
         sys.exit(EXIT_CONFIG)
     try:
         spark = spark_session(settings, f"mcq-refresh-{name}", master)
         summary = job.run(spark, dry_run=dry_run)
-    except SparkSetupError as exc:
-        _err(f"mcq refresh: {exc}")
+    except (SparkSetupError, SourceReadError) as exc:
+        _err(f"mcq refresh: {name}: {exc}")
         sys.exit(EXIT_FAILED)
     except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
         _err(f"mcq refresh: {name}: the job failed: {_first_line(exc)}")

@@ -92,6 +92,28 @@ def position_headers() -> Column:
     return F.array(F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")))
 
 
+def feed_key(feed: FeedPlan, row: Column) -> Column:
+    """The logical key (a ``KEY_TYPE`` struct) of one row image of a feed (a
+    ``map<string,string>`` column -> text): the key fields from the columns the feed maps."""
+    from pyspark.sql import functions as F
+
+    def field_(name: str, typ: str) -> Column:
+        column = feed.key_column(name)
+        value = row.getItem(column) if column else F.lit(None)
+        if typ == "long":  # numeric keys may arrive as "42" or "42.0" (decimal.handling.mode=string)
+            value = value.cast("decimal(38,0)").cast("long")
+        return value.cast(typ).alias(name)
+
+    return F.struct(
+        F.lit(feed.tname).alias("tname"),
+        F.lit(feed.subtype).cast("string").alias("subtype"),
+        field_("person_id", "long"),
+        field_("pkey_string", "string"),
+        field_("pkey_number", "long"),
+        field_("aux_string", "string"),
+    )
+
+
 @dataclass
 class BatchStats:
     """What one micro-batch did; the job logs one line per batch."""
@@ -203,25 +225,6 @@ class NormalizeJob:
         )
         return reader.apply(rows).drop("value").select("*", *positions)
 
-    def _key(self, feed: FeedPlan, state: Column) -> Column:
-        from pyspark.sql import functions as F
-
-        def field_(name: str, typ: str) -> Column:
-            column = feed.key_column(name)
-            value = state.getItem(column) if column else F.lit(None)
-            if typ == "long":  # numeric keys may arrive as "42" or "42.0" (decimal.handling.mode=string)
-                value = value.cast("decimal(38,0)").cast("long")
-            return value.cast(typ).alias(name)
-
-        return F.struct(
-            F.lit(feed.tname).alias("tname"),
-            F.lit(feed.subtype).cast("string").alias("subtype"),
-            field_("person_id", "long"),
-            field_("pkey_string", "string"),
-            field_("pkey_number", "long"),
-            field_("aux_string", "string"),
-        )
-
     def _record(
         self,
         topic: Column,
@@ -255,7 +258,7 @@ class NormalizeJob:
         null_map = F.lit(None).cast("map<string,string>")
         origin = F.lit(f"table {feed.source_table}")
         no_stack = F.lit(None).cast("string")
-        old_key, new_key = self._key(feed, before), self._key(feed, after)
+        old_key, new_key = feed_key(feed, before), feed_key(feed, after)
         touches = F.lit(True) if not feed.watch else F.lit(False)
         for column in feed.watch:
             touches = touches | ~before.getItem(column).eqNullSafe(after.getItem(column))

@@ -16,9 +16,15 @@ A Spark batch job over the compacted logical topics of the listener's tables:
 4. a key with no live state -> a DELETE, for each key the listener's applied positions
    say is at its target (a whole-table selection, or a key list that covers it) and each
    key named whole in a key list: a refresh of a key that no longer exists is a delete.
-   Its position is the newest known (the key's applied one, its delete's or tombstone's,
-   the newest read from the topics), so a newer change the listener applies meanwhile
-   still wins.
+   Its position is the newest the read knew (the newest read from the topics, or the
+   key's own delete when newer), so a newer change the listener applies meanwhile --
+   one that made the key anew after the read included -- still wins.
+
+``--from source`` reads step 1 from the source database instead (streams/source_state.py):
+every row of the selected tables' feeds, as the text a change record carries, each state
+and delete at the database's WAL position taken before the read. For a target that must
+match the source even where the topics do not (a logical topic recreated, a table whose
+capture started late); tables only logged explicitly have no source and are left out.
 
 The listener applies the bulk lane while its real-time lane has nothing waiting, so a
 refresh of a million keys never holds back a password change.
@@ -42,6 +48,7 @@ from mcq.registry.model import LogicalTable, Registry
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
 from streams.progress import stage_progress
 from streams.selection import Selection, SelectionError
+from streams.source_state import SourceReader, source_feeds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -89,7 +96,15 @@ class RefreshError(Exception):
 class Refresh:
     """One refresh of one listener; :meth:`run` does it (or counts it, dry)."""
 
-    def __init__(self, settings: Settings, registry: Registry, name: str, chosen: Selection, report: Report) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        name: str,
+        chosen: Selection,
+        report: Report,
+        from_source: bool = False,
+    ) -> None:
         self.settings = settings
         self.name = name
         self.chosen = chosen
@@ -100,6 +115,18 @@ class Refresh:
             for t in listener_tables(registry, name)
             if chosen.tname in (None, t.tname) and chosen.subtype in (None, t.subtype)
         ]
+        self.source: SourceReader | None = None
+        if from_source:
+            logged = [t.ref for t in self.tables if not t.feeds]
+            if logged and len(logged) == len(self.tables):
+                raise SelectionError(
+                    f"{', '.join(logged)}: no source table feeds it (its changes are only logged explicitly); "
+                    "refresh it --from topics"
+                )
+            if logged:
+                self.report(f"refresh {name}: {', '.join(logged)}: logged explicitly, no source table: left out")
+            self.tables = [t for t in self.tables if t.feeds]
+            self.source = SourceReader(settings, registry, source_feeds(registry, self.tables, settings.topic_prefix))
 
     # ------------------------------------------------------------------ the job
 
@@ -113,17 +140,32 @@ class Refresh:
         named = [t.topic(self.settings.topic_prefix) for t in self.tables]
         logical = sorted(t for t in named if t in existing)
         label = f"refresh {self.name}"
-        self.report(f"{label}: {self.chosen.describe()}: reading {len(logical)} logical topic(s)")
-        if not logical and not self.chosen.keys:
-            summary.seconds = time.monotonic() - started
-            return summary
+        if self.source is not None:
+            position, tables = self.source.inspect()
+            self.report(
+                f"{label}: {self.chosen.describe()}: reading {len(tables)} source table(s) of {self.settings.source} "
+                f"as of WAL position {position}"
+            )
+        else:
+            self.report(f"{label}: {self.chosen.describe()}: reading {len(logical)} logical topic(s)")
+            if not logical and not self.chosen.keys:
+                summary.seconds = time.monotonic() - started
+                return summary
         ids = (0, 0) if dry_run else self._prepare_bulk_topic()
         with stage_progress(spark, label, self.report):
-            last = last_records(spark, self.settings, logical, self.tables).persist(StorageLevel.MEMORY_AND_DISK)
-            live = last.where(F.col("live"))
-            selected = self._select(live)
-            gone = self._gone(spark, last, existing)
-            out = self._state_records(selected).unionByName(self._delete_records(gone, ids))
+            if self.source is not None:
+                last = self.source.states(spark, position, tables).persist(StorageLevel.MEMORY_AND_DISK)
+                live, dead, now = last, None, (position, 0)
+                states = self._records(self._select(live), "UPDATE", ids)
+            else:
+                last = last_records(spark, self.settings, logical, self.tables).persist(StorageLevel.MEMORY_AND_DISK)
+                live = last.where(F.col("live"))
+                dead = last.where(~F.col("live"))
+                newest = last.agg(F.max("pos").alias("pos")).first()
+                now = (newest["pos"]["c"], newest["pos"]["l"]) if newest and newest["pos"] else (0, 0)
+                states = self._state_records(self._select(live))
+            gone = self._gone(spark, live, dead, now, existing)
+            out = states.unionByName(self._records(gone, "DELETE", ids))
             out = out.persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 for row in out.groupBy("ref", "kind").count().collect():
@@ -219,10 +261,22 @@ class Refresh:
         assert found is not None
         return found.dropDuplicates(list(FIELDS)) if len(shapes) > 1 else found
 
-    def _gone(self, spark: SparkSession, last: DataFrame, existing: set[str]) -> DataFrame:
+    def _gone(
+        self,
+        spark: SparkSession,
+        live: DataFrame,
+        dead: DataFrame | None,
+        now: tuple[int, int],
+        existing: set[str],
+    ) -> DataFrame:
         """The keys to delete: no live state, and at the target (by the listener's applied
-        positions) within the selection, or named whole in the key list; each at the newest
-        position known for it."""
+        positions) within the selection, or named whole in the key list.
+
+        Each delete carries the newest position the read knew (``now``; a key's own delete
+        or tombstone when newer): the delete of a key the listener never applied (a stray
+        row at its target) passes the target's guard against older changes, and a key the
+        listener applied a newer change of than the read saw -- created after the read --
+        keeps it (the listener skips an older delete)."""
         from pyspark.sql import functions as F
 
         candidates: DataFrame | None = None
@@ -234,19 +288,18 @@ class Refresh:
             candidates = named if candidates is None else candidates.unionByName(named)
         if candidates is None:
             return _empty_gone(spark)
-        candidates = candidates.groupBy(*FIELDS).agg(F.max("pos").alias("applied"))
-        live = last.where(F.col("live")).select(*FIELDS)
-        dead = last.where(~F.col("live")).select(*FIELDS, F.col("pos").alias("record"))
-        condition = [candidates[f].eqNullSafe(live[f]) for f in FIELDS]
-        gone = candidates.join(live, condition, "left_anti")
-        # the newest position read from the topics stands for "now": the delete of a key the
-        # listener never applied (a stray row at its target) passes the target's own guard
-        # against older changes, and a change of the key the listener applies after it wins
-        newest = last.agg(F.max("pos").alias("pos")).first()
-        c, lsn = (newest["pos"]["c"], newest["pos"]["l"]) if newest and newest["pos"] else (0, 0)
-        now = F.struct(F.lit(c).cast("long").alias("c"), F.lit(lsn).cast("long").alias("l"))
-        return gone.join(dead, [gone[f].eqNullSafe(dead[f]) for f in FIELDS], "left").select(
-            *(gone[f] for f in FIELDS), F.greatest(gone["applied"], dead["record"], now).alias("pos")
+        held, states = candidates.select(*FIELDS).distinct().alias("held"), live.select(*FIELDS).alias("state")
+        gone = held.join(states, [F.col(f"held.{f}").eqNullSafe(F.col(f"state.{f}")) for f in FIELDS], "left_anti")
+        c, lsn = now
+        newest = F.struct(F.lit(c).cast("long").alias("c"), F.lit(lsn).cast("long").alias("l"))
+        if dead is None:
+            return gone.select(*FIELDS, newest.alias("pos"))
+        records = dead.select(*FIELDS, F.col("pos").alias("record")).alias("dead")
+        same = [F.col(f"gone.{f}").eqNullSafe(F.col(f"dead.{f}")) for f in FIELDS]
+        return (
+            gone.alias("gone")
+            .join(records, same, "left")
+            .select(*(F.col(f"gone.{f}") for f in FIELDS), F.greatest(F.col("dead.record"), newest).alias("pos"))
         )
 
     def _present(self, spark: SparkSession) -> DataFrame:
@@ -291,17 +344,21 @@ class Refresh:
             _headers(F.col("pos")).alias("headers"),
         )
 
-    def _delete_records(self, gone: DataFrame, ids: tuple[int, int]) -> DataFrame:
-        """A DELETE change record of each gone key, in Confluent's wire format."""
+    def _records(self, rows: DataFrame, change_type: str, ids: tuple[int, int]) -> DataFrame:
+        """A change record of each row (key fields, ``pos``; ``after`` for a state) in
+        Confluent's wire format with the bulk topic's schema ids: a DELETE of a gone key,
+        or an UPDATE carrying a state read from the source."""
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import to_avro
 
+        state = change_type != "DELETE"
         tname = F.coalesce(F.col("tname"), F.lit("?"))  # required in the schema
         key = F.struct(tname.alias("tname"), *(F.col(f) for f in FIELDS[1:]))
+        origin = f"refresh of {self.name}" + (f" from {self.settings.source}" if state else "")
         value = F.struct(
             tname.alias("tname"),
             F.col("subtype"),
-            F.lit("DELETE").alias("change_type"),
+            F.lit(change_type).alias("change_type"),
             *(F.col(f) for f in KEY_FIELDS),
             F.current_timestamp().alias("entry_time"),
             F.struct(
@@ -310,14 +367,13 @@ class Refresh:
                 F.lit(None).cast("long").alias("txid"),
                 F.lit("mcq.refresh").alias("table"),
             ).alias("source"),
-            F.lit(None).cast("map<string,string>").alias("after"),
+            (F.col("after") if state else F.lit(None).cast("map<string,string>")).alias("after"),
             F.lit(None).cast("map<string,string>").alias("before"),
-            F.struct(F.lit(f"refresh of {self.name}").alias("origin"), F.lit(None).cast("string").alias("call_stack"))
-            .alias("provenance"),
+            F.struct(F.lit(origin).alias("origin"), F.lit(None).cast("string").alias("call_stack")).alias("provenance"),
         )  # fmt: skip
-        return gone.select(
+        return rows.select(
             _ref().alias("ref"),
-            F.lit("delete").alias("kind"),
+            F.lit("state" if state else "delete").alias("kind"),
             _text().alias("text"),
             F.concat(_wire_header(ids[0]), to_avro(key, schema_text("change_key"))).alias("key"),
             F.concat(_wire_header(ids[1]), to_avro(value, schema_text("change_record"))).alias("value"),

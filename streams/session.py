@@ -40,6 +40,7 @@ def connector_jars(settings: Settings) -> list[Path]:
 
 def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
     """A SparkSession with the Kafka and Avro connectors on its classpath."""
+    from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
 
     # Python functions a job runs in Spark's workers (a refresh's content rule) need this
@@ -76,6 +77,10 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         builder = builder.master(chosen)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "ERROR"))
+    # pyspark logs every analysis error it raises, as JSON with the JVM's stack trace, to
+    # stderr: the command reports the same error in one line (MCQ_SPARK_LOG_LEVEL=DEBUG keeps it)
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):  # made as pyspark makes them
+        PySparkLogger.getLogger(name).disabled = os.environ.get("MCQ_SPARK_LOG_LEVEL", "ERROR").upper() != "DEBUG"
     # spark-avro warns once per task that the Avro schema is stricter than Spark's nullable
     # columns: the normaliser gives every required field a non-null expression (streams/normalize.py)
     jvm: Any = spark._jvm

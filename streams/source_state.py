@@ -1,0 +1,218 @@
+"""The current state of logical tables read from their source database through JDBC:
+what ``mcq refresh --from source`` sends instead of the compacted topics' last states.
+
+Per feed of a selected table, one read of its source table (only the columns capture
+takes), each column rendered *in PostgreSQL* as the text a change record carries for
+it (the same text Debezium and the normaliser give: ``streams/debezium.py``), mapped to
+its logical key by the normaliser's own key mapping (``streams.normalize.feed_key``).
+Large tables are read in block ranges (``ctid``) by parallel Spark tasks.
+
+Every state carries one source position: the database's WAL insert position taken
+*before* the read. A change committed after it has a higher position, so whatever the
+read saw of it, the listener ends at the newest state: it applies that change after the
+refresh, or skips the refresh's older-positioned state after applying the change. A
+change committed before it is in what the read sees.
+
+A key two feeds of one table both hold gets the state of the feed listed first in the
+registry (the topics would hold whichever changed last: the source cannot tell).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from mcq.capture.connector import captured_columns
+from mcq.config import Settings
+from mcq.registry.model import LogicalTable, Registry
+from streams.laststate import FIELDS
+from streams.normalize import feed_key
+from streams.plan import FeedPlan, plan_normalize
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+BLOCKS_PER_TASK = 2_000
+"""Source table blocks (8 KB each) one Spark task reads at least (~16 MB)."""
+FETCH_SIZE = 10_000
+SESSION_INIT = (
+    # Debezium's interval.handling.mode=string is ISO 8601 (P1Y2M3DT4H5M6.78S); refresh only reads
+    "SET intervalstyle = 'iso_8601'; SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+)
+
+
+class SourceReadError(Exception):
+    """The source cannot be read as the registry describes it: the database is not
+    reachable, or a feed's table or column is not there (named schema.table.column)."""
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """One source table to read: its captured columns with their declared types, and its size."""
+
+    name: str
+    """``schema.table``"""
+    columns: tuple[tuple[str, str], ...]
+    """(column, information_schema data_type) in capture order."""
+    blocks: int
+
+
+def text_expression(column: str, data_type: str) -> sql.Composable:
+    """One column rendered as the change record's text (NULL stays NULL): dates and times as
+    ``streams/debezium.py`` decodes them, booleans as ``true``/``false``, arrays as JSON,
+    binary as base64, everything else as PostgreSQL's own text."""
+    c = sql.Identifier(column)
+    if data_type == "date":
+        return sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c)
+    if data_type == "timestamp without time zone":
+        return _iso(c)
+    if data_type == "timestamp with time zone":
+        return sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c)))
+    if data_type == "time without time zone":
+        # 24:00:00 is a valid time; a timestamp cannot hold it
+        return sql.SQL(
+            "CASE WHEN {c} = '24:00:00' THEN '24:00:00' ELSE to_char({c}, 'HH24:MI:SS') || "
+            "CASE WHEN date_part('microseconds', {c})::bigint % 1000000 <> 0 THEN to_char({c}, '.US') ELSE '' END END"
+        ).format(c=c)
+    if data_type == "boolean":
+        return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
+    if data_type == "ARRAY":
+        return sql.SQL("to_json({})::text").format(c)
+    if data_type == "bytea":
+        return sql.SQL("translate(encode({}, 'base64'), E'\\n', '')").format(c)
+    if data_type == "money":
+        return sql.SQL("{}::numeric::text").format(c)
+    return sql.SQL("{}::text").format(c)
+
+
+def _iso(expr: sql.Composable) -> sql.Composable:
+    """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero."""
+    return sql.SQL(
+        "to_char({e}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN date_part('microseconds', {e})::bigint % 1000000 <> 0 "
+        "THEN to_char({e}, '.US') ELSE '' END"
+    ).format(e=expr)
+
+
+def source_feeds(registry: Registry, tables: Iterable[LogicalTable], prefix: str) -> list[FeedPlan]:
+    """The feeds of ``tables``, in registry order."""
+    refs = {t.ref for t in tables}
+    return [f for f in plan_normalize(registry, prefix).feeds if f.ref in refs]
+
+
+class SourceReader:
+    """Reads the current state of some feeds from the source database (``settings.source``)."""
+
+    def __init__(self, settings: Settings, registry: Registry, feeds: list[FeedPlan]) -> None:
+        self.settings = settings
+        self.feeds = feeds
+        wanted = {f.source_table for f in feeds}
+        self._captured = {
+            name: cols for source in registry.sources for name, cols in captured_columns(registry, source).items()
+            if name in wanted
+        }  # fmt: skip
+
+    def inspect(self) -> tuple[int, dict[str, SourceTable]]:
+        """The WAL insert position now (the refresh's position) and each table to read; a
+        table or column the registry names that the source lacks is a :class:`SourceReadError`."""
+        try:
+            with psycopg.connect(self.settings.source.dsn(), connect_timeout=10) as conn:
+                position = int(conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0])  # type: ignore[index]
+                types: dict[str, dict[str, str]] = {}
+                for schema, table, column, data_type in conn.execute(
+                    "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
+                    "WHERE table_schema || '.' || table_name = ANY(%s)",
+                    (sorted(self._captured),),
+                ):
+                    types.setdefault(f"{schema}.{table}", {})[column] = data_type
+                sizes: dict[str, int] = dict(
+                    conn.execute(
+                        "SELECT name, pg_relation_size(to_regclass(name)) / current_setting('block_size')::int"
+                        " FROM unnest(%s::text[]) AS name",
+                        (sorted(self._captured),),
+                    ).fetchall()
+                )
+        except psycopg.OperationalError as exc:
+            raise SourceReadError(f"source database {self.settings.source}: {str(exc).strip()}") from None
+        tables: dict[str, SourceTable] = {}
+        for name, columns in self._captured.items():
+            if name not in types:
+                raise SourceReadError(f"source table {name} (in the registry's feeds) is not in {self.settings.source}")
+            missing = [c for c in columns if c not in types[name]]
+            if missing:
+                raise SourceReadError(f"{name}: no column {', '.join(missing)} in {self.settings.source}")
+            tables[name] = SourceTable(name, tuple((c, types[name][c]) for c in columns), int(sizes.get(name) or 0))
+        return position, tables
+
+    def states(self, spark: SparkSession, position: int, tables: dict[str, SourceTable]) -> DataFrame:
+        """One row per key of the feeds' tables: the key fields, ``change_type`` UPDATE, the
+        ``after`` state and ``pos`` (``c`` = the position, ``l`` = 0)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
+
+        reads = {name: self._read(spark, table) for name, table in tables.items()}
+        rows: DataFrame | None = None
+        for rank, feed in enumerate(self.feeds):
+            table = tables[feed.source_table]
+            after = F.create_map(*(x for c, _ in table.columns for x in (F.lit(c), F.col(c))))
+            part = (
+                reads[feed.source_table]
+                .select(after.alias("after"))
+                .select(feed_key(feed, F.col("after")).alias("k"), "after")
+                .select(*(F.col(f"k.{f}").alias(f) for f in FIELDS), "after", F.lit(rank).alias("rank"))
+            )
+            rows = part if rows is None else rows.unionByName(part)
+        assert rows is not None, "no feeds to read"
+        shared = {f.ref for f in self.feeds if sum(g.ref == f.ref for g in self.feeds) > 1}
+        if shared:  # a key two feeds hold: the first feed's state
+            first = Window.partitionBy(*FIELDS).orderBy("rank")
+            rows = rows.withColumn("n", F.row_number().over(first)).where(F.col("n") == 1).drop("n")
+        pos = F.struct(F.lit(position).cast("long").alias("c"), F.lit(0).cast("long").alias("l"))
+        return rows.select(*FIELDS, F.lit("UPDATE").alias("change_type"), "after", pos.alias("pos"))
+
+    def _read(self, spark: SparkSession, table: SourceTable) -> DataFrame:
+        """The table's rows, every column as text, in block ranges read in parallel."""
+        db = self.settings.source
+        with psycopg.connect(db.dsn(), connect_timeout=10) as conn:
+            select = (
+                sql.SQL("SELECT {} FROM {}")
+                .format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{} AS {}").format(text_expression(c, t), sql.Identifier(c)) for c, t in table.columns
+                    ),
+                    sql.Identifier(*table.name.split(".", 1)),
+                )
+                .as_string(conn)
+            )
+        options: dict[str, Any] = {
+            "url": db.jdbc_url(),
+            "user": db.user,
+            "password": db.password.get_secret_value(),
+            "driver": "org.postgresql.Driver",
+            "fetchsize": str(FETCH_SIZE),
+            "sessionInitStatement": SESSION_INIT,
+        }
+        read: DataFrame | None = None
+        for where in block_ranges(table.blocks, spark.sparkContext.defaultParallelism):
+            part = spark.read.format("jdbc").options(**options).option("query", f"{select}{where}").load()
+            read = part if read is None else read.unionByName(part)
+        assert read is not None
+        return read
+
+
+def block_ranges(blocks: int, parallelism: int) -> list[str]:
+    """WHERE clauses splitting a table of ``blocks`` blocks into ranges of ``ctid`` (a TID
+    range scan each, PostgreSQL 14+), at most one per task slot and at least
+    ``BLOCKS_PER_TASK`` blocks each; the last is open-ended (rows written meanwhile)."""
+    parts = max(1, min(parallelism, math.ceil(blocks / BLOCKS_PER_TASK)))
+    if parts == 1:
+        return [""]
+    step = math.ceil(blocks / parts)
+    cuts = [f"'({i * step},0)'::tid" for i in range(1, parts)]
+    ranges = [f"ctid >= {lo} AND ctid < {hi}" for lo, hi in itertools.pairwise(cuts)]
+    return [f" WHERE {w}" for w in (f"ctid < {cuts[0]}", *ranges, f"ctid >= {cuts[-1]}")]

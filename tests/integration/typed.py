@@ -1,0 +1,101 @@
+"""A user's own table with a column of each type (NULLs, fractions of a second before
+the epoch, JSON, arrays), created by the test and captured only through
+``apply_capture`` (registry -> replica identity -> connector), as a user's table would be."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+
+from mcq.capture.apply import apply_capture
+from mcq.capture.connector import raw_topic
+from mcq.config import Settings
+from mcq.registry import Registry, parse_registry
+from tests.integration.worlds import uncapture, wait_slot_active
+
+COLUMNS = {
+    "id": "integer PRIMARY KEY",
+    "born": "date",
+    "seen": "timestamp",
+    "seen_ms": "timestamp(3)",
+    "changed": "timestamptz",
+    "opens": "time",
+    "amount": "numeric(12,2)",
+    "active": "boolean",
+    "ref": "uuid",
+    "doc": "jsonb",
+    "tags": "text[]",
+    "n": "integer",
+    "note": "text",
+}
+ROWS = [
+    "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "
+    "'13:14:15.25', 1234.50, true, 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"b\": [1, 2], \"a\": \"x\"}', "
+    "ARRAY['x', 'y \"q\"', NULL], 42, 'plain')",
+    "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
+    "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '')",
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    # fractions of a second before the epoch: negative counts of micro/milliseconds
+    "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
+    "'23:59:59.999999', 0, NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch')",
+]
+
+
+@dataclass(frozen=True)
+class TypedWorld:
+    registry: Registry
+    registry_yaml: str
+    table: str
+    raw_topic: str
+
+
+def typed_registry_yaml(token: str, schema: str) -> str:
+    return f"""
+sources:
+  - name: y{token}
+    schemas: [{schema}]
+    publication: mcq_y{token}
+    slot: mcq_y{token}
+tables:
+  - tname: TYPED
+    comment: test only - one column of each type
+    feeds:
+      - source: y{token}
+        table: {schema}.typed
+        keys: {{pkey_number: id}}
+        columns: [{", ".join(COLUMNS)}]
+listeners: []
+"""
+
+
+def sql(settings: Settings, *statements: str) -> None:
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for stmt in statements:
+            conn.execute(stmt)
+
+
+@contextmanager
+def typed_world(settings: Settings) -> Iterator[TypedWorld]:
+    """A table with a column of each type, default replica identity, captured through apply_capture."""
+    token = uuid.uuid4().hex[:8]
+    schema = f"y_{token}"
+    columns = ", ".join(f"{name} {decl}" for name, decl in COLUMNS.items())
+    sql(
+        settings,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.typed ({columns})",
+        *(f"INSERT INTO {schema}.typed VALUES {row}" for row in ROWS),
+    )
+    text = typed_registry_yaml(token, schema)
+    registry = parse_registry(text, "typed-test.yaml")
+    source = registry.sources[0]
+    apply_capture(registry, settings, report=lambda _: None)
+    wait_slot_active(settings, source.slot_name)
+    try:
+        yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
+    finally:
+        uncapture(settings, registry, schema)
