@@ -10,7 +10,9 @@ Beside it, the same rows exported and COPY'd into an empty table of the same sha
 PostgreSQL alone takes. (2) ``Reconcile`` of the rebuilt target: must find no drift.
 (3) The listener runs; real-time latency idle (a change produced -> its row visible),
 then a whole-table ``Refresh`` (its job time) and the same latency while the listener
-applies the refresh from its bulk lane, and the bulk lane's rate.
+applies the refresh from its bulk lane, and the bulk lane's rate. (4) A source table of
+``--keys`` rows (never captured) and a whole-table ``Refresh --from source`` of it (its
+job time: JDBC reads in block ranges, every column rendered as text by PostgreSQL).
 
     .venv/bin/python -m bench.batch_jobs --keys 1000000 --samples 30
 
@@ -27,20 +29,25 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 from confluent_kafka import Producer
 
 from bench.listener_lanes import _latencies, _pct
 from mcq.change import POSITION_HEADER, ChangeCodec
-from mcq.config import load_settings
+from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
+from mcq.registry import parse_registry
 from streams.rebuild import Rebuild
 from streams.reconcile import Reconcile
 from streams.refresh import Refresh
 from streams.selection import Selection
 from streams.session import spark_session
 from tests.integration.listeners import change, make_world, running
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _say(line: str) -> None:
@@ -88,6 +95,49 @@ def _copy_ceiling(w) -> float:  # type: ignore[no-untyped-def]
     return rows / seconds
 
 
+SOURCE_REGISTRY = """
+sources:
+  - {{name: b{token}, schemas: [bs_{token}]}}
+tables:
+  - tname: SRC
+    comment: bench only - a source table of KEYS rows, never captured
+    feeds:
+      - {{source: b{token}, table: bs_{token}.people, keys: {{pkey_number: id}},
+         columns: [id, name, born, changed, active, note]}}
+listeners:
+  - {{name: Src, owner: bench@localhost, adapter: {{type: table, settings: {{table: bs_{token}.target}}}}}}
+interests:
+  - {{listener: Src, tname: SRC}}
+"""
+
+
+def _refresh_from_source(settings: Settings, spark: SparkSession, keys: int) -> tuple[float, int]:
+    """A whole-table ``mcq refresh --from source`` of a source table of ``keys`` rows (a
+    date, a timestamptz, a boolean, text): the job's seconds and the records it sent."""
+    token = uuid.uuid4().hex[:8]
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA bs_{token}")
+        conn.execute(
+            f"CREATE TABLE bs_{token}.people (id integer PRIMARY KEY, name text, born date, changed timestamptz, "
+            "active boolean, note text)"
+        )
+        conn.execute(
+            f"INSERT INTO bs_{token}.people SELECT i, 'Person ' || i, DATE '1950-01-01' + (i %% 20000), "
+            "TIMESTAMPTZ '2026-01-01 00:00:00+00' + i * INTERVAL '1.5 s', i %% 3 = 0, "
+            "CASE WHEN i %% 7 = 0 THEN NULL ELSE repeat('x', i %% 40) END FROM generate_series(1, %s) AS i",
+            (keys,),
+        )
+        conn.execute(f"ANALYZE bs_{token}.people")
+    try:
+        registry = parse_registry(SOURCE_REGISTRY.format(token=token), "bench-source.yaml")
+        started = time.monotonic()
+        sent = Refresh(settings, registry, "Src", Selection(), _say, from_source=True).run(spark)
+        return time.monotonic() - started, sent.total
+    finally:
+        with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA bs_{token} CASCADE")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=1_000_000)
@@ -123,6 +173,9 @@ def main() -> int:
             time.sleep(0.2)
         bulk_rate = (rt.counters.bulk_applied - count) / (time.monotonic() - started)
 
+    source_s, source_sent = _refresh_from_source(w.settings, spark, args.keys)
+    assert source_sent == args.keys, source_sent
+
     n = args.keys
     print("| measure | keys | seconds | keys/s | note |")
     print("|---|---|---|---|---|")
@@ -132,6 +185,8 @@ def main() -> int:
     print(f"| reconcile (no drift found) | {n:,} | {drift.seconds:.1f} | {n / drift.seconds:,.0f} | target < 60 s |")
     print(f"| refresh of every key into the bulk lane (job) | {sent.total:,} | {refresh_s:.1f} "
           f"| {sent.total / refresh_s:,.0f} | |")  # fmt: skip
+    print(f"| refresh `--from source` of every row of a source table (job, JDBC) | {n:,} | {source_s:.1f} "
+          f"| {n / source_s:,.0f} | a date, a timestamptz, a boolean, text |")  # fmt: skip
     print(
         f"\nreal-time latency while the listener applies the refresh (bulk lane {depth:,} deep): "
         f"p50 {_pct(loaded, 50):.3f} s, p99 {_pct(loaded, 99):.3f} s (idle: p50 {_pct(idle, 50):.3f} s, "
