@@ -55,6 +55,12 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 
+UNAVAILABLE = "__debezium_unavailable_value"
+"""Debezium's placeholder (``unavailable.value.placeholder``) for a large (TOAST) value an
+update left unchanged when the table's REPLICA IDENTITY is not FULL: the value is not in
+the WAL. A change carrying it is withheld (its table/subtype's records would overwrite the
+real value at every target) and written to the withheld topic instead."""
+
 KEY_TYPE = (
     "struct<tname:string,subtype:string,person_id:bigint,pkey_string:string,pkey_number:bigint,aux_string:string>"
 )
@@ -124,6 +130,8 @@ class BatchStats:
     tombstones: int = 0
     housekeeping: int = 0
     refresh: int = 0
+    withheld: int = 0
+    withheld_topic: str = ""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     """Where the batch's time went: read and counted (first-seen provenance with it), written."""
@@ -132,7 +140,9 @@ class BatchStats:
         phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.phases.items())
         return (
             f"batch {self.batch_id}: in {self.rows_in}, out {self.records_out} (+{self.tombstones} tombstones, "
-            f"{self.refresh} refresh requests), dropped as housekeeping {self.housekeeping}, {self.seconds:.1f} s"
+            f"{self.refresh} refresh requests), dropped as housekeeping {self.housekeeping}, "
+            + (f"WITHHELD {self.withheld} (see {self.withheld_topic}), " if self.withheld else "")
+            + f"{self.seconds:.1f} s"
             + (f" ({phases})" if phases else "")
         )
 
@@ -183,7 +193,7 @@ class NormalizeJob:
         for line in report.drift:
             self.report(f"normalize: topic drift (left as it is): {line}")
         client = registry_client(self.settings)
-        for topic in [*self.plan.logical_topics, self.plan.refresh_topic]:
+        for topic in [*self.plan.logical_topics, self.plan.refresh_topic, self.plan.withheld_topic]:
             self.schema_ids[topic] = register_topic(client, topic)
         store = RegistryStore(self.settings)
         self._known_refs = {p.ref for p in store.provenance()}
@@ -212,6 +222,9 @@ class NormalizeJob:
                     F.timestamp_millis(F.col("e.ts_ms")),
                     F.current_timestamp(),
                 ).alias("entry_time"),
+                F.coalesce(
+                    F.exists(F.map_values(F.col("e.after")), lambda v: v.contains(UNAVAILABLE)), F.lit(False)
+                ).alias("unavailable"),
             ]
 
         reader: EnvelopeReader
@@ -269,9 +282,13 @@ class NormalizeJob:
 
         moved = before.isNotNull() & ~old_key.eqNullSafe(new_key)
         mine = F.col("raw_topic") == feed.raw_topic
+        withheld = self._record(
+            F.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._withheld_reason(), no_stack, False
+        )
         outputs = (
             F.when(~mine, F.array().cast(RECORDS_TYPE))
             .when(op.isin("c", "r"), F.array(rec(new_key, "INSERT", after, null_map)))
+            .when((op == "u") & F.col("unavailable") & (moved | touches), F.array(withheld))
             .when(
                 op == "d",
                 F.array(rec(old_key, "DELETE", null_map, before), rec(old_key, "DELETE", null_map, before, True)),
@@ -289,6 +306,25 @@ class NormalizeJob:
         )
         housekeeping = mine & (op == "u") & ~moved & ~touches
         return outputs, housekeeping
+
+    @staticmethod
+    def _withheld_reason() -> Column:
+        """Why a change was withheld, where its raw record is, and what repairs its targets."""
+        from pyspark.sql import functions as F
+
+        columns = F.array_join(F.map_keys(F.map_filter(F.col("e.after"), lambda _, v: v.contains(UNAVAILABLE))), ", ")
+        return F.concat(
+            F.lit("withheld: "),
+            F.col("raw_topic"),
+            F.lit(" partition "),
+            F.col("raw_partition").cast("string"),
+            F.lit(" offset "),
+            F.col("raw_offset").cast("string"),
+            F.lit(": the update left large value(s) of column(s) "),
+            columns,
+            F.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
+                  "ALTER TABLE ... REPLICA IDENTITY FULL, then mcq refresh LISTENER --from source"),
+        )  # fmt: skip
 
     def project_outbox(self) -> Column:
         """Explicit log entries: their own logical topic, or the refresh topic."""
@@ -474,8 +510,9 @@ class NormalizeJob:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        stats = BatchStats(batch_id)
+        stats = BatchStats(batch_id, withheld_topic=self.plan.withheld_topic)
         refresh = F.col("topic") == self.plan.refresh_topic
+        withheld = F.col("topic") == self.plan.withheld_topic
         tombstone = F.coalesce(F.col("r.tombstone"), F.lit(False))
 
         def count(condition: Column) -> Column:
@@ -491,19 +528,20 @@ class NormalizeJob:
         parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
         records = self.transform(parsed).persist()
         try:
-            written = F.col("r").isNotNull()
+            delivered = F.col("r").isNotNull() & ~withheld
             groups = (
                 records.groupBy(F.col("r.key.tname").alias("tname"), F.col("r.key.subtype").alias("subtype"))
                 .agg(
                     count(F.col("pos").isNull() | (F.col("pos") == 0)).alias("rows_in"),
-                    count(written & ~tombstone & ~refresh).alias("out"),
+                    count(delivered & ~tombstone & ~refresh).alias("out"),
                     count(tombstone).alias("tombstones"),
                     count(F.col("housekeeping")).alias("housekeeping"),
                     count(refresh).alias("refresh"),
+                    count(withheld).alias("withheld"),
                     count(F.col("e.op").isNull() & F.col("pos").isNull()).alias("unreadable"),
                     F.min_by(
-                        F.when(written, F.struct(F.col("r.origin").alias("o"), F.col("r.call_stack").alias("s"))),
-                        F.when(written, F.col("lsn")),
+                        F.when(delivered, F.struct(F.col("r.origin").alias("o"), F.col("r.call_stack").alias("s"))),
+                        F.when(delivered, F.col("lsn")),
                     ).alias("origin"),
                 )
                 .collect()
@@ -517,7 +555,8 @@ class NormalizeJob:
             stats.tombstones = sum(int(g["tombstones"] or 0) for g in groups)
             stats.housekeeping = sum(int(g["housekeeping"] or 0) for g in groups)
             stats.refresh = sum(int(g["refresh"] or 0) for g in groups)
-            if stats.records_out + stats.tombstones + stats.refresh:
+            stats.withheld = sum(int(g["withheld"] or 0) for g in groups)
+            if stats.records_out + stats.tombstones + stats.refresh + stats.withheld:
                 mark = time.monotonic()
                 self.serialize(records).write.format("kafka").options(**BATCH_PRODUCER).options(
                     **self.settings.kafka.spark_options()

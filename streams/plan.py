@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mcq.capture.connector import OUTBOX_TABLE, raw_topic
 from mcq.registry.model import KEY_FIELDS, Registry
-from mcq.topics.plan import refresh_topic
+from mcq.topics.plan import refresh_topic, withheld_topic
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class NormalizePlan:
     explicit_topics: tuple[tuple[str, str | None, str], ...]
     """(tname, subtype, logical topic) of tables whose changes come only from the explicit log."""
     refresh_topic: str
+    withheld_topic: str
+    """Where a change goes that cannot be delivered whole (streams/normalize.py: UNAVAILABLE)."""
 
     @property
     def raw_topics(self) -> list[str]:
@@ -79,4 +81,5 @@ def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
         outbox_sources=tuple((raw_topic(s, OUTBOX_TABLE), s.name) for s in registry.sources),
         explicit_topics=tuple((t.tname, t.subtype, t.topic(prefix)) for t in registry.tables if not t.feeds),
         refresh_topic=refresh_topic(prefix),
+        withheld_topic=withheld_topic(prefix),
     )

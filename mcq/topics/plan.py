@@ -35,6 +35,12 @@ def refresh_topic(prefix: str = "mcq") -> str:
     return f"{prefix}._refresh"
 
 
+def withheld_topic(prefix: str = "mcq") -> str:
+    """Changes the normaliser could not deliver whole (a large value Debezium left out):
+    kept, never applied, reported by ``mcq status``."""
+    return f"{prefix}._withheld"
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -58,6 +64,7 @@ def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
         for t in registry.tables
     ]
     specs.append(TopicSpec(refresh_topic(prefix), 3, dict(REFRESH_CONFIG), "explicit refresh requests (bulk lane)"))
+    specs.append(TopicSpec(withheld_topic(prefix), 1, dict(REFRESH_CONFIG), "changes the normaliser withheld"))
     specs.append(TopicSpec(registry_topic(prefix), 1, dict(SYSTEM_CONFIG), "the registry store"))
     return specs
 

@@ -95,7 +95,7 @@ def test_a_refresh_from_the_source_sends_every_row_as_postgresql_renders_it_and_
     stray = ChangeKey("TYPED", pkey_number=999)
     with psycopg.connect(tsettings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"DELETE FROM {target} WHERE change_key = %s", (lost,))
-        conn.execute(f"UPDATE {target} SET state = '{{\"note\": \"tampered\"}}' WHERE change_key = %s", (tampered,))
+        conn.execute(f'UPDATE {target} SET state = \'{{"note": "tampered"}}\' WHERE change_key = %s', (tampered,))
         conn.execute(
             f"INSERT INTO {target} (change_key, tname, pkey_number, state, last_commit_lsn, lsn)"
             " VALUES (%s, 'TYPED', 999, '{}', 5, 6)",
@@ -108,7 +108,7 @@ def test_a_refresh_from_the_source_sends_every_row_as_postgresql_renders_it_and_
     positions.close(save=False)
     sql(
         settings,
-        f"INSERT INTO {own_typed.table} (id, born, tags, note) VALUES (70, '2030-01-02', ARRAY['new'], 'not normalised')",
+        f"INSERT INTO {own_typed.table} (id, born, tags, note) VALUES (70, '2030-01-02', ARRAY['n'], 'not normalised')",
         f"UPDATE {own_typed.table} SET note = 'changed at the source', amount = 0.01 WHERE id = 4",
     )
     logical = registry.tables[0].topic(tsettings.topic_prefix)
