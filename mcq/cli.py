@@ -1074,7 +1074,47 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
             _err(f"mcq status: {r.dead_letter_alert}")
         if r.tombstones_at_risk:
             _err(f"mcq status: {r.tombstones_at_risk}")
-    sys.exit(EXIT_FAILED if any(r.failing for r in report) else 0)
+    withheld = None if names else _withheld_alert(settings)
+    if withheld:
+        _err(f"mcq status: {withheld}")
+    sys.exit(EXIT_FAILED if any(r.failing for r in report) or withheld else 0)
+
+
+def _withheld_alert(settings: Settings) -> str | None:
+    from streams.withheld import Withheld
+
+    return Withheld(settings).alert()
+
+
+@main.group()
+def withheld() -> None:
+    """Changes the normaliser withheld: a large value the source left out of the WAL would
+    have overwritten the real one at every target (list them, acknowledge them)."""
+
+
+@withheld.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Acknowledged ones too.")
+def withheld_list(show_all: bool) -> None:
+    """Each withheld change: its key, when, its raw record and why (exit 0)."""
+    from streams.withheld import Withheld
+
+    entries = [e for e in Withheld(_settings()).entries() if show_all or not e.acknowledged]
+    if not entries:
+        _say("no withheld changes" + ("" if show_all else " to acknowledge"))
+        return
+    for e in entries:  # a line each, not a table: the key and the reason are long
+        _say(f"{e.partition}:{e.offset}  {e.entry_time}  {e.key}" + ("  (acknowledged)" if e.acknowledged else ""))
+        _say(f"    {e.reason}")
+
+
+@withheld.command("ack")
+def withheld_ack() -> None:
+    """Acknowledge every withheld change so far (after repairing the targets): `mcq status`
+    alerts only on changes withheld after this."""
+    from streams.withheld import Withheld
+
+    count = Withheld(_settings()).acknowledge()
+    _say(f"withheld: {count} change(s) acknowledged")
 
 
 @main.group()

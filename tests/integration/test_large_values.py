@@ -140,3 +140,16 @@ def test_a_change_whose_large_value_debezium_left_out_is_withheld_and_a_refresh_
     assert runtime.run(until_caught_up=True) == 0
     expected = {ChangeKey("DOCS", pkey_number=pk).text(): row for pk, row in expected_rows.items()}
     assert target_state(tsettings, target) == expected
+
+    # the operator is told until the withheld change is acknowledged
+    def mcq(*args: str) -> str:
+        return CliRunner().invoke(main, list(args), env=env).output
+
+    alert = f"the normaliser withheld 1 change(s) in {withheld_topic(tsettings.topic_prefix)}"
+    assert alert in mcq("status", "--registry", str(registry_file))
+    listed = mcq("withheld", "list").splitlines()
+    assert listed[0].startswith("0:0  ") and listed[0].endswith(ChangeKey("DOCS", pkey_number=1).text()), listed
+    assert listed[1].strip() == reason
+    assert "withheld: 1 change(s) acknowledged" in mcq("withheld", "ack")
+    assert "withheld" not in mcq("status", "--registry", str(registry_file))
+    assert "no withheld changes to acknowledge" in mcq("withheld", "list")
