@@ -5,16 +5,19 @@ Per micro-batch (``foreachBatch``, all DataFrame operations, nothing collected b
 1. parse each raw record's envelope generically (before/after as ``map<string,string>``,
    every value decoded to its natural text by the column types the record's schema
    names: ``streams/debezium.py``), with its source position: Debezium's ``sequence`` =
-   [last commit LSN, LSN]. A raw record that is not a Debezium change event stops the
-   stream (:class:`NormalizeError` naming raw topic, partition and offset; nothing of the
-   batch is written) rather than being skipped or dead-lettered: it means a connector
-   writes what the normaliser cannot read, and every later record of its topic would be
-   lost the same way;
+   [last commit LSN, LSN];
 2. project every feed: map the row to its logical (TNAME, subtype) and key fields; an
    insert or snapshot read is INSERT, a delete is DELETE followed by a tombstone, an
    update whose logical key changed is DELETE of the old key then INSERT of the new, and
    an update touching none of the watched columns is dropped as housekeeping;
 3. explicit log entries (the outbox) go to their logical topic or the refresh topic;
+   what cannot be delivered whole is **withheld**: written to ``<prefix>._withheld``
+   instead, named by its raw topic/partition/offset and why, and the rest flows
+   (``mcq status`` alerts, ``mcq withheld list``): a raw record that is not a Debezium
+   change event (a connector with another converter), an operation mcq does not know, a
+   row without a column its table's key is read from, and an update carrying Debezium's
+   placeholder for a large value left out of the WAL (``UNAVAILABLE``), which would
+   overwrite the real value at every target;
 4. serialise key and value with the Avro schemas in Confluent's wire format (magic byte,
    registry schema id, Avro body) — what confluent-kafka's deserialisers read — and give
    every record, tombstones included, the header ``mcq.position`` = ``<last commit LSN>/<LSN>``;
@@ -39,7 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
@@ -71,7 +74,7 @@ RECORDS_TYPE = (
 
 
 class NormalizeError(Exception):
-    """The normaliser stopped because of what it read; the message names topic/partition/offset."""
+    """The normaliser cannot run as configured; the message says what to change."""
 
 
 POSITION_HEADER = "mcq.position"
@@ -162,8 +165,6 @@ class NormalizeJob:
     schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     history: list[BatchStats] = field(init=False, default_factory=list)
     _known_refs: set[str] = field(init=False, default_factory=set)
-    failure: NormalizeError | None = field(init=False, default=None)
-    """Why the stream stopped, when it was this job that stopped it."""
     _built: dict[str, Any] = field(init=False, default_factory=dict)
     """Column expressions built once and applied to every micro-batch: building them is
     tens of thousands of py4j calls (seconds), applying them is not."""
@@ -285,8 +286,19 @@ class NormalizeJob:
         withheld = self._record(
             F.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._withheld_reason(), no_stack, False
         )
+        image = F.when(op == "d", before).otherwise(after)
+        lacking = [F.when(~F.map_contains_key(image, column), F.lit(column)) for _, column in feed.keys]
+        missing = F.concat_ws(", ", *lacking) if lacking else F.lit("")
+        keyless = self._record(
+            F.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", after, before,
+            self._quarantine_reason(
+                F.concat(F.lit(f"the row has no column(s) {feed.ref}'s key is read from: "), missing)
+            ),
+            no_stack, False,
+        )  # fmt: skip
         outputs = (
             F.when(~mine, F.array().cast(RECORDS_TYPE))
+            .when(image.isNotNull() & (missing != ""), F.array(keyless))
             .when(op.isin("c", "r"), F.array(rec(new_key, "INSERT", after, null_map)))
             .when((op == "u") & F.col("unavailable") & (moved | touches), F.array(withheld))
             .when(
@@ -308,11 +320,21 @@ class NormalizeJob:
         return outputs, housekeeping
 
     @staticmethod
-    def _withheld_reason() -> Column:
-        """Why a change was withheld, where its raw record is, and what repairs its targets."""
+    def _no_key() -> Column:
+        """The key of a withheld record that has none."""
         from pyspark.sql import functions as F
 
-        columns = F.array_join(F.map_keys(F.map_filter(F.col("e.after"), lambda _, v: v.contains(UNAVAILABLE))), ", ")
+        return F.struct(
+            F.lit("?").alias("tname"),
+            *(F.lit(None).cast(t).alias(f) for f, t in (("subtype", "string"), ("person_id", "long"),
+              ("pkey_string", "string"), ("pkey_number", "long"), ("aux_string", "string"))),
+        )  # fmt: skip
+
+    @staticmethod
+    def _quarantine_reason(why: Column) -> Column:
+        """``withheld: <raw topic> partition P offset O: <why>``."""
+        from pyspark.sql import functions as F
+
         return F.concat(
             F.lit("withheld: "),
             F.col("raw_topic"),
@@ -320,10 +342,36 @@ class NormalizeJob:
             F.col("raw_partition").cast("string"),
             F.lit(" offset "),
             F.col("raw_offset").cast("string"),
-            F.lit(": the update left large value(s) of column(s) "),
-            columns,
-            F.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
-                  "ALTER TABLE ... REPLICA IDENTITY FULL, then mcq refresh LISTENER --from source"),
+            F.lit(": "),
+            why,
+        )
+
+    def _poison(self) -> Column:
+        """A raw record the normaliser cannot read: the reason, else null."""
+        from pyspark.sql import functions as F
+
+        op = F.col("e.op")
+        return F.when(
+            op.isNull(),
+            F.lit(
+                "not a Debezium JSON change event (is the connector's value.converter "
+                "org.apache.kafka.connect.json.JsonConverter? `mcq connect apply` sets it)"
+            ),
+        ).when(~op.isin("c", "r", "u", "d"), F.concat(F.lit("an operation mcq does not know: "), op))
+
+    @staticmethod
+    def _withheld_reason() -> Column:
+        """Why a change was withheld, where its raw record is, and what repairs its targets."""
+        from pyspark.sql import functions as F
+
+        columns = F.array_join(F.map_keys(F.map_filter(F.col("e.after"), lambda _, v: v.contains(UNAVAILABLE))), ", ")
+        return NormalizeJob._quarantine_reason(
+            F.concat(
+                F.lit("the update left large value(s) of column(s) "),
+                columns,
+                F.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
+                      "ALTER TABLE ... REPLICA IDENTITY FULL, then mcq refresh LISTENER --from source"),
+            )
         )  # fmt: skip
 
     def project_outbox(self) -> Column:
@@ -374,22 +422,28 @@ class NormalizeJob:
         by_topic: dict[str, list[FeedPlan]] = {}
         for feed in self.plan.feeds:
             by_topic.setdefault(feed.raw_topic, []).append(feed)
+        poison = self._poison()
+        null_map = F.lit(None).cast("map<string,string>")
+        unreadable = self._record(
+            F.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", null_map, null_map,
+            self._quarantine_reason(poison), F.lit(None).cast("string"), False,
+        )  # fmt: skip
+
+        def records(projected: Column) -> Column:  # a record the normaliser cannot read is withheld, by name
+            return F.posexplode_outer(F.when(poison.isNotNull(), F.array(unreadable)).otherwise(projected))
+
         out: list[tuple[Column, Column, Column]] = []
         for raw_topic, feeds in sorted(by_topic.items()):
             outputs: list[Column] = []
             housekeeping: Column = F.lit(False)
             for feed in feeds:
-                records, hk = self.project_feed(feed)
-                outputs.append(records)
+                projected, hk = self.project_feed(feed)
+                outputs.append(projected)
                 housekeeping = housekeeping | hk
-            out.append((F.col("raw_topic") == raw_topic, housekeeping, F.posexplode_outer(F.concat(*outputs))))
+            out.append((F.col("raw_topic") == raw_topic, housekeeping, records(F.concat(*outputs))))
         if self.plan.outbox_topics:
             out.append(
-                (
-                    F.col("raw_topic").isin(*self.plan.outbox_topics),
-                    F.lit(False),
-                    F.posexplode_outer(self.project_outbox()),
-                )
+                (F.col("raw_topic").isin(*self.plan.outbox_topics), F.lit(False), records(self.project_outbox()))
             )
         return out
 
@@ -482,25 +536,6 @@ class NormalizeJob:
 
     # ------------------------------------------------------------------ the stream
 
-    def refuse_unreadable(self, parsed: DataFrame, count: int) -> NoReturn:
-        """Stop the stream at raw records that are not Debezium change events: never skip them."""
-        from pyspark.sql import functions as F
-
-        first = (
-            parsed.where(F.col("e.op").isNull())
-            .select("raw_topic", "raw_partition", "raw_offset")
-            .orderBy("raw_topic", "raw_partition", "raw_offset")
-            .limit(3)
-            .collect()
-        )
-        where = ", ".join(f"{r['raw_topic']} partition {r['raw_partition']} offset {r['raw_offset']}" for r in first)
-        self.failure = NormalizeError(
-            f"{count} raw record(s) are not Debezium JSON change events, first at {where}: nothing of this batch "
-            "was written. Is the connector's value.converter org.apache.kafka.connect.json.JsonConverter "
-            "(`mcq connect apply` sets it)? Remove or repair the records, then restart."
-        )
-        raise self.failure
-
     @staticmethod
     def _partitions(df: DataFrame) -> int:
         """Spark's shuffle partitions: the parallelism every step of a batch is cut to."""
@@ -538,7 +573,6 @@ class NormalizeJob:
                     count(F.col("housekeeping")).alias("housekeeping"),
                     count(refresh).alias("refresh"),
                     count(withheld).alias("withheld"),
-                    count(F.col("e.op").isNull() & F.col("pos").isNull()).alias("unreadable"),
                     F.min_by(
                         F.when(delivered, F.struct(F.col("r.origin").alias("o"), F.col("r.call_stack").alias("s"))),
                         F.when(delivered, F.col("lsn")),
@@ -547,9 +581,6 @@ class NormalizeJob:
                 .collect()
             )
             stats.phases["read"] = time.monotonic() - started
-            unreadable = sum(int(g["unreadable"] or 0) for g in groups)
-            if unreadable:
-                self.refuse_unreadable(parsed, unreadable)
             stats.rows_in = sum(int(g["rows_in"] or 0) for g in groups)
             stats.records_out = sum(int(g["out"] or 0) for g in groups)
             stats.tombstones = sum(int(g["tombstones"] or 0) for g in groups)
@@ -824,13 +855,7 @@ def _stream(
                     seen_output.clear()
                     if jobs["realtime"]._unseen_refs():
                         rt.record_first_seen(jobs["realtime"])
-        except StreamingQueryException as exc:
-            failure = job.failure or next((j.failure for j in jobs.values() if j.failure), None)
-            if failure is not None:
-                raise failure from None
-            message = rt.unreadable_message(exc)
-            if message:
-                raise NormalizeError(message) from None
+        except StreamingQueryException:
             if not stopping.requested:
                 raise
         finally:

@@ -18,9 +18,9 @@ What Real-Time Mode allows decides the shape of the query:
   the real-time one (``split_plan``), in the same Spark application;
 - no union of one source with itself: every raw topic is read by a Kafka source of its
   own, its projection applied to it, and the parts are unioned;
-- no ``foreachBatch``: counters come from the query's progress, a raw record that is not
-  a Debezium change event fails the query through ``raise_error`` naming its
-  topic/partition/offset, and first-seen provenance is read back from the logical
+- no ``foreachBatch``: counters come from the query's progress, a raw record the
+  normaliser cannot read goes to the withheld topic like in micro-batches (its
+  projection routes it there), and first-seen provenance is read back from the logical
   topics off the record path (``first_records``);
 - task slots must cover every raw partition at once: ``slots_needed``.
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
     from mcq.config import Settings
     from streams.normalize import NormalizeJob
-
-UNREADABLE = "raw record is not a Debezium JSON change event"
 
 
 def shared_topics(plan: NormalizePlan) -> set[str]:
@@ -145,22 +143,11 @@ def realtime_records(job: NormalizeJob, spark: SparkSession) -> list[tuple[str, 
     topics_of = [[t] for t in sorted({f.raw_topic for f in job.plan.feeds})]
     if job.plan.outbox_topics:
         topics_of.append(list(job.plan.outbox_topics))
-    where = F.concat_ws(
-        " ",
-        F.lit(UNREADABLE + ":"),
-        F.col("raw_topic"),
-        F.lit("partition"),
-        F.col("raw_partition").cast("string"),
-        F.lit("offset"),
-        F.col("raw_offset").cast("string"),
-    )
-    readable = F.when(F.col("e.op").isNull(), F.raise_error(where)).otherwise(F.lit(True))
     key_bytes, value_bytes = job._wire_columns()
     return [
         (
             topics[0] if len(topics) == 1 else "outbox",
             job.parse(_source(job, spark, topics))
-            .where(readable)
             .select("*", records.alias("pos", "r"))
             .where(F.col("r").isNotNull())
             .withColumn("topic", F.col("r.topic"))
@@ -197,19 +184,6 @@ def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> lis
         writer._jwrite = writer._jwrite.trigger(realtime_trigger(spark, base + stagger))
         queries.append(writer.start())
     return queries
-
-
-def unreadable_message(error: BaseException) -> str | None:
-    """The normaliser's own words from a query that ``raise_error`` ended, if it was that."""
-    found = re.search(re.escape(UNREADABLE) + r": (\S+) partition (\d+) offset (\d+)", str(error))
-    if not found:
-        return None
-    topic, partition, offset = found.groups()
-    return (
-        f"{UNREADABLE} at {topic} partition {partition} offset {offset}: the stream stopped there. "
-        "Is the connector's value.converter org.apache.kafka.connect.json.JsonConverter "
-        "(`mcq connect apply` sets it)? Remove or repair the record, then restart."
-    )
 
 
 def first_records(settings: Settings, topics: dict[str, str], timeout_s: float = 10.0) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """What the normaliser delivers beyond order, on the real stack: every column type as its
 natural text, in the logical topic and in every generic adapter (table, webhook, JSON Lines
 and XML files), the source position on every record (tombstones too), a raw record it
-cannot read stops it by name, and `mcq streams normalize` stops cleanly on SIGTERM/SIGINT.
+cannot read is withheld by name while the rest flows, and `mcq streams normalize` stops
+cleanly on SIGTERM/SIGINT.
 
 The typed table is created by the test and captured only through ``apply_capture``
 (registry -> replica identity -> connector), as a user's table would be.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,8 +37,8 @@ from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.smoke import delete_topics
 from mcq.stack import Stack
-from mcq.topics.plan import TopicSpec, apply_topics
-from streams.normalize import POSITION_HEADER, NormalizeError, run_normalize
+from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
+from streams.normalize import POSITION_HEADER, run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
@@ -276,25 +278,76 @@ def test_every_record_and_tombstone_carries_its_source_position_header(
     assert int(insert_position[0]) < int(delete["source"]["last_commit_lsn"])  # type: ignore[index]
 
 
-def test_a_raw_record_that_is_not_a_change_event_stops_the_normaliser_naming_where_it_is(
+POISON = [
+    (b'{"id":1}', {"op": "c", "before": None, "after": {"id": "1", "note": "fine"}, "source": {"lsn": 10}}),
+    (b'{"id":2}', b"\x00\x00\x00\x00\x07avro-bytes"),  # a record of a connector with an Avro converter
+    (b'{"id":3}', {"op": "x", "before": None, "after": {"id": "3"}, "source": {"lsn": 11}}),
+    (b'{"id":4}', {"op": "c", "before": None, "after": {"note": "no id"}, "source": {"lsn": 12}}),
+    (b'{"id":5}', {"op": "c", "before": None, "after": {"id": "5", "note": "fine too"}, "source": {"lsn": 13}}),
+]
+WHY = {
+    1: "not a Debezium JSON change event",
+    2: "an operation mcq does not know: x",
+    3: "the row has no column(s) TYPED's key is read from: id",
+}
+
+
+def _withheld_and_delivered(settings: Settings, registry: Registry) -> tuple[dict[int, str], set[int]]:
+    """(raw offset -> reason) of the withheld records, and the keys in the logical topic."""
+    withheld = {}
+    for _, value in decode_topic(settings, withheld_topic(settings.topic_prefix)):
+        assert value is not None
+        found = re.search(r" partition 0 offset (\d+): (.*)$", value["provenance"]["origin"])
+        assert found, value["provenance"]["origin"]
+        withheld[int(found.group(1))] = found.group(2)
+    topic = registry.tables[0].topic(settings.topic_prefix)
+    return withheld, {k["pkey_number"] for k, v in decode_topic(settings, topic) if v is not None}
+
+
+def test_a_raw_record_the_normaliser_cannot_read_is_withheld_by_name_and_the_rest_flows(
     settings: Settings, tmp_path: Path, stack: Stack
 ) -> None:
-    """Nothing is skipped silently: not even a record written by a connector with another converter."""
+    """Nothing is skipped silently, and nothing stops the stream: a record of a connector
+    with another converter, an unknown operation and a row without its key column each go
+    to the withheld topic naming raw topic/partition/offset and why; the records around
+    them reach the logical topic. Both modes: micro-batch (--once) and real time."""
     token = uuid.uuid4().hex[:8]
     registry = parse_registry(typed_registry_yaml(token, f"y_{token}"), "typed-test.yaml")
     topic = raw_topic(registry.sources[0], f"y_{token}.typed")
-    envelope = {"op": "c", "before": None, "after": {"id": 1}, "source": {"lsn": 10, "sequence": '[null,"10"]'}}
     apply_topics(settings, [TopicSpec(topic, 1, {"cleanup.policy": "delete"})])
     producer = Producer(settings.kafka.client_config())
-    producer.produce(topic, key=b'{"id":1}', value=json.dumps(envelope).encode())
-    producer.produce(topic, key=b'{"id":2}', value=b"\x00\x00\x00\x00\x07avro-bytes")  # an Avro converter's record
+    for key, value in POISON:
+        producer.produce(topic, key=key, value=value if isinstance(value, bytes) else json.dumps(value).encode())
     producer.flush(10)
     try:
-        with pytest.raises(NormalizeError) as refused:
-            normalize_once(prefixed(settings, "u"), registry, tmp_path / "checkpoint")
-        message = str(refused.value)
-        assert f"{topic} partition 0 offset 1" in message and "value.converter" in message
-        assert "\n" not in message
+        once = prefixed(settings, "u")
+        lines = normalize_once(once, registry, tmp_path / "checkpoint")
+        assert any("WITHHELD 3" in line for line in lines), lines
+        withheld, delivered = _withheld_and_delivered(once, registry)
+        assert delivered == {1, 5}
+        assert {offset: why.split(" (")[0] for offset, why in withheld.items()} == WHY
+        assert "value.converter" in withheld[1]
+
+        live = prefixed(settings, "v")
+        registry_file = tmp_path / "registry.yaml"
+        registry_file.write_text(typed_registry_yaml(token, f"y_{token}"))
+        log = tmp_path / "realtime.log"
+        command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+                   "--checkpoint", str(tmp_path / "rt-checkpoint")]  # fmt: skip
+        with log.open("w") as out:
+            job = subprocess.Popen(
+                command, env={**os.environ, "MCQ_TOPIC_PREFIX": live.topic_prefix}, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 180
+                while _withheld_and_delivered(live, registry) != (withheld, {1, 5}):
+                    assert job.poll() is None, log.read_text()[-3000:]
+                    assert time.monotonic() < deadline, log.read_text()[-3000:]
+                    time.sleep(1)
+            finally:
+                os.killpg(job.pid, signal.SIGTERM)
+                job.wait(60)
     finally:
         delete_topics(settings, [topic])
 

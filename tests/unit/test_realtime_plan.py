@@ -8,7 +8,7 @@ import pytest
 
 from mcq.registry import parse_registry
 from streams.plan import plan_normalize
-from streams.realtime import batch_line, interval_ms, shared_topics, split_plan, unreadable_message
+from streams.realtime import batch_line, interval_ms, shared_topics, split_plan
 
 CAMPUS = Path(__file__).resolve().parents[2] / "examples" / "campus.yaml"
 
@@ -58,17 +58,6 @@ def test_a_logical_table_fed_by_two_raw_topics_is_ordered_in_micro_batches() -> 
     assert {f.topic for f in realtime.feeds} == {"p.person"}
     assert realtime.outbox_topics == plan.outbox_topics
     assert [t for _, _, t in realtime.explicit_topics] == ["p.note"]
-
-
-def test_an_unreadable_raw_record_is_named_by_topic_partition_and_offset() -> None:
-    error = RuntimeError(
-        "[USER_RAISED_EXCEPTION] raw record is not a Debezium JSON change event: mcq.raw.db.s.people "
-        "partition 0 offset 41 SQLSTATE: P0001\n\tat org.apache.spark..."
-    )
-    message = unreadable_message(error)
-    assert message is not None
-    assert "mcq.raw.db.s.people partition 0 offset 41" in message and "JsonConverter" in message
-    assert unreadable_message(RuntimeError("broker down")) is None
 
 
 def test_a_real_time_batch_line_gives_rows_in_and_records_out() -> None:
