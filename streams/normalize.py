@@ -351,13 +351,23 @@ class NormalizeJob:
         from pyspark.sql import functions as F
 
         op = F.col("e.op")
-        return F.when(
-            op.isNull(),
-            F.lit(
-                "not a Debezium JSON change event (is the connector's value.converter "
-                "org.apache.kafka.connect.json.JsonConverter? `mcq connect apply` sets it)"
-            ),
-        ).when(~op.isin("c", "r", "u", "d"), F.concat(F.lit("an operation mcq does not know: "), op))
+        return (
+            F.when(
+                op.isNull(),
+                F.lit(
+                    "not a Debezium JSON change event (is the connector's value.converter "
+                    "org.apache.kafka.connect.json.JsonConverter? `mcq connect apply` sets it)"
+                ),
+            )
+            .when(
+                op == "t",
+                F.lit(
+                    "a TRUNCATE of the table: every row deleted at once, and no change names their keys; repair: "
+                    "mcq refresh LISTENER --from source (it deletes at the target what the source no longer holds)"
+                ),
+            )
+            .when(~op.isin("c", "r", "u", "d"), F.concat(F.lit("an operation mcq does not know: "), op))
+        )
 
     @staticmethod
     def _withheld_reason() -> Column:
