@@ -30,6 +30,8 @@ from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
+pytestmark = pytest.mark.faults
+
 REGISTRY = """
 sources:
   - {{name: g{token}, schemas: [g_{token}], publication: mcq_g{token}, slot: mcq_g{token}}}

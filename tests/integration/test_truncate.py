@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from consumers.runtime.listener import ListenerRuntime
@@ -24,6 +25,8 @@ from tests.integration.listeners import target_state
 from tests.integration.test_normalize import decode_topic
 from tests.integration.typed import ROWS, sql, typed_world
 from tests.integration.worlds import wait_raw_records
+
+pytestmark = pytest.mark.faults
 
 LISTENER = """
 listeners:
