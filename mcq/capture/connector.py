@@ -1,7 +1,8 @@
 """Debezium connector configuration generated from the registry, one per source.
 
 What a connector captures follows the registry: the source tables of every feed with
-exactly their captured columns, plus the outbox ``mcq.change_log``. Tables need
+exactly their captured columns, plus the outbox ``mcq.change_log`` and the heartbeat
+table ``mcq.heartbeat`` (``HEARTBEAT_TABLE``). Tables need
 ``REPLICA IDENTITY FULL`` because the normaliser needs the before-image to tell a
 housekeeping-only update from one that touches a column of interest, and content rules
 are evaluated on it: ``mcq connect apply`` sets it (``mcq.capture.apply``), Debezium's
@@ -27,6 +28,11 @@ from mcq.connect_rest import debezium_postgres_source
 from mcq.registry.model import Registry, Source
 
 OUTBOX_TABLE = "mcq.change_log"
+HEARTBEAT_TABLE = "mcq.heartbeat"
+"""One row per source, written by its connector every ``heartbeat.interval.ms``
+(``heartbeat.action.query``): a change in the captured database even when every captured
+table is idle, so the slot's confirmed position follows the WAL other databases of the
+cluster write instead of holding it all on the source's disk."""
 OUTBOX_COLUMNS = (
     "log_id", "tname", "subtype", "change_type", "person_id", "pkey_string", "pkey_number", "aux_string",
     "call_stack", "logged_at", "txid", "source",
@@ -53,6 +59,7 @@ def captured_columns(registry: Registry, source: Source) -> dict[str, list[str]]
         cols = out.setdefault(feed.table, [])
         cols.extend(c for c in feed.columns if c not in cols)
     out[OUTBOX_TABLE] = list(OUTBOX_COLUMNS)
+    out[HEARTBEAT_TABLE] = ["source", "beat_at"]
     return dict(sorted(out.items()))
 
 
@@ -75,7 +82,7 @@ def value_encoding(settings: Settings) -> dict[str, str]:
 def render_source(registry: Registry, source: Source, settings: Settings) -> dict[str, str]:
     """The connector config of one source."""
     tables = captured_columns(registry, source)
-    feeds = [t for t in tables if t != OUTBOX_TABLE]
+    feeds = [t for t in tables if t not in (OUTBOX_TABLE, HEARTBEAT_TABLE)]
     return debezium_postgres_source(
         settings.source,
         topic_prefix=raw_topic_prefix(source),
@@ -88,6 +95,10 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
                 f"{table}.{col}".replace(".", "\\.") for table, cols in tables.items() for col in cols
             ),
             "replica.identity.autoset.values": ",".join(f"{t}:FULL" for t in feeds),
+            "heartbeat.action.query": (
+                f"INSERT INTO {HEARTBEAT_TABLE} (source, beat_at) VALUES ('{source.name}', now()) "
+                "ON CONFLICT (source) DO UPDATE SET beat_at = EXCLUDED.beat_at"
+            ),
             "snapshot.mode": "initial",
             **value_encoding(settings),
         },

@@ -29,6 +29,14 @@ CREATE TABLE IF NOT EXISTS mcq.change_log (
 );
 ALTER TABLE mcq.change_log ADD COLUMN IF NOT EXISTS source text;  -- outboxes made before scoping
 
+-- One row per mcq source, written by its connector's heartbeat.action.query: a change in
+-- this database even while every captured table is idle, so the replication slot moves
+-- on instead of holding the WAL other databases of the cluster write.
+CREATE TABLE IF NOT EXISTS mcq.heartbeat (
+    source   text        PRIMARY KEY,
+    beat_at  timestamptz NOT NULL
+);
+
 COMMENT ON TABLE mcq.change_log IS
     'mcq outbox: explicit change entries (mcq_log_insert/update/delete), captured by Debezium';
 

@@ -19,7 +19,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from mcq.capture.apply import apply_capture
-from mcq.capture.connector import OUTBOX_TABLE, raw_topic
+from mcq.capture.connector import HEARTBEAT_TABLE, OUTBOX_TABLE, raw_topic
 from mcq.capture.remove import remove_capture
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.registry import Registry, parse_registry
@@ -96,7 +96,11 @@ def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
         [
             raw_topic(source, table)
             for source in registry.sources
-            for table in [*{f.table for t in registry.tables for f in t.feeds if f.source == source.name}, OUTBOX_TABLE]
+            for table in [
+                *{f.table for t in registry.tables for f in t.feeds if f.source == source.name},
+                OUTBOX_TABLE,
+                HEARTBEAT_TABLE,
+            ]
         ],
     )
 

@@ -28,8 +28,8 @@ def test_the_committed_connector_json_is_what_the_registry_renders(config: dict[
 
 def test_every_feed_table_and_the_outbox_are_captured_with_exactly_their_columns(config: dict[str, str]) -> None:
     tables = config["table.include.list"].split(",")
-    assert "campus\\.directory_telephone" in tables and "mcq\\.change_log" in tables
-    assert len(tables) == 16 + 1
+    assert "campus\\.directory_telephone" in tables and "mcq\\.change_log" in tables and "mcq\\.heartbeat" in tables
+    assert len(tables) == 16 + 2
     columns = config["column.include.list"].split(",")
     assert "campus\\.logins\\.last_login" in columns  # captured (needed to see it changed) but not watched
     assert not any(c.startswith("campus\\.people\\.") and "ssn" in c for c in columns)
@@ -43,6 +43,8 @@ def test_before_images_are_requested_and_the_password_is_a_reference(config: dic
     assert config["database.password"] == "${env:MCQ_SOURCE__PASSWORD}"
     assert config["slot.name"] == "mcq_campus" and config["publication.name"] == "mcq_campus"
     assert config["heartbeat.interval.ms"] and config["snapshot.mode"] == "initial"
+    # a change in the captured database at every heartbeat: idle tables never hold the cluster's WAL
+    assert config["heartbeat.action.query"].startswith("INSERT INTO mcq.heartbeat (source, beat_at) VALUES ('campus'")
 
 
 def test_the_converters_are_the_connectors_own_and_dates_and_times_become_text_in_the_worker(

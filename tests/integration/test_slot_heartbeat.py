@@ -1,0 +1,50 @@
+"""A replication slot holds the WAL from its confirmed position on. When the captured
+tables are idle while another database of the same cluster writes, no change reaches
+Debezium, its slot's position stays where it was and the WAL the cluster writes piles up
+on the source's disk. The connectors ``mcq connect apply`` makes write a heartbeat into
+the captured database (``heartbeat.action.query``): the slot moves on although every
+captured table is idle."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from mcq.config import Settings
+from mcq.stack import Stack
+from tests.integration.typed import ROWS, typed_world
+from tests.integration.worlds import wait_raw_records
+
+pytestmark = pytest.mark.faults
+
+
+def _confirmed(settings: Settings, slot: str) -> int:
+    with psycopg.connect(settings.source.dsn()) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    assert row is not None, slot
+    return int(row[0])
+
+
+def test_idle_captured_tables_do_not_hold_the_wal_another_database_writes(stack: Stack, settings: Settings) -> None:
+    with typed_world(settings) as world:
+        slot = world.registry.sources[0].slot_name
+        wait_raw_records(settings, world.raw_topic, len(ROWS))
+        table = f"hb_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:  # another database, same cluster
+            conn.execute(f"CREATE TABLE {table} (id int, note text)")
+            conn.execute(f"INSERT INTO {table} SELECT i, repeat('x', 200) FROM generate_series(1, 20000) AS i")
+            written = int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])  # type: ignore[index]
+            try:
+                deadline = time.monotonic() + 90  # heartbeats every 10 s
+                while _confirmed(settings, slot) < written:
+                    assert time.monotonic() < deadline, (
+                        f"slot {slot} still at {_confirmed(settings, slot)}, the cluster wrote up to {written}"
+                    )
+                    time.sleep(2)
+            finally:
+                conn.execute(f"DROP TABLE {table}")
