@@ -331,11 +331,20 @@ def connect_apply(registry_file: Path | None) -> None:
 
 
 @connect_group.command("status")
-def connect_status() -> None:
-    """Show every connector and task state (exit 3 when one is not RUNNING)."""
+@FROM_FILE
+def connect_status(registry_file: Path | None) -> None:
+    """Show every connector and task state, and the replication slot of every source:
+    exit 3 when a connector is not RUNNING, 1 when a slot is missing, lost its WAL, or holds
+    more WAL than connect.slot_retained_warn_mb (one line each on stderr, saying what to do)."""
+    from mcq.capture.slots import MB, SlotReadError, slot_alerts, slot_states
     from mcq.connect_rest import ConnectClient
 
     settings = _settings()
+    try:
+        slots = slot_states(settings, _current_registry(registry_file))
+    except SlotReadError as exc:
+        _err(f"mcq connect status: {exc}")
+        sys.exit(EXIT_FAILED)
     table = Table(title=f"connectors at {settings.connect.url}")
     for col in ("connector", "state", "tasks", "trace"):
         table.add_column(col)
@@ -349,8 +358,22 @@ def connect_status() -> None:
             trace = next((t.get("trace", "").splitlines()[0] for t in tasks if t.get("trace")), "")
             table.add_row(name, st["connector"]["state"], ", ".join(str(t.get("state")) for t in tasks), cell(trace))
     console.print(table)
+    slot_table = Table(title=f"replication slots at {settings.source}")
+    for col in ("source", "slot", "active", "wal status", "WAL held", "unconfirmed"):
+        slot_table.add_column(col)
+    for sl in slots:
+        slot_table.add_row(
+            sl.source, sl.slot, "yes" if sl.active else "no" if sl.exists else "MISSING", sl.wal_status or "-",
+            f"{sl.retained_bytes / MB:,.1f} MB", f"{sl.behind_bytes / MB:,.1f} MB",
+        )  # fmt: skip
+    console.print(slot_table)
+    alerts = slot_alerts(slots, settings.connect.slot_retained_warn_mb)
+    for line in alerts:
+        _err(f"mcq connect status: {line}")
     if not healthy:
         sys.exit(EXIT_DOWN)
+    if alerts:
+        sys.exit(EXIT_FAILED)
 
 
 @connect_group.command("restart")
@@ -1074,16 +1097,24 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
             _err(f"mcq status: {r.dead_letter_alert}")
         if r.tombstones_at_risk:
             _err(f"mcq status: {r.tombstones_at_risk}")
-    withheld = None if names else _withheld_alert(settings)
-    if withheld:
-        _err(f"mcq status: {withheld}")
-    sys.exit(EXIT_FAILED if any(r.failing for r in report) or withheld else 0)
+    pipeline = [] if names else _pipeline_alerts(settings, registry)
+    for line in pipeline:
+        _err(f"mcq status: {line}")
+    sys.exit(EXIT_FAILED if any(r.failing for r in report) or pipeline else 0)
 
 
-def _withheld_alert(settings: Settings) -> str | None:
+def _pipeline_alerts(settings: Settings, registry: Registry) -> list[str]:
+    """What needs an operator upstream of the listeners: changes the normaliser withheld,
+    replication slots missing, lost or holding too much WAL."""
+    from mcq.capture.slots import SlotReadError, slot_alerts, slot_states
     from streams.withheld import Withheld
 
-    return Withheld(settings).alert()
+    out = [line for line in [Withheld(settings).alert()] if line]
+    try:
+        out += slot_alerts(slot_states(settings, registry), settings.connect.slot_retained_warn_mb)
+    except SlotReadError as exc:
+        out.append(str(exc))
+    return out
 
 
 @main.group()

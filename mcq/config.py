@@ -174,6 +174,9 @@ class ConnectSettings(HttpServiceSettings):
     and the image do: ``jvm/connect-transforms``): connectors write values as compact JSON
     whose dates and times are already text. False, for a worker mcq cannot add a plugin
     to: values carry their Connect schema (about 6x larger) and the normaliser decodes them."""
+    slot_retained_warn_mb: int = Field(default=1024, ge=1)
+    """``mcq connect status`` and ``mcq status`` warn (exit 1) once a source's replication
+    slot holds more WAL than this on the source's disk (``MCQ_CONNECT__SLOT_RETAINED_WARN_MB``)."""
 
 
 class RegistrySettings(HttpServiceSettings):

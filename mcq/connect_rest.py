@@ -123,6 +123,10 @@ class ConnectClient:
             time.sleep(0.5)
         raise ConnectError(f"connector {name} not STOPPED after {timeout_s:.0f} s: {last}")
 
+    def resume(self, name: str) -> None:
+        """Resume a paused or STOPPED connector."""
+        self._request("PUT", f"/connectors/{name}/resume")
+
     def reset_offsets(self, name: str) -> bool:
         """Forget a STOPPED connector's source offsets (KIP-875), so that a connector made
         again under this name starts afresh; False when there is no such connector."""

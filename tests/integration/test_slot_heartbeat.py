@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from mcq.capture.connector import connector_name
+from mcq.cli import main
 from mcq.config import Settings
+from mcq.connect_rest import ConnectClient
 from mcq.stack import Stack
 from tests.integration.typed import ROWS, typed_world
 from tests.integration.worlds import wait_raw_records
@@ -48,3 +53,38 @@ def test_idle_captured_tables_do_not_hold_the_wal_another_database_writes(stack:
                     time.sleep(2)
             finally:
                 conn.execute(f"DROP TABLE {table}")
+
+
+def test_a_slot_whose_connector_is_down_is_reported_with_the_wal_it_holds_until_the_connector_is_back(
+    stack: Stack, settings: Settings, tmp_path: Path
+) -> None:
+    with typed_world(settings) as world:
+        source = world.registry.sources[0]
+        wait_raw_records(settings, world.raw_topic, len(ROWS))
+        registry_file = tmp_path / "registry.yaml"
+        registry_file.write_text(world.registry_yaml)
+        env = {"MCQ_CONNECT__SLOT_RETAINED_WARN_MB": "2"}
+        runner = CliRunner()
+        table = f"hb_{uuid.uuid4().hex[:8]}"
+        with ConnectClient(settings.connect) as client, psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+            client.stop(connector_name(source))
+            try:
+                conn.execute(f"CREATE TABLE {table} (id int, note text)")
+                conn.execute(f"INSERT INTO {table} SELECT i, repeat('x', 200) FROM generate_series(1, 40000) AS i")
+                status = runner.invoke(main, ["connect", "status", "--registry", str(registry_file)], env=env)
+                assert status.exit_code == 3, status.output  # its connector is not RUNNING: that first
+                line = f"mcq connect status: source {source.name}: replication slot {source.slot_name} holds "
+                alert = next(x for x in status.output.splitlines() if x.startswith(line))
+                assert "INACTIVE" in alert and "warning above 2 MB" in alert, alert
+                overall = runner.invoke(main, ["status", "--registry", str(registry_file)], env=env)
+                assert f"replication slot {source.slot_name} holds " in overall.output
+            finally:
+                client.resume(connector_name(source))
+                client.wait_running(connector_name(source))
+                conn.execute(f"DROP TABLE {table}")
+            deadline = time.monotonic() + 120  # a heartbeat, then PostgreSQL moves restart_lsn on
+            while (
+                status := runner.invoke(main, ["connect", "status", "--registry", str(registry_file)], env=env)
+            ).exit_code:
+                assert time.monotonic() < deadline, status.output
+                time.sleep(3)
