@@ -42,7 +42,9 @@ class Withheld:
     def _positions(self) -> dict[int, tuple[int, int]]:
         """partition -> (acknowledged up to, end); empty when the topic does not exist."""
         admin = AdminClient(self.settings.kafka.client_config())
-        meta = admin.list_topics(self.topic, timeout=15).topics.get(self.topic)
+        # every topic's metadata: asking for this one by name would have the broker create it
+        # with its defaults when it does not exist yet
+        meta = admin.list_topics(timeout=15).topics.get(self.topic)
         if meta is None or meta.error is not None or not meta.partitions:
             return {}
         tps = [TopicPartition(self.topic, p) for p in meta.partitions]
