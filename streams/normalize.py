@@ -14,8 +14,9 @@ Per micro-batch (``foreachBatch``, all DataFrame operations, nothing collected b
    what cannot be delivered whole is **withheld**: written to ``<prefix>._withheld``
    instead, named by its raw topic/partition/offset and why, and the rest flows
    (``mcq status`` alerts, ``mcq withheld list``): a raw record that is not a Debezium
-   change event (a connector with another converter), an operation mcq does not know, a
-   row without a column its table's key is read from, and an update carrying Debezium's
+   change event (a connector with another converter), a TRUNCATE (no change names the
+   keys it deleted), an operation mcq does not know, a row without a column its table's
+   key is read from, and an update carrying Debezium's
    placeholder for a large value left out of the WAL (``UNAVAILABLE``), which would
    overwrite the real value at every target;
 4. serialise key and value with the Avro schemas in Confluent's wire format (magic byte,
