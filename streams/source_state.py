@@ -178,17 +178,11 @@ class SourceReader:
     def _read(self, spark: SparkSession, table: SourceTable) -> DataFrame:
         """The table's rows, every column as text, in block ranges read in parallel."""
         db = self.settings.source
-        with psycopg.connect(db.dsn(), connect_timeout=10) as conn:
-            select = (
-                sql.SQL("SELECT {} FROM {}")
-                .format(
-                    sql.SQL(", ").join(
-                        sql.SQL("{} AS {}").format(text_expression(c, t), sql.Identifier(c)) for c, t in table.columns
-                    ),
-                    sql.Identifier(*table.name.split(".", 1)),
-                )
-                .as_string(conn)
-            )
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(text_expression(c, t), sql.Identifier(c)) for c, t in table.columns
+        )
+        # identifiers and literals only: no connection needed to spell it
+        select = sql.SQL("SELECT {} FROM {}").format(columns, sql.Identifier(*table.name.split(".", 1))).as_string()
         options: dict[str, Any] = {
             "url": db.jdbc_url(),
             "user": db.user,

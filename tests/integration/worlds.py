@@ -75,7 +75,9 @@ def wait_raw_records(settings: Settings, topic: str, at_least: int, timeout_s: f
     admin = AdminClient(settings.kafka.client_config())
     deadline, count = time.monotonic() + timeout_s, 0
     while time.monotonic() < deadline:
-        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        # every topic's metadata: asking for this one by name has the broker create it with its
+        # defaults (3 partitions) before Debezium creates it as the connector says (1)
+        meta = admin.list_topics(timeout=10).topics.get(topic)
         if meta is not None and meta.error is None and meta.partitions:
             marks = all_watermarks(admin, [TopicPartition(topic, p) for p in meta.partitions])
             count = sum(high for _, high in marks.values())
