@@ -12,6 +12,7 @@ revealed where a client library needs them.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -67,6 +68,22 @@ class StackSettings(_Section):
     start_timeout_s: float = 150.0
 
 
+KAFKA_CLIENT_LOGGER = "mcq.kafka.client"
+
+
+def kafka_client_logger(level: str) -> logging.Logger:
+    """The Python logger confluent-kafka's clients hand librdkafka's lines to (its default
+    is to print every one on stderr, dozens a second while a broker restarts)."""
+    logger = logging.getLogger(KAFKA_CLIENT_LOGGER)
+    if not logger.handlers:
+        logger.propagate = False
+        handler: logging.Handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("kafka client: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.CRITICAL + 1 if level == "off" else getattr(logging, level.upper()))
+    return logger
+
+
 class KafkaSettings(_Section):
     """Kafka client settings, shared by producers, consumers, admin and Spark."""
 
@@ -76,6 +93,10 @@ class KafkaSettings(_Section):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: Path | None = None
+    client_log_level: Literal["off", "error", "warning", "info", "debug"] = "off"
+    """librdkafka's own log lines ("Connection refused" while a broker restarts, metadata
+    updates): written to stderr from this level up; off by default, since mcq says itself
+    what an operator must know ("kafka is not answering while ...; waiting for it")."""
     extra: dict[str, str] = {}
     """Any other librdkafka property: passed unchanged to confluent-kafka, and to Spark's Kafka
     source/sink as ``kafka.<name>`` (renamed where the Java client calls it otherwise; the
@@ -86,6 +107,7 @@ class KafkaSettings(_Section):
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "security.protocol": self.security_protocol,
+            "logger": kafka_client_logger(self.client_log_level),
         }
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism

@@ -49,14 +49,13 @@ from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
-from mcq.topics.read import TopicReadError, all_watermarks, take_fetched
+from mcq.topics.read import RenewingAdmin, TopicReadError, all_watermarks, take_fetched
 
 PARK, DEAD = "park:", "dead:"
 OWN_WRITES_KEPT = 2_000_000  # offsets of own writes remembered per partition (8 bytes each)
@@ -103,13 +102,13 @@ class AppliedPositions:
                 f"applied positions topic {topic} is missing: {meta.error if meta else 'no such topic'}"
             )
         self._partitions = sorted(meta.partitions)
-        self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
+        self._offsets = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._next: dict[int, int] = {}  # partition -> the next offset to read
         self._snapshot = snapshot
         self._saved_at: float | None = None  # when the snapshot restored was saved
         self._read_since = 0  # records read or written since it
         self._described = {topic: "applied"}  # what a snapshot of these positions describes
-        self._ids = state_snapshot.topic_ids(self._admin, [topic]) if snapshot is not None else None
+        self._ids = state_snapshot.topic_ids(self._offsets.client, [topic]) if snapshot is not None else None
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
         """Whether the positions started from a snapshot, or why not (for status lines and tests)."""
         # from where the snapshot ends, else from the beginning (-2)
@@ -267,7 +266,7 @@ class AppliedPositions:
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read what the other instances (and earlier runs) wrote, up to the end as of now."""
-        marks = all_watermarks(self._admin, [TopicPartition(self.topic, p) for p in self._partitions])
+        marks = all_watermarks(self._offsets, [TopicPartition(self.topic, p) for p in self._partitions])
         ends = {p: marks[(self.topic, p)][1] for p in self._partitions}
         deadline = time.monotonic() + timeout_s
         while True:
@@ -297,7 +296,7 @@ class AppliedPositions:
         the topic (the caller flushed the producer and says so with ``save``; a write
         refused for good is seen here too)."""
         try:
-            retention = partial(state_snapshot.delete_retention_ms, self._admin, [self.topic])
+            retention = partial(state_snapshot.delete_retention_ms, self._offsets.client, [self.topic])
             if (
                 save
                 and self._snapshot is not None
@@ -318,7 +317,7 @@ class AppliedPositions:
         False, and nothing moved, when another instance wrote in between: then it is read."""
         if self._undelivered_offsets:
             return False
-        marks = all_watermarks(self._admin, [TopicPartition(self.topic, p) for p in self._partitions])
+        marks = all_watermarks(self._offsets, [TopicPartition(self.topic, p) for p in self._partitions])
         ends = {}
         for p in self._partitions:
             low, high = marks[(self.topic, p)]
@@ -335,7 +334,7 @@ class AppliedPositions:
 
     def _restore(self) -> str:
         assert self._snapshot is not None
-        snap = state_snapshot.restorable(self._snapshot, self._admin, self._described, self._ids)
+        snap = state_snapshot.restorable(self._snapshot, self._offsets.client, self._described, self._ids)
         if isinstance(snap, str):
             return snap
         st = snap.state

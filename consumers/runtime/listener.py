@@ -38,10 +38,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from consumers import state_snapshot
 from consumers.adapter import Adapter, make_adapter
@@ -58,6 +57,7 @@ from consumers.runtime.acks import AckMark, ExposureMark, exposure_line, waited_
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
+from consumers.runtime.outage import Stopped, until_kafka_answers
 from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.topics import ListenerTopics, interest_topics, tombstone_retention
@@ -68,10 +68,11 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.plan import apply_topics, plan_topics
-from mcq.topics.read import all_watermarks
+from mcq.topics.read import RenewingAdmin, all_watermarks
 
 Report = Callable[[str], None]
 TP = tuple[str, int]
+_T = TypeVar("_T")
 # while the target is down: one line when it goes, one when it is back, and this reminder
 WAIT_REMINDER_S = 60.0
 
@@ -123,7 +124,7 @@ class ListenerRuntime:
         self.metrics = ListenerMetrics(name)
         self._stop = threading.Event()
         self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
-        self._admin = AdminClient(settings.kafka.client_config())  # offsets without waiting behind a fetch
+        self._admin = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._target_up = True
         self._down_since = self._reminded_at = 0.0
         self._last_tick = time.monotonic()
@@ -231,9 +232,23 @@ class ListenerRuntime:
             }
         )
 
+    def _kafka(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()``, waiting out a broker that does not answer (its restart): the
+        listener stays up, says so once, and goes on when the broker is back."""
+
+        def tick() -> None:
+            self._last_tick = time.monotonic()
+
+        try:
+            return until_kafka_answers(
+                what, call, stop=self._stop, report=lambda line: self.report(f"listener {self.name}: {line}"), tick=tick
+            )
+        except Stopped:
+            raise _Abandon() from None
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # what the previous owner applied is known before its partitions are read here
-        self.applied.catch_up()
+        self._kafka("reading the applied positions", self.applied.catch_up)
         consumer.incremental_assign(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -360,6 +375,9 @@ class ListenerRuntime:
     def _learn(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
         """What the group committed, and (for ``lane``) where each partition ended, for the
         partitions not seen yet -- asked for all of them at once."""
+        self._kafka("reading committed offsets", partial(self._learn_now, consumer, lane, tps))
+
+    def _learn_now(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
         new = [tp for tp in tps if (tp.topic, tp.partition) not in self._done]
         ends = [tp for tp in tps if lane is not None and (tp.topic, tp.partition) not in self._ends[lane]]
         if not new and not ends:

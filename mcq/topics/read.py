@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -13,17 +14,47 @@ from mcq.config import Settings
 
 
 class TopicReadError(Exception):
-    """The topic could not be read to its end; the message names it and why."""
+    """The topic could not be read to its end; the message names it and why.
+    ``retriable``: the broker was unreachable or still electing leaders (a restart), so
+    asking again later may succeed; otherwise asking again is pointless."""
+
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
-_NOT_YET = {  # what a partition answers while its leader is being elected
+_NOT_YET = {  # what a partition answers while its leader is being elected or its broker restarts
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,
     KafkaError._TIMED_OUT,
     KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    # a restarted broker bumps its partitions' leader epochs: a client that asked with the
+    # epoch it knew is told so until its metadata is refreshed (seen after a broker SIGKILL)
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 }
+
+
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` (a read error, or a Kafka client's exception) means "the broker is
+    not answering right now" -- wait and ask again -- rather than a request that cannot succeed."""
+    if isinstance(error, TopicReadError):
+        return error.retriable
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        err = error.args[0]
+        return bool(err.retriable() or err.code() in _NOT_YET)
+    return False
 
 
 def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
@@ -35,15 +66,32 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) 
             low, high = consumer.get_watermark_offsets(tp, timeout=10)
             return int(low), int(high)
         except KafkaException as exc:
-            err = exc.args[0]
-            passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_YET)
+            passing = transient(exc)
             if not passing or time.monotonic() > deadline:
-                raise TopicReadError(f"reading {tp.topic}[{tp.partition}]: {err}") from None
+                raise TopicReadError(f"reading {tp.topic}[{tp.partition}]: {exc.args[0]}", passing) from None
             time.sleep(0.5)
 
 
+_STALE_EPOCH = {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
+
+
+class RenewingAdmin:
+    """An admin client for a long-running process, made again when a broker restart left
+    it with stale leader epochs: librdkafka's ListOffsets then asks again and again with
+    the epoch it knew and fails FENCED_LEADER_EPOCH at every call, for ever (librdkafka
+    #4620, still so in 2.16; seen here after a broker SIGKILL). A new client starts from
+    fresh metadata."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self._conf = conf
+        self.client = AdminClient(conf)
+
+    def renew(self) -> None:
+        self.client = AdminClient(self._conf)
+
+
 def all_watermarks(
-    admin: AdminClient, tps: list[TopicPartition], timeout_s: float = 30.0
+    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], timeout_s: float = 30.0
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """(low, high) of many partitions in two requests, through the admin client: a consumer's
     own offset queries wait behind its outstanding fetch (``fetch.wait.max.ms``) one by one."""
@@ -51,18 +99,21 @@ def all_watermarks(
         return {}
     deadline = time.monotonic() + timeout_s
     while True:
+        client = admin.client if isinstance(admin, RenewingAdmin) else admin
         try:
             answers = []
             for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
-                futures = admin.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps},
+                futures = client.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps},
                                              request_timeout=15)  # fmt: skip
                 answers.append({(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()})
             return {key: (answers[0][key], answers[1][key]) for key in answers[1]}
         except KafkaException as exc:
-            err = exc.args[0]
-            passing = isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_YET)
+            passing = transient(exc)
+            if isinstance(admin, RenewingAdmin) and exc.args[0].code() in _STALE_EPOCH:
+                admin.renew()
             if not passing or time.monotonic() > deadline:
-                raise TopicReadError(f"reading offsets of {sorted({t.topic for t in tps})}: {err}") from None
+                topics = sorted({t.topic for t in tps})
+                raise TopicReadError(f"reading offsets of {topics}: {exc.args[0]}", passing) from None
             time.sleep(0.5)
 
 
@@ -85,7 +136,7 @@ def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list
         if err is None:
             out.append(msg)
         elif err.code() != KafkaError._PARTITION_EOF:
-            raise TopicReadError(f"reading {msg.topic()}[{msg.partition()}]: {err}")
+            raise TopicReadError(f"reading {msg.topic()}[{msg.partition()}]: {err}", transient(KafkaException(err)))
     return out
 
 

@@ -1,0 +1,58 @@
+"""Waiting out a Kafka broker that does not answer (a restart, a network partition).
+
+A listener is a long-running service: a broker that went away must not end it. A call
+that fails with a *transient* Kafka error (``mcq.topics.read.transient``: the broker is
+unreachable, still electing leaders, or fenced a client's stale leader epoch after a
+restart) is asked again with backoff until the broker answers or a stop is requested.
+The operator is told once when the outage starts and once when it ends; meanwhile the
+caller's liveness tick keeps moving (the process is alive and waiting, not hung), and its
+readiness is its own business. Any other error is raised at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from consumers.runtime.parking import backoff_s
+from mcq.topics.read import transient
+
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """A stop was requested while the broker was away."""
+
+
+def until_kafka_answers(
+    what: str,
+    call: Callable[[], T],
+    *,
+    stop: threading.Event,
+    report: Callable[[str], None],
+    tick: Callable[[], None] = lambda: None,
+    max_backoff_s: float = 10.0,
+) -> T:
+    """``call()``, asked again while it fails transiently; raises :class:`Stopped` when
+    ``stop`` is set meanwhile."""
+    since: float | None = None
+    attempt = 0
+    while True:
+        try:
+            result = call()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            if since is None:
+                since = time.monotonic()
+                report(f"kafka is not answering while {what} ({exc}); waiting for it, asking again")
+            tick()
+            if stop.wait(backoff_s(attempt, 0.5, max_backoff_s)):
+                raise Stopped(what) from None
+            attempt += 1
+            continue
+        if since is not None:
+            report(f"kafka answers again after {time.monotonic() - since:.0f} s ({what})")
+        return result

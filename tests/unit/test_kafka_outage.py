@@ -1,0 +1,93 @@
+"""A broker that does not answer is waited out; a request that cannot succeed is not."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from consumers.runtime.outage import Stopped, until_kafka_answers
+from mcq.config import KAFKA_CLIENT_LOGGER, KafkaSettings
+from mcq.topics.read import TopicReadError, transient
+
+
+def _err(code: int) -> KafkaException:
+    return KafkaException(KafkaError(code))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.FENCED_LEADER_EPOCH,  # what a restarted broker answers first
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    ],
+)
+def test_a_restarting_broker_s_answers_are_transient(code: int) -> None:
+    assert transient(_err(code))
+
+
+@pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.INVALID_CONFIG])
+def test_a_request_that_cannot_succeed_is_not_transient(code: int) -> None:
+    assert not transient(_err(code))
+    assert not transient(ValueError("bug"))
+
+
+def test_a_read_error_says_itself_whether_it_is_transient() -> None:
+    assert transient(TopicReadError("reading x: broker down", retriable=True))
+    assert not transient(TopicReadError("reading x: not at its end"))
+
+
+def test_a_transient_failure_is_asked_again_and_the_outage_said_once_at_each_end() -> None:
+    answers: list[Exception | int] = [_err(KafkaError._TRANSPORT), _err(KafkaError.FENCED_LEADER_EPOCH), 7]
+    lines: list[str] = []
+    ticks: list[int] = []
+
+    def call() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    got = until_kafka_answers(
+        "reading offsets", call, stop=threading.Event(), report=lines.append, tick=lambda: ticks.append(1),
+        max_backoff_s=0.01,
+    )  # fmt: skip
+    assert got == 7
+    assert len(lines) == 2 and "not answering while reading offsets" in lines[0] and "answers again" in lines[1]
+    assert len(ticks) == 2  # the caller's liveness moved while it waited
+
+
+def test_a_lasting_failure_that_is_not_transient_is_raised_at_once() -> None:
+    calls = []
+
+    def call() -> int:
+        calls.append(1)
+        raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+
+    with pytest.raises(KafkaException):
+        until_kafka_answers("reading offsets", call, stop=threading.Event(), report=lambda _: None)
+    assert len(calls) == 1
+
+
+def test_a_stop_ends_the_wait() -> None:
+    stop = threading.Event()
+    stop.set()
+
+    def call() -> int:
+        raise _err(KafkaError._ALL_BROKERS_DOWN)
+
+    with pytest.raises(Stopped):
+        until_kafka_answers("reading offsets", call, stop=stop, report=lambda _: None)
+
+
+def test_librdkafka_lines_stay_off_the_terminal_unless_asked_for() -> None:
+    import logging
+
+    quiet = KafkaSettings(bootstrap_servers="b:9092").client_config()["logger"]
+    assert quiet.name == KAFKA_CLIENT_LOGGER and not quiet.isEnabledFor(logging.CRITICAL)
+    loud = KafkaSettings(bootstrap_servers="b:9092", client_log_level="warning").client_config()["logger"]
+    assert loud.isEnabledFor(logging.WARNING) and not loud.isEnabledFor(logging.INFO)
