@@ -507,6 +507,12 @@ def streams() -> None:
 )
 @click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="Cap a micro-batch's size.")
+@click.option(
+    "--accept-lost-raw",
+    is_flag=True,
+    help="Go on past raw records deleted (retention) before they were read; only after refreshing the "
+    "listeners from the source, as the error naming them says.",
+)
 def streams_normalize(
     registry_file: Path | None,
     once: bool,
@@ -516,8 +522,13 @@ def streams_normalize(
     checkpoint: Path | None,
     master: str | None,
     max_offsets_per_trigger: int | None,
+    accept_lost_raw: bool,
 ) -> None:
-    """Normalise raw Debezium topics into the compacted logical topics of the registry."""
+    """Normalise raw Debezium topics into the compacted logical topics of the registry.
+
+    Exit 0 when stopped (SIGTERM/SIGINT) or, with --once, caught up; 1 when the stream
+    failed (raw records deleted before they were read included: the line says how to
+    repair); 2 for bad options."""
     from mcq.contract import SchemaRefused
     from streams.normalize import NormalizeError, run_normalize
     from streams.realtime import interval_ms
@@ -539,6 +550,7 @@ def streams_normalize(
             report=_say,
             mode=mode,
             checkpoint_interval=checkpoint_interval,
+            accept_lost_raw=accept_lost_raw,
         )
     except (SchemaRefused, NormalizeError) as exc:
         _err(f"mcq streams normalize: {exc}")

@@ -28,3 +28,32 @@ def clear_torn_writes(location: Path) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+def started(location: Path, mode: str) -> bool:
+    """Whether a query of ``mode`` ever planned a batch under ``location`` (an offset log
+    entry exists). A micro-batch run keeps its log at the top (``offsets/``), a real-time
+    run below ``realtime/`` and ``ordered/``: each mode starts fresh once."""
+    roots = [location] if mode == "microbatch" else [location / "realtime", location / "ordered"]
+    for root in roots:
+        logs = [root / "offsets"] if mode == "microbatch" else list(root.glob("**/offsets"))
+        if any(p.is_file() and p.name.isdigit() for log in logs if log.is_dir() for p in log.iterdir()):
+            return True
+    return False
+
+
+# KAFKA_DATA_LOSS's text (the class name itself is not always in the message a failed query carries)
+DATA_LOSS = re.compile(
+    r"Some data may have been lost because.*?Reason:\s*(.+?)(?:\s+with consumer group|\n|SQLSTATE|$)", re.S
+)
+
+
+def lost_raw_reason(message: str) -> str | None:
+    """What Spark's Kafka source said when raw records it had not read yet were gone
+    (``KAFKA_DATA_LOSS``: retention passed the checkpoint's offsets, a topic deleted and
+    made again), e.g. "Starting offset for t-0 was 3 but consumer reset to 5"; None for
+    any other failure."""
+    found = DATA_LOSS.search(message)
+    if found is None:
+        return None
+    return " ".join(found.group(1).split()).rstrip(".")

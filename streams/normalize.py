@@ -50,7 +50,7 @@ from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
-from streams.checkpoint import clear_torn_writes
+from streams.checkpoint import clear_torn_writes, lost_raw_reason, started
 from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
@@ -160,6 +160,9 @@ class NormalizeJob:
     checkpoint: Path
     report: Report = print
     max_offsets_per_trigger: int | None = None
+    accept_lost_raw: bool = False
+    """Go on past raw records deleted before they were read (Spark's failOnDataLoss off):
+    only once the operator has refreshed what they carried (``lost_raw_line``)."""
     only: NormalizePlan | None = None
     """Part of the registry's plan to run (``streams.realtime.split_plan``); all of it when None."""
     plan: NormalizePlan = field(init=False)
@@ -181,8 +184,9 @@ class NormalizeJob:
     def part(self, plan: NormalizePlan, checkpoint: Path) -> NormalizeJob:
         """A job for part of this plan, sharing its schema ids and known provenance."""
         job = NormalizeJob(
-            self.settings, self.registry, checkpoint, self.report, self.max_offsets_per_trigger, only=plan
-        )
+            self.settings, self.registry, checkpoint, self.report, self.max_offsets_per_trigger,
+            self.accept_lost_raw, only=plan,
+        )  # fmt: skip
         job.schema_ids = self.schema_ids
         job._known_refs = self._known_refs
         return job
@@ -643,7 +647,7 @@ class NormalizeJob:
             .option("subscribePattern", "^(" + "|".join(re.escape(t) for t in self.plan.raw_topics) + ")$")
             .option("startingOffsets", "earliest")
             # raw topics are never compacted or truncated under us: a gap means lost changes, so stop
-            .option("failOnDataLoss", "true")
+            .option("failOnDataLoss", str(not self.accept_lost_raw).lower())
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
@@ -727,6 +731,50 @@ class StopRequest:
 MODES = ("realtime", "microbatch")
 
 
+def _message(exc: Exception) -> str:
+    """A failed query's whole message (PySpark's ``str()`` of it may be empty), its causes' included."""
+    parts = [str(exc)]
+    for name in ("getMessage", "desc"):
+        value = getattr(exc, name, None)
+        parts.append(str(value() if callable(value) else value or ""))
+    return "\n".join(p for p in parts if p)
+
+
+def fresh_start_line(job: NormalizeJob, mode: str) -> str | None:
+    """What a first run of ``mode`` under this checkpoint does when the logical topics
+    already hold records (a checkpoint deleted or moved, a new ``--checkpoint``, a switch
+    of mode): None when they are empty (a true first run)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from mcq.topics.read import all_watermarks
+
+    admin = AdminClient(job.settings.kafka.client_config())
+    meta = admin.list_topics(timeout=30).topics  # every topic's: by name would create a missing one
+    tps = [TopicPartition(t, p) for t in job.plan.logical_topics if t in meta for p in meta[t].partitions]
+    held = sum(high - low for low, high in all_watermarks(admin, tps).values())
+    if not held:
+        return None
+    return (
+        f"normalize: no {mode} checkpoint at {job.checkpoint}, but the logical topics already hold {held} records "
+        "(a checkpoint deleted or moved, another --checkpoint, or a switch of mode): re-deriving them from the "
+        "raw topics' beginning. Safe: every record carries its source position, so the topics end with the "
+        "same last states and a listener skips what it applied (counted as skipped); a raw record already "
+        "deleted by retention is not read again, and its last state stays in the compacted topic"
+    )
+
+
+def lost_raw_line(reason: str) -> str:
+    """The error and runbook when raw records were deleted before the normaliser read them."""
+    return (
+        f"raw changes were deleted before the normaliser read them ({reason}): the logical topics, and every "
+        "listener, miss them. The raw topic's retention is shorter than the normaliser was stopped or behind "
+        "(raise retention.ms/retention.bytes of the raw topics). To repair: `mcq refresh LISTENER --from source` "
+        "for each listener of the tables that raw topic captures, then run the normaliser once with "
+        "--accept-lost-raw to go on from the oldest raw record still kept"
+    )
+
+
 def run_normalize(
     settings: Settings,
     registry: Registry,
@@ -739,6 +787,7 @@ def run_normalize(
     report: Report = print,
     mode: str = "microbatch",
     checkpoint_interval: str = "5 minutes",
+    accept_lost_raw: bool = False,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -757,6 +806,7 @@ def run_normalize(
         checkpoint or settings.stack.home / "checkpoints" / f"normalize-{settings.topic_prefix}",
         report,
         max_offsets_per_trigger,
+        accept_lost_raw,
     )
     stopping = StopRequest(report)
     with stopping.on_signals():
@@ -764,6 +814,11 @@ def run_normalize(
         torn = clear_torn_writes(job.checkpoint)
         if torn:
             report(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
+        run_mode = "realtime" if mode == "realtime" and not once else "microbatch"
+        if not started(job.checkpoint, run_mode):
+            line = fresh_start_line(job, run_mode)
+            if line:
+                report(line)
         if not stopping.requested:
             realtime = mode == "realtime" and not once
             _stream(job, stopping, once=once, trigger=trigger, master=master,
@@ -866,8 +921,11 @@ def _stream(
                     seen_output.clear()
                     if jobs["realtime"]._unseen_refs():
                         rt.record_first_seen(jobs["realtime"])
-        except StreamingQueryException:
+        except StreamingQueryException as exc:
             if not stopping.requested:
+                reason = lost_raw_reason(_message(exc))
+                if reason is not None:
+                    raise NormalizeError(lost_raw_line(reason)) from None
                 raise
         finally:
             if interval:

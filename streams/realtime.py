@@ -128,7 +128,7 @@ def _source(job: NormalizeJob, spark: SparkSession, topics: list[str]) -> DataFr
         .options(**job.settings.kafka.spark_options())
         .option("subscribe", ",".join(topics))  # by name: ensure_raw_topics
         .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "true")
+        .option("failOnDataLoss", str(not job.accept_lost_raw).lower())
         .load()
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -91,3 +92,36 @@ def test_librdkafka_lines_stay_off_the_terminal_unless_asked_for() -> None:
     assert quiet.name == KAFKA_CLIENT_LOGGER and not quiet.isEnabledFor(logging.CRITICAL)
     loud = KafkaSettings(bootstrap_servers="b:9092", client_log_level="warning").client_config()["logger"]
     assert loud.isEnabledFor(logging.WARNING) and not loud.isEnabledFor(logging.INFO)
+
+
+SPARK_DATA_LOSS = """[STREAM_FAILED] Query terminated with exception: ...
+py4j.protocol.Py4JJavaError: An error occurred while calling o4226.collectToPython.
+: org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been lost because they are not available in Kafka any more;
+either the data was aged out by Kafka or the topic may have been deleted before all the data in the
+topic was processed.
+If you don't want your streaming query to fail on such cases, set the source option failOnDataLoss to false.
+Reason: Could not read records in offset [3, 6) for topic partition mcq.raw.x.y.typed-0
+with consumer group spark-kafka-source-19b0af65-executor.
+"""  # noqa: E501 - Spark's text as a failed query carries it
+
+
+def test_raw_records_lost_to_retention_are_named_from_spark_s_failure() -> None:
+    from streams.checkpoint import lost_raw_reason
+
+    expected = "Could not read records in offset [3, 6) for topic partition mcq.raw.x.y.typed-0"
+    assert lost_raw_reason(SPARK_DATA_LOSS) == expected
+    assert lost_raw_reason("[STREAM_FAILED] something else entirely") is None
+
+
+def test_a_checkpoint_has_started_once_a_batch_was_planned_in_its_mode(tmp_path: Path) -> None:
+    from streams.checkpoint import started
+
+    assert not started(tmp_path, "microbatch") and not started(tmp_path, "realtime")
+    (tmp_path / "realtime" / "mcq.raw.a" / "offsets").mkdir(parents=True)
+    (tmp_path / "realtime" / "mcq.raw.a" / "offsets" / "0").write_text("v1")
+    assert started(tmp_path, "realtime") and not started(tmp_path, "microbatch")
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / ".0.tmp").write_text("")  # a torn write is not a batch
+    assert not started(tmp_path, "microbatch")
+    (tmp_path / "offsets" / "4").write_text("v1")
+    assert started(tmp_path, "microbatch")
