@@ -375,13 +375,14 @@ class ListenerRuntime:
     def _learn(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
         """What the group committed, and (for ``lane``) where each partition ended, for the
         partitions not seen yet -- asked for all of them at once."""
-        self._kafka("reading committed offsets", partial(self._learn_now, consumer, lane, tps))
-
-    def _learn_now(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
         new = [tp for tp in tps if (tp.topic, tp.partition) not in self._done]
         ends = [tp for tp in tps if lane is not None and (tp.topic, tp.partition) not in self._ends[lane]]
-        if not new and not ends:
-            return
+        if new or ends:  # (called at every step: nothing to ask, most of the time)
+            self._kafka("reading committed offsets", partial(self._learn_now, consumer, lane, new, ends))
+
+    def _learn_now(
+        self, consumer: Consumer, lane: str | None, new: list[TopicPartition], ends: list[TopicPartition]
+    ) -> None:
         marks = all_watermarks(self._admin, list({(t.topic, t.partition): t for t in new + ends}.values()))
         for tp in ends:
             self._ends[lane][(tp.topic, tp.partition)] = marks[(tp.topic, tp.partition)][1]  # type: ignore[index]
