@@ -69,6 +69,8 @@ def main() -> int:
                 "mcq.cli",
                 "streams",
                 "normalize",
+                "--http-port",
+                "0",
                 "--registry",
                 str(registry_file),
                 "--trigger",

@@ -146,7 +146,7 @@ def main() -> int:
             log = open(f"/tmp/{settings.topic_prefix}-mcq.log", "wb")  # noqa: SIM115
             started = time.monotonic()
             for command in (
-                ["streams", "normalize", "--registry", str(registry_file), "--checkpoint",
+                ["streams", "normalize", "--http-port", "0", "--registry", str(registry_file), "--checkpoint",
                  f"/tmp/{settings.topic_prefix}-ckpt"],
                 ["listen", "Mirror", "--registry", str(registry_file), "--http-port", "0"],
             ):  # fmt: skip

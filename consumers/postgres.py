@@ -45,7 +45,12 @@ class PgTarget:
             return self._conn
         self.close()
         try:
-            conn = psycopg.connect(self._dsn, connect_timeout=5, options=f"-c statement_timeout={self._timeout}")
+            conn = psycopg.connect(
+                self._dsn,
+                connect_timeout=5,
+                options=f"-c statement_timeout={self._timeout}",
+                application_name=f"mcq {self.name}"[:63],  # who it is, in pg_stat_activity
+            )
             self._setup(conn)
             conn.commit()
         except psycopg.OperationalError as exc:

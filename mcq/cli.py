@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -334,28 +334,38 @@ def connect_apply(registry_file: Path | None) -> None:
 @FROM_FILE
 def connect_status(registry_file: Path | None) -> None:
     """Show every connector and task state, and the replication slot of every source:
-    exit 3 when a connector is not RUNNING, 1 when a slot is missing, lost its WAL, or holds
-    more WAL than connect.slot_retained_warn_mb (one line each on stderr, saying what to do)."""
+    exit 3 when a connector of the registry's sources is missing, not RUNNING or has no
+    task, 1 when a slot is missing, lost its WAL, or holds more WAL than
+    connect.slot_retained_warn_mb (one line each on stderr, saying what to do).
+    Connectors of other registries on the same worker are listed, not judged."""
+    from mcq.capture.connector import connector_name
     from mcq.capture.slots import MB, SlotReadError, slot_alerts, slot_states
     from mcq.connect_rest import ConnectClient
 
     settings = _settings()
+    registry = _current_registry(registry_file)
     try:
-        slots = slot_states(settings, _current_registry(registry_file))
+        slots = slot_states(settings, registry)
     except SlotReadError as exc:
         _err(f"mcq connect status: {exc}")
         sys.exit(EXIT_FAILED)
+    ours = {connector_name(source) for source in registry.sources}
     table = Table(title=f"connectors at {settings.connect.url}")
     for col in ("connector", "state", "tasks", "trace"):
         table.add_column(col)
     healthy = True
     with ConnectClient(settings.connect) as client:
-        for name in sorted(client.connectors()):
-            st = client.status(name) or {"connector": {"state": "GONE"}, "tasks": []}
+        for name in sorted(set(client.connectors()) | ours):
+            st = client.status(name) or {"connector": {"state": "MISSING"}, "tasks": []}
             tasks = st.get("tasks", [])
             states = [st["connector"]["state"], *(t.get("state") for t in tasks)]
-            healthy &= all(s == "RUNNING" for s in states)
             trace = next((t.get("trace", "").splitlines()[0] for t in tasks if t.get("trace")), "")
+            if not tasks and st["connector"]["state"] == "RUNNING":
+                trace = "no task: nothing is captured (`mcq connect restart`)"
+            if name in ours:  # another registry's connectors are shown, not judged
+                healthy &= bool(tasks) and all(s == "RUNNING" for s in states)
+            else:
+                name = f"{name} (not in this registry)"
             table.add_row(name, st["connector"]["state"], ", ".join(str(t.get("state")) for t in tasks), cell(trace))
     console.print(table)
     slot_table = Table(title=f"replication slots at {settings.source}")
@@ -473,6 +483,40 @@ def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
 # ------------------------------------------------------------------ streams
 
 
+DEFAULT_HTTP_PORT = 8080  # a listener's health endpoint
+NORMALIZE_HTTP_PORT = 8090  # the normaliser's
+
+
+def _health_port(given: int | None, no_http: bool, one_off: bool, default: int = DEFAULT_HTTP_PORT) -> int | None:
+    """The health endpoint's port, None for none: a one-off run (a cron catch-up, a
+    normaliser --once) is over before a probe would ask, so it serves one only when a
+    port is asked for."""
+    if no_http or (given is None and one_off):
+        return None
+    return default if given is None else given
+
+
+def health_options(default: int, one_off: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--http-host``, ``--http-port`` and ``--no-http`` of a long-running command."""
+
+    def add(command: Callable[..., None]) -> Callable[..., None]:
+        command = click.option("--no-http", is_flag=True, help="Serve no health or metrics endpoint.")(command)
+        command = click.option(
+            "--http-port",
+            type=click.IntRange(min=0, max=65535),
+            help=f"Port of the health endpoint (default {default}; 0 picks a free port). "
+            f"{one_off} serves none unless this is given.",
+        )(command)
+        return click.option(
+            "--http-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address of /livez, /readyz and /metrics (0.0.0.0: every interface, e.g. in a pod).",
+        )(command)
+
+    return add
+
+
 @main.group()
 def streams() -> None:
     """Spark jobs: the normaliser (raw CDC topics -> compacted logical topics)."""
@@ -513,6 +557,7 @@ def streams() -> None:
     help="Go on past raw records deleted (retention) before they were read; only after refreshing the "
     "listeners from the source, as the error naming them says.",
 )
+@health_options(NORMALIZE_HTTP_PORT, "A --once run")
 def streams_normalize(
     registry_file: Path | None,
     once: bool,
@@ -523,6 +568,9 @@ def streams_normalize(
     master: str | None,
     max_offsets_per_trigger: int | None,
     accept_lost_raw: bool,
+    http_host: str,
+    http_port: int | None,
+    no_http: bool,
 ) -> None:
     """Normalise raw Debezium topics into the compacted logical topics of the registry.
 
@@ -530,6 +578,7 @@ def streams_normalize(
     failed (raw records deleted before they were read included: the line says how to
     repair); 2 for bad options."""
     from mcq.contract import SchemaRefused
+    from mcq.health import HealthAddressTaken
     from streams.normalize import NormalizeError, run_normalize
     from streams.realtime import interval_ms
 
@@ -538,6 +587,7 @@ def streams_normalize(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--checkpoint-interval") from None
     settings = _settings()
+    port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
     try:
         run_normalize(
             settings,
@@ -551,7 +601,11 @@ def streams_normalize(
             mode=mode,
             checkpoint_interval=checkpoint_interval,
             accept_lost_raw=accept_lost_raw,
+            health=None if port is None else (http_host, port),
         )
+    except HealthAddressTaken as exc:
+        _err(f"mcq streams normalize: {exc}; choose another with --http-port (0: any free port) or --no-http")
+        sys.exit(EXIT_CONFIG)
     except (SchemaRefused, NormalizeError) as exc:
         _err(f"mcq streams normalize: {exc}")
         sys.exit(EXIT_FAILED)
@@ -562,34 +616,11 @@ def streams_normalize(
 # ------------------------------------------------------------------ listeners
 
 
-DEFAULT_HTTP_PORT = 8080
-
-
-def _health_port(given: int | None, no_http: bool, until_caught_up: bool) -> int | None:
-    """The health endpoint's port, None for none: a catch-up run (a cron job) is over
-    before a probe would ask, so it serves one only when a port is asked for."""
-    if no_http or (given is None and until_caught_up):
-        return None
-    return DEFAULT_HTTP_PORT if given is None else given
-
-
 @main.command("listen")
 @click.argument("name")
 @FROM_FILE
 @click.option("--until-caught-up", is_flag=True, help="Handle what is pending now, then exit 0 (a cron catch-up run).")
-@click.option(
-    "--http-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address of /livez, /readyz and /metrics (0.0.0.0: every interface, e.g. in a pod).",
-)
-@click.option(
-    "--http-port",
-    type=click.IntRange(min=0, max=65535),
-    help=f"Port of the health endpoint (default {DEFAULT_HTTP_PORT}; 0 picks a free port). "
-    "An --until-caught-up run serves none unless this is given.",
-)
-@click.option("--no-http", is_flag=True, help="Serve no health or metrics endpoint.")
+@health_options(DEFAULT_HTTP_PORT, "An --until-caught-up run")
 def listen(
     name: str,
     registry_file: Path | None,

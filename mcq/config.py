@@ -39,14 +39,18 @@ class _Section(BaseModel):
 
 
 class StackPorts(_Section):
-    """Ports of the local stack: non-default so nothing collides with a real install."""
+    """Ports of the local stack: non-default so nothing collides with a real install, and
+    below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
+    port of that range while its server restarts can be given that very port as its own
+    and connect to itself (TCP simultaneous open), and the server then cannot bind it
+    (a broker SIGKILLed under load stayed down: "port 59092 ... already in use")."""
 
-    postgres: int = 55432
-    kafka: int = 59092
-    kafka_controller: int = 59093
-    connect: int = 58083
-    registry: int = 58081
-    ldap: int = 53389
+    postgres: int = 25432
+    kafka: int = 29092
+    kafka_controller: int = 29093
+    connect: int = 28083
+    registry: int = 28081
+    ldap: int = 23389
 
 
 class StackSettings(_Section):

@@ -123,9 +123,22 @@ class ConnectClient:
             time.sleep(0.5)
         raise ConnectError(f"connector {name} not STOPPED after {timeout_s:.0f} s: {last}")
 
+    def pause(self, name: str) -> None:
+        """Pause a connector: its tasks stay assigned but stop polling (their source
+        connections stay open)."""
+        self._request("PUT", f"/connectors/{name}/pause")
+
     def resume(self, name: str) -> None:
         """Resume a paused or STOPPED connector."""
         self._request("PUT", f"/connectors/{name}/resume")
+
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The connector's committed source offsets (KIP-875): ``[{"partition": ..., "offset": ...}]``;
+        empty when it has none yet or does not exist."""
+        resp = self._request("GET", f"/connectors/{name}/offsets")
+        if resp.status_code == 404:
+            return []
+        return list(resp.json().get("offsets") or [])
 
     def reset_offsets(self, name: str) -> bool:
         """Forget a STOPPED connector's source offsets (KIP-875), so that a connector made

@@ -47,11 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
+from mcq.health import HealthServer
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, started
 from streams.debezium import EnvelopeReader
+from streams.metrics import NormalizeMetrics, behind
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
 if TYPE_CHECKING:
@@ -663,18 +665,8 @@ class NormalizeJob:
 
 def lag_line(progress: dict[str, Any]) -> str | None:
     """How far the query is behind the raw topics, from a StreamingQueryProgress as JSON."""
-    behind = 0
-    for source in progress.get("sources", []):
-        end, latest = source.get("endOffset"), source.get("latestOffset")
-        if not end or not latest:
-            continue
-        end_d = json.loads(end) if isinstance(end, str) else end
-        latest_d = json.loads(latest) if isinstance(latest, str) else latest
-        for topic, parts in latest_d.items():
-            for part, offset in parts.items():
-                behind += max(0, int(offset) - int(end_d.get(topic, {}).get(part, 0)))
     rows = progress.get("numInputRows", 0)
-    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind}"
+    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind(progress)}"
 
 
 class StopRequest:
@@ -689,6 +681,7 @@ class StopRequest:
 
     def __init__(self, report: Report) -> None:
         self.requested = False
+        self.jvm_gone_said = False  # (streams/normalize.py: _unless_jvm_gone)
         self._report = report
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -788,6 +781,7 @@ def run_normalize(
     mode: str = "microbatch",
     checkpoint_interval: str = "5 minutes",
     accept_lost_raw: bool = False,
+    health: tuple[str, int] | None = None,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -797,7 +791,10 @@ def run_normalize(
     A stop abandons the batch in flight, if any: the checkpoint makes a restart write it
     again. The modes keep their checkpoints apart (``realtime/`` and ``ordered/`` below
     the directory a micro-batch run uses): a switch of mode reads the raw topics again
-    from their beginning, which the compacted, idempotently applied topics absorb."""
+    from their beginning, which the compacted, idempotently applied topics absorb.
+
+    ``health`` (host, port): serve ``/livez``, ``/readyz`` and ``/metrics`` there
+    (``streams/metrics.py``) while the queries run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     job = NormalizeJob(
@@ -822,16 +819,43 @@ def run_normalize(
         if not stopping.requested:
             realtime = mode == "realtime" and not once
             _stream(job, stopping, once=once, trigger=trigger, master=master,
-                    interval=checkpoint_interval if realtime else None)  # fmt: skip
+                    interval=checkpoint_interval if realtime else None, health=health)  # fmt: skip
         if stopping.requested:
             report("normalize: stopped; a restart resumes after the last finished batch")
     return job
 
 
 def _stream(
-    job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None
-) -> None:
+    job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
+    health: tuple[str, int] | None = None,
+) -> None:  # fmt: skip
     """Run the queries until they end or a stop is requested; ``interval`` set: real time."""
+    metrics = NormalizeMetrics()
+    queries: list[Any] = []  # filled as they start
+    ticked = [time.monotonic()]
+
+    def live() -> bool:  # the driver's loop goes round every half second once the queries run
+        return time.monotonic() - ticked[0] < 60
+
+    def ready() -> bool:
+        return bool(queries) and all(q.isActive for q in queries)
+
+    server = HealthServer(*health, live, ready, metrics.registry) if health else None
+    if server is not None:
+        server.start()
+        job.report(f"normalize: health {server.address}")
+    try:
+        _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
+                     metrics=metrics, queries=queries, ticked=ticked)  # fmt: skip
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_queries(
+    job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
+    metrics: NormalizeMetrics, queries: list[Any], ticked: list[float],
+) -> None:  # fmt: skip
     import os
 
     from pyspark.errors import StreamingQueryException
@@ -867,6 +891,7 @@ def _stream(
 
         def onQueryProgress(self, event: Any) -> None:
             progress = json.loads(event.progress.json)
+            metrics.observe(progress)
             if str(progress.get("name")).startswith(rt.QUERY_PREFIX):
                 report(rt.batch_line(progress, interval or ""))
                 if (progress.get("sink") or {}).get("numOutputRows"):
@@ -883,7 +908,6 @@ def _stream(
 
     listener = Progress()
     spark.streams.addListener(listener)
-    queries: list[Any] = []
     try:
         if stopping.requested:
             return
@@ -912,6 +936,7 @@ def _stream(
             fresh.streams.addListener(listener)
         try:
             while not stopping.requested:
+                ticked[0] = time.monotonic()
                 ended = next((q for q in queries if not q.isActive), None)
                 if ended is not None:
                     ended.awaitTermination()  # raises what ended it, if that was an error
@@ -928,19 +953,42 @@ def _stream(
                     raise NormalizeError(lost_raw_line(reason)) from None
                 raise
         finally:
-            if interval:
-                # interrupted real-time tasks log their aborted writes: expected, not news
-                spark.sparkContext.setLogLevel("OFF")
-            for query in queries:
-                if query.isActive:
-                    try:
-                        query.stop()  # abandons a batch in flight: the checkpoint re-runs it
-                    except StreamingQueryException:
-                        if not stopping.requested:
-                            raise
+            with _unless_jvm_gone(stopping, report):
+                if interval:
+                    # interrupted real-time tasks log their aborted writes: expected, not news
+                    spark.sparkContext.setLogLevel("OFF")
+                for query in queries:
+                    if query.isActive:
+                        try:
+                            query.stop()  # abandons a batch in flight: the checkpoint re-runs it
+                        except StreamingQueryException:
+                            if not stopping.requested:
+                                raise
     finally:
-        # before Python goes away: the JVM would call back into a closed py4j gateway
-        spark.streams.removeListener(listener)
-        if "realtime" in jobs:
-            fresh.streams.removeListener(listener)
-        spark.stop()
+        with _unless_jvm_gone(stopping, report):
+            # before Python goes away: the JVM would call back into a closed py4j gateway
+            spark.streams.removeListener(listener)
+            if "realtime" in jobs:
+                fresh.streams.removeListener(listener)
+            spark.stop()
+
+
+@contextmanager
+def _unless_jvm_gone(stopping: StopRequest, report: Callable[[str], None]) -> Iterator[None]:
+    """Stopping, Spark's JVM may be gone already: a signal sent to the whole process group
+    (``kill -TERM -PGID``; systemd's default KillMode) reaches it too, and it shuts down on
+    its own. Nothing is lost (the checkpoint re-runs the batch in flight): one line, not a
+    py4j traceback. While not stopping, a JVM that went away is an error."""
+    from py4j.protocol import Py4JError
+
+    try:
+        yield
+    except (Py4JError, ConnectionError) as exc:
+        if not stopping.requested:
+            raise
+        if not stopping.jvm_gone_said:
+            stopping.jvm_gone_said = True
+            report(
+                f"normalize: Spark's JVM had stopped already (it got the signal too: {type(exc).__name__}); "
+                "the checkpoint re-runs the batch in flight"
+            )

@@ -1,31 +1,15 @@
-"""Each listener instance serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``.
-
-The address is bound when the server is made, so a port another process holds is
-refused at once, as a :class:`HealthAddressTaken` that names the address (not a raw
-``OSError`` from inside the runtime).
-"""
+"""Each listener instance serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``
+(``mcq/health.py``): its metrics."""
 
 from __future__ import annotations
 
-import errno
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from consumers.exceptions import ListenerConfigError
+from mcq.health import HealthAddressTaken, HealthServer
 
-
-class HealthAddressTaken(ListenerConfigError):
-    """The health endpoint's address cannot be bound (in use, not local, not allowed)."""
-
-    def __init__(self, host: str, port: int, why: str) -> None:
-        super().__init__(f"health endpoint {host}:{port}: {why}")
-        self.host = host
-        self.port = port
+__all__ = ["HealthAddressTaken", "HealthServer", "ListenerMetrics"]
 
 
 class ListenerMetrics:
@@ -42,6 +26,12 @@ class ListenerMetrics:
         )
         self.target_up = Gauge(
             "mcq_listener_target_up", "1 when the target answers", ["listener"], registry=self.registry
+        )
+        self.removed = Counter(
+            "mcq_listener_removed",
+            "Times the consumer group removed this instance during a batch (max_poll_interval_s overrun)",
+            ["listener", "lane"],
+            registry=self.registry,
         )
         self.last_applied = Gauge(
             "mcq_listener_last_applied_timestamp_seconds",
@@ -66,61 +56,3 @@ class ListenerMetrics:
             if child is None:  # labels() validates and hashes its arguments: 11% of a table listener's load
                 child = self._counted[outcome] = self.changes.labels(outcome=outcome, **self._labels)
             child.inc(n)
-
-
-class HealthServer:
-    """A small HTTP server in a daemon thread; ``port=0`` picks a free port."""
-
-    def __init__(
-        self, host: str, port: int, live: Callable[[], bool], ready: Callable[[], bool], metrics: ListenerMetrics
-    ) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/livez":
-                    outer._answer(self, live())
-                elif self.path == "/readyz":
-                    outer._answer(self, ready())
-                elif self.path == "/metrics":
-                    body = generate_latest(metrics.registry)
-                    self.send_response(200)
-                    self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                else:
-                    self.send_error(404)
-
-            def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: not logged
-                pass
-
-        try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            if exc.errno == errno.EADDRINUSE:
-                why = f"port {port} is already in use by another process"
-            raise HealthAddressTaken(host, port, why) from None
-        self._thread = threading.Thread(target=self._server.serve_forever, name="mcq-health", daemon=True)
-
-    @staticmethod
-    def _answer(handler: BaseHTTPRequestHandler, ok: bool) -> None:
-        body = b"ok\n" if ok else b"not ok\n"
-        handler.send_response(200 if ok else 503)
-        handler.send_header("Content-Type", "text/plain")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()

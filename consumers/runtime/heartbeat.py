@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from confluent_kafka import Producer
@@ -52,6 +52,8 @@ class Beat:
     partitions: int = 0
     http: str | None = None
     last_applied_at: float | None = None
+    detail: str | None = None
+    """Why the instance is in its state (the target's error while it waits for it)."""
 
     def alive(self, now: float | None = None) -> bool:
         return self.state != "stopped" and (now or time.time()) - self.at <= self.timeout_s
@@ -76,6 +78,7 @@ class Heartbeat:
         http: str | None,
         last_applied_at: float | None,
         force: bool = False,
+        detail: str | None = None,
     ) -> bool:
         """Publish when the interval has passed (or when forced); True when published."""
         now = time.monotonic()
@@ -95,6 +98,7 @@ class Heartbeat:
             partitions,
             http,
             last_applied_at,
+            detail,
         )
         self._producer.produce(
             self.topic, key=f"{self._listener}/{self.instance}".encode(), value=json.dumps(asdict(beat)).encode()
@@ -109,4 +113,5 @@ def read_beats(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[
     for msg in read_to_end(settings, topic, timeout_s):
         if msg.value() is not None:
             latest[(msg.key() or b"").decode()] = json.loads(msg.value() or b"{}")
-    return [Beat(**v) for v in latest.values()]
+    known = {f.name for f in fields(Beat)}  # a newer instance's beat may carry more
+    return [Beat(**{k: v for k, v in beat.items() if k in known}) for beat in latest.values()]

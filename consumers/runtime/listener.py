@@ -58,6 +58,7 @@ from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.outage import Stopped, until_kafka_answers
+from consumers.runtime.pacing import BatchPacer, membership_lost
 from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.topics import ListenerTopics, interest_topics, tombstone_retention
@@ -126,7 +127,9 @@ class ListenerRuntime:
         self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
         self._admin = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._target_up = True
-        self._down_since = self._reminded_at = 0.0
+        self._down_since: float | None = None  # since when the target is down (said), until a change is applied
+        self._reminded_at = 0.0
+        self._wait_attempt = 0
         self._last_tick = time.monotonic()
         self._last_applied_at: float | None = None
         self._realtime_topics: list[str] = []
@@ -137,9 +140,15 @@ class ListenerRuntime:
         self._acks: dict[TP, str] = {}  # the offset metadata committed with it (consumers/runtime/acks.py)
         self._watched: set[TP] = set()  # read before (a commit with a mark): waits judged (_judge_waits)
         self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
+        interval = self.delivery.max_poll_interval_s
+        self._pace = {
+            "realtime": BatchPacer(self.delivery.batch_size, interval),
+            "bulk": BatchPacer(self.delivery.bulk_batch_size, interval),
+        }
+        self._waited_s = 0.0  # time spent waiting for the target, since the listener started
         self._health: HealthServer | None = None
         if http_port is not None:
-            self._health = HealthServer(http_host, http_port, self.live, self.ready, self.metrics)
+            self._health = HealthServer(http_host, http_port, self.live, self.ready, self.metrics.registry)
 
     # ------------------------------------------------------------------ registry
 
@@ -175,7 +184,7 @@ class ListenerRuntime:
             self._ensure_topics()
             self.report(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
             self._realtime_topics = topics
-            self._rt.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self._rt.subscribe(topics, **self._rebalance)
 
     # ------------------------------------------------------------------ probes
 
@@ -219,8 +228,9 @@ class ListenerRuntime:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "partition.assignment.strategy": "cooperative-sticky",
-                # a wait for an unavailable target does not poll: stay in the group meanwhile
-                "max.poll.interval.ms": 30 * 60 * 1000,
+                # a batch (a wait for an unavailable target included) does not poll: how
+                # long it may take before the group gives its partitions to another instance
+                "max.poll.interval.ms": int(self.delivery.max_poll_interval_s * 1000),
                 # a killed instance's partitions move to the others within seconds
                 "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 2_000,
@@ -251,13 +261,33 @@ class ListenerRuntime:
         self._kafka("reading the applied positions", self.applied.catch_up)
         consumer.incremental_assign(partitions)
 
+    @property
+    def _rebalance(self) -> dict[str, Callable[[Consumer, list[TopicPartition]], None]]:
+        return {"on_assign": self._on_assign, "on_revoke": self._on_revoke, "on_lost": self._on_lost}
+
+    def _lane(self, consumer: Consumer) -> str:
+        return "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # offsets are committed at the end of every batch, so nothing processed is pending;
         # commit once more in case the last commit failed (the next owner starts there)
-        lane = "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
+        lane = self._lane(consumer)
         mine = self._offsets([(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._done])
         if mine:
             self._commit(consumer, mine, lane)
+        self._forget(partitions, lane)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # the group gave them to another instance already: nothing may be committed for them
+        lane = self._lane(consumer)
+        self.report(
+            f"listener {self.name}: {lane} lane: {len(partitions)} partition(s) taken away by the group "
+            "(this instance lost its membership: a batch past max_poll_interval_s, a session timed out or a "
+            "broker restarted); read again from the group's commit when assigned again"
+        )
+        self._forget(partitions, lane)
+
+    def _forget(self, partitions: list[TopicPartition], lane: str) -> None:
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._done.pop((tp.topic, tp.partition), None)
@@ -286,8 +316,8 @@ class ListenerRuntime:
         self._rt = self._consumer(self.topics.group)
         self._bulk = self._consumer(self.topics.bulk_group)
         self._realtime_topics = self.realtime_topics()
-        self._rt.subscribe(self._realtime_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self._bulk.subscribe(self.topics.bulk_lane(), on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._rt.subscribe(self._realtime_topics, **self._rebalance)
+        self._bulk.subscribe(self.topics.bulk_lane(), **self._rebalance)
         if self._health:
             self._health.start()
         self.report(
@@ -330,14 +360,14 @@ class ListenerRuntime:
         # has fetched, and fetching it again after every real-time batch loaded the broker
         # enough to delay real-time changes by 0.5 s now and then (bench/batch_jobs.py);
         # what it may hold is bounded by queued.max.messages.kbytes.
-        msgs = self._take(self._rt, self.delivery.batch_size, 0 if self._bulk_busy else 0.25)
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0 if self._bulk_busy else 0.25)
         if msgs:
             self._process(self._rt, msgs, "realtime")
             return True
         if self._realtime_backlog():
             self._bulk_busy = False  # the next real-time poll may wait for the fetch in flight
             return False
-        msgs = self._take(self._bulk, self.delivery.bulk_batch_size, 0.05)
+        msgs = self._take(self._bulk, self._pace["bulk"].size, 0.05)
         self._bulk_busy = bool(msgs)
         if msgs:
             self._process(self._bulk, msgs, "bulk")
@@ -423,6 +453,7 @@ class ListenerRuntime:
     def _process(self, consumer: Consumer, msgs: list[Message], lane: str) -> None:
         """Decode, judge each change against this listener's view and what it applied, apply
         the newest change per key, then flush and commit (the acknowledgement)."""
+        started, waited = time.monotonic(), self._waited_s
         self.applied.refresh()  # what the other instances resolved meanwhile
         todo: dict[str, list[_Item]] = {}  # key text -> the key's changes in this batch
         blocked: set[TP] = set()
@@ -437,6 +468,8 @@ class ListenerRuntime:
                     continue
                 if err.fatal():
                     raise ConsumerError(f"listener {self.name}: consuming {msg.topic()}[{msg.partition()}]: {err}")
+                if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    continue  # said by the refused commit and the partitions taken away
                 self.report(f"listener {self.name}: {lane} lane: {err.str()}")
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
@@ -491,7 +524,23 @@ class ListenerRuntime:
             for tp, offset in last.items():
                 self._done[tp] = offset + 1
                 self._acks[tp] = AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None).text()
-            self._commit(consumer, self._offsets(list(last)), lane)
+            taken = self._commit(consumer, self._offsets(list(last)), lane)
+            self._paced(lane, taken, time.monotonic() - started, self._waited_s - waited)
+
+    def _paced(self, lane: str, taken: bool, took_s: float, waited_s: float) -> None:
+        """Judge the batch's length against the poll interval once its commit is answered."""
+        pacer, work_s = self._pace[lane], took_s - waited_s
+        if taken:
+            pacer.done(work_s)
+            return
+        self.metrics.removed.labels(listener=self.name, lane=lane).inc()
+        halved = pacer.removed(work_s)
+        self.report(
+            f"listener {self.name}: {lane} lane: the group removed this instance during a batch of {took_s:.0f} s "
+            f"({waited_s:.0f} s of it waiting for the target; max_poll_interval_s {pacer.interval_s:g}): its "
+            "commit was refused, and its records are read again (the applied positions skip what it applied)"
+            + (f"; batches of at most {pacer.size} from now on" if halved else "")
+        )
 
     def _judge_waits(self, consumer: Consumer, firsts: dict[TP, Message]) -> None:
         """Whether the changes read now on a logical partition this listener had been reading
@@ -679,6 +728,7 @@ class ListenerRuntime:
             for item, outcome in zip(items[start:], outcomes, strict=True):
                 if isinstance(outcome, TargetUnavailable):
                     self._wait_for_target(outcome, give_up=partial(self._any_overdue, items[start:]))
+                    items = items[:start] + self._still_news(items[start:])
                     break
                 start += 1
                 if outcome is None:
@@ -687,13 +737,31 @@ class ListenerRuntime:
                     self._failed(item, outcome, lane)
         self._undone = []
 
+    def _still_news(self, items: list[_Item]) -> list[_Item]:
+        """After a wait for the target: the changes no other instance applied a newer
+        change of meanwhile (this one may have been removed from the group while it
+        waited, and its partitions' changes applied elsewhere)."""
+        self.applied.refresh()
+        out = []
+        for item in items:
+            assert item.change is not None
+            applied = self.applied.get(item.change.key)
+            if applied is not None and applied > item.change.position:
+                self._count("superseded")
+                continue
+            out.append(item)
+        return out
+
     def _try_batch(self, changes: list[Change]) -> list[AdapterError | None]:
         """The adapter's outcomes; an adapter that raises 'unavailable' (e.g. on reconnecting) instead of
         answering it per change is taken at its word for the whole batch."""
         try:
-            return self.adapter.apply_batch(changes)
+            outcomes = self.adapter.apply_batch(changes)
         except TargetUnavailable as exc:
             return [exc] * len(changes)
+        if self._down_since is not None and not any(isinstance(o, TargetUnavailable) for o in outcomes):
+            self._target_proven()  # it took (or judged) every change: the outage is over
+        return outcomes
 
     def _any_overdue(self, items: list[_Item]) -> bool:
         return any(self._overdue(i) for i in items)
@@ -776,8 +844,19 @@ class ListenerRuntime:
 
     def _wait_for_target(self, error: TargetUnavailable | None, give_up: Callable[[], bool] | None = None) -> None:
         """Back off until the target answers; the loop's work stays where it is. ``give_up``
-        ends the wait early (a change that has expired meanwhile goes to the dead letters)."""
-        attempt = 0
+        ends the wait early (a change that has expired meanwhile goes to the dead letters).
+
+        One line when the target goes, a slow reminder, and one line once a change has been
+        applied again (not when it merely answers: a full disk lets the directory be probed
+        and refuses every write). A wait that follows an answer with no change applied since
+        continues the same outage and its back-off."""
+        began = time.monotonic()
+        try:
+            self._wait(error, give_up)
+        finally:
+            self._waited_s += time.monotonic() - began
+
+    def _wait(self, error: TargetUnavailable | None, give_up: Callable[[], bool] | None) -> None:
         while True:
             if give_up is not None and give_up():
                 return
@@ -790,26 +869,35 @@ class ListenerRuntime:
                 except TargetUnavailable as exc:
                     error = exc
             now = time.monotonic()
-            if self._target_up:
+            if self._down_since is None:
                 self.report(f"listener {self.name}: target unavailable, waiting: {error}")
                 self._down_since = self._reminded_at = now
+                self._wait_attempt = 0
             elif now - self._reminded_at >= WAIT_REMINDER_S:  # the change of state, then a slow reminder
                 self.report(
                     f"listener {self.name}: still waiting for the target ({now - self._down_since:.0f} s): {error}"
                 )
                 self._reminded_at = now
-            self._target_up = False
-            self.metrics.target_up.labels(listener=self.name).set(0)
+            self._set_target_up(False)
             self._last_tick = time.monotonic()
-            self._beat("target-unavailable")
-            if self._stop.wait(backoff_s(attempt, 0.5, 15.0)):
+            self._beat("target-unavailable", detail=str(error))
+            if self._stop.wait(backoff_s(self._wait_attempt, 0.5, 15.0)):
                 raise _Abandon()
-            attempt += 1
+            self._wait_attempt += 1
             error = None
-        if not self._target_up:
-            self.report(f"listener {self.name}: target available again")
-        self._target_up = True
-        self.metrics.target_up.labels(listener=self.name).set(1)
+        self._set_target_up(True)
+
+    def _set_target_up(self, up: bool) -> None:
+        self._target_up = up
+        self.metrics.target_up.labels(listener=self.name).set(1 if up else 0)
+
+    def _target_proven(self) -> None:
+        """The target answered a batch: an outage said before is over."""
+        if self._down_since is not None:
+            self.report(
+                f"listener {self.name}: target available again after {time.monotonic() - self._down_since:.0f} s"
+            )
+            self._down_since = None
 
     def _flush(self) -> None:
         """Everything produced for this batch is in Kafka before its offsets are committed."""
@@ -830,21 +918,25 @@ class ListenerRuntime:
             )
         return out
 
-    def _commit(self, consumer: Consumer, offsets: list[TopicPartition], lane: str) -> None:
+    def _commit(self, consumer: Consumer, offsets: list[TopicPartition], lane: str) -> bool:
+        """Whether the group took the commit; False when it had removed this instance
+        (said by the caller); another refusal is said here. Either way the next owner
+        re-reads from the last commit, and the applied positions make the repeats harmless."""
         if not offsets:
-            return
+            return True
         try:
             consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            # the group moved on (rebalance): the next owner re-reads from the last commit,
-            # and the applied positions make the repeats harmless
+            if membership_lost(exc):
+                return False
             self.report(f"listener {self.name}: {lane} commit not taken ({exc.args[0]}); records will be re-read")
+        return True
 
     def _count(self, outcome: str, n: int = 1) -> None:
         setattr(self.counters, outcome, getattr(self.counters, outcome) + n)
         self.metrics.count(outcome, n)
 
-    def _beat(self, state: str, force: bool = False) -> None:
+    def _beat(self, state: str, force: bool = False, detail: str | None = None) -> None:
         self._heartbeat.beat(
             state,
             self.counters,
@@ -852,6 +944,7 @@ class ListenerRuntime:
             self._health.address if self._health else None,
             self._last_applied_at,
             force=force,
+            detail=detail,
         )
 
     def summary(self) -> str:

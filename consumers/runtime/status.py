@@ -281,9 +281,9 @@ def listener_status(
     elif age is not None and age > limit:
         status.verdict = "STUCK"
         status.reason = f"oldest pending change is {age:.0f} s old (limit {limit:.0f} s)"
-    elif any(b.state == "target-unavailable" for b in alive):
+    elif waiting := [b for b in alive if b.state == "target-unavailable"]:
         status.verdict = "WAITING"
-        status.reason = "target unavailable"
+        status.reason = f"target unavailable: {waiting[0].detail}" if waiting[0].detail else "target unavailable"
     elif not alive:
         status.verdict = "IDLE"
         status.reason = f"batch listener, runs {listener.schedule}"

@@ -131,6 +131,12 @@ class Delivery(_Model):
     batch_size: int = Field(default=500, ge=1, le=100_000)
     bulk_batch_size: int = Field(default=100, ge=1, le=100_000)
     """Kept small: a real-time change waits at most for one bulk batch in flight."""
+    max_poll_interval_s: float = Field(default=1800.0, ge=10, le=86_400)
+    """How long one batch (its target calls, and its waits for an unavailable target) may
+    keep an instance from Kafka before the group gives its partitions to another instance
+    (the consumers' ``max.poll.interval.ms``). An instance that overran it finds its commit
+    refused, reads again from the group's commit (the applied positions skip what it
+    applied) and halves that lane's batch while its batches' work overruns half of it."""
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(default=30.0, gt=0)
     stuck_after_s: float = Field(default=600.0, gt=0)

@@ -133,9 +133,19 @@ def _group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         # fields: state ppid pgrp ...
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        if int(fields[2]) == pgid and (fields[0] not in ("Z", "X") or _threads_left(entry)):
             members.append(int(entry.name))
     return members
+
+
+def _threads_left(proc: Path) -> bool:
+    """Whether a process whose main thread has exited still has threads tearing down: a
+    killed JVM's main thread shows as a zombie while its other threads still hold its
+    files (its listening ports) open."""
+    try:
+        return sum(1 for _ in (proc / "task").iterdir()) > 1
+    except OSError:
+        return False
 
 
 def _group_alive(pgid: int) -> bool:

@@ -410,13 +410,21 @@ appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
+rootLogger.level = WARN
 rootLogger.appenderRef.out.ref = OUT
 logger.reflections.name = org.reflections
 logger.reflections.level = ERROR
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
+logger.debezium.name = io.debezium
+logger.debezium.level = INFO
+logger.tasks.name = org.apache.kafka.connect.runtime.Worker
+logger.tasks.level = INFO
+logger.started.name = kafka.server.BrokerServer
+logger.started.level = INFO
 """
+# WARN and up, but for what an operator reads the log for: Debezium's own lines (snapshot,
+# streaming, slot and WAL positions), Connect starting and stopping tasks, the broker
+# started. The broker's INFO lines are several per partition created or loaded: 77 MB at
+# the start of a broker holding a test run's topics.
 
 
 class JvmService(Service, ABC):
@@ -605,6 +613,10 @@ class Connect(JvmService):
             "offset.storage.replication.factor": 1,
             "status.storage.replication.factor": 1,
             "offset.flush.interval.ms": 1000,
+            # a worker that lost its group membership (a broker restart) gets its connectors
+            # and tasks back only after this delay (default 5 min: Debezium captured nothing
+            # for 5 min after every broker restart, tests/soak); one worker: no one to wait for
+            "scheduled.rebalance.max.delay.ms": 10_000,
             "listeners": f"http://{LOOPBACK}:{port}",
             "rest.advertised.host.name": LOOPBACK,
             "rest.advertised.port": port,

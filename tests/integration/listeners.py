@@ -46,7 +46,7 @@ tables:
 listeners:
   - name: {name}
     owner: tests@example
-    adapter: {{type: table, settings: {{table: {table}, statement_timeout_ms: 3000 {dsn}}}}}
+    adapter: {adapter}
     delivery:
       retries_in_place: 1
       backoff_initial_s: 0.05
@@ -56,6 +56,7 @@ listeners:
       heartbeat_interval_s: 1
       heartbeat_timeout_s: 5
       stuck_after_s: 600
+{delivery}
 interests:
   - {{listener: {name}, tname: PHONE}}
 {extra}
@@ -88,13 +89,29 @@ class World:
 
 
 def make_world(
-    settings: Settings, token: str, tmp: Path, *, park: float = 1.0, dsn: str | None = None, extra: str = ""
+    settings: Settings,
+    token: str,
+    tmp: Path,
+    *,
+    park: float = 1.0,
+    dsn: str | None = None,
+    extra: str = "",
+    statement_timeout_ms: int = 3000,
+    delivery: str = "",
+    adapter: str | None = None,
 ) -> World:
+    """A registry with one ``table`` listener ``T`` of PHONE; ``delivery`` adds lines to its
+    delivery policy (``"      max_poll_interval_s: 12"``), ``extra`` to the registry;
+    ``adapter`` replaces the ``table`` adapter (``"{type: file, settings: {...}}"``)."""
     prefix = f"tl{token}"
     s = settings.model_copy(update={"topic_prefix": prefix})
     name = "T"
     table = f"lt_{token}.state"
-    text = REGISTRY.format(name=name, table=table, park=park, extra=extra, dsn=f", dsn: '{dsn}'" if dsn else "")
+    if adapter is None:
+        dsn_line = f", dsn: '{dsn}'" if dsn else ""
+        timeout = f"statement_timeout_ms: {statement_timeout_ms}"
+        adapter = f"{{type: table, settings: {{table: {table}, {timeout} {dsn_line}}}}}"
+    text = REGISTRY.format(name=name, park=park, extra=extra, delivery=delivery, adapter=adapter)
     path = tmp / "registry.yaml"
     path.write_text(text)
     registry = parse_registry(text, str(path))

@@ -27,17 +27,13 @@ from mcq.registry import parse_registry
 from mcq.stack import Stack
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
+from tests.integration.pipeline import SOURCE, STATUSES
 from tests.integration.webhook_server import receiving_webhook, replay
 from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
-REGISTRY = """
-sources:
-  - {{name: {src}, schemas: [{schema}], slot: {slot}, publication: {slot}}}
-tables:
-  - tname: ACCOUNT
-    feeds:
-      - {{source: {src}, table: {schema}.accounts, keys: {{pkey_number: id}}, columns: [id, owner, status, quota]}}
-listeners:
+REGISTRY = (
+    SOURCE
+    + """listeners:
   - name: Active
     owner: e2e@example
     adapter: {{type: table, settings: {{table: {target}}}}}
@@ -52,7 +48,7 @@ interests:
   - {{listener: Hook, tname: ACCOUNT, columns: [id, status]}}
   - {{listener: Files, tname: ACCOUNT}}
 """
-STATUSES = ("active", "suspended", "closed")
+)
 
 
 @pytest.fixture

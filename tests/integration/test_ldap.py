@@ -36,6 +36,7 @@ def world(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Itera
     conn.add(base, ["organizationalUnit"], {"ou": f"t{token}"})
     for ou in ("people", "groups"):
         conn.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
+    conn.unbind()
     text = CAMPUS.read_text().replace(
         "adapter: {type: ldap, settings: {directory: openldap}}",
         f'adapter: {{type: ldap, settings: {{directory: openldap, people_dn: "ou=people,{base}", '
@@ -51,9 +52,11 @@ def world(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Itera
     for t in registry.tables:
         register_topic(client, t.topic(prefix))
     yield World(s, "LDAP", base, registry, path, ListenerTopics(prefix, "LDAP"))
-    # remove the test's subtree, leaves first
-    conn.search(base, "(objectClass=*)", attributes=["1.1"])
-    entries = sorted((e.entry_dn for e in conn.entries), key=lambda dn: -dn.count(","))
+    # remove the test's subtree, leaves first (a new connection: a test may have restarted the server)
+    conn = ldap(settings)
+    found = conn.extend.standard.paged_search(base, "(objectClass=*)", attributes=["1.1"], paged_size=1000,
+                                              generator=False)  # fmt: skip
+    entries = sorted((e["dn"] for e in found if e.get("type") == "searchResEntry"), key=lambda dn: -dn.count(","))
     for dn in entries:
         conn.delete(dn)
     conn.unbind()
@@ -207,3 +210,75 @@ def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world:
         assert got is not None, e.dn
         assert got["sn"] == e.attributes["sn"] and got.get("telephoneNumber", []) == e.attributes["telephoneNumber"]
     assert entry(world.settings, f"uid=gone,{people}") is None
+
+
+def _people(settings: Settings, base: str) -> dict[str, tuple[str, str]]:
+    """Every person entry under the test's OU: employeeNumber -> (cn, sn)."""
+    conn = ldap(settings)
+    try:
+        found = conn.extend.standard.paged_search(
+            f"ou=people,{base}", "(objectClass=inetOrgPerson)", LEVEL, attributes=["employeeNumber", "cn", "sn"],
+            paged_size=1000, generator=False,
+        )  # fmt: skip
+        return {
+            str(e["attributes"]["employeeNumber"]): (str(e["attributes"]["cn"][0]), str(e["attributes"]["sn"][0]))
+            for e in found
+            if e.get("type") == "searchResEntry"
+        }
+    finally:
+        conn.unbind()
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+def test_an_ldap_server_killed_mid_batch_is_waited_for_and_the_directory_ends_as_the_source(
+    world: World, stack: Stack
+) -> None:
+    """Issue 16, scenario 12: slapd SIGKILLed while the listener writes a large load, started
+    again by the stack; the listener waits (one line, WAITING in ``mcq status``), loses
+    nothing, and the people in the directory are the source's last states."""
+    import random
+    import signal
+
+    from consumers.runtime.status import status_report
+
+    rng = random.Random(1216)
+    people: dict[int, dict[str, str] | None] = {}
+    changes: list[Change] = []
+    for pid in range(1, 4001):
+        people[pid] = {"person_id": str(pid), "first_name": f"F{pid}", "last_name": f"L{pid}"}
+        changes.append(ch("PERSON/PEOPLE", "INSERT", people[pid], person_id=pid))
+    for _ in range(2000):  # renames and deletes, some of people renamed before
+        pid = rng.randint(1, 4000)
+        old = people[pid]
+        if old is None:
+            continue
+        if rng.random() < 0.2:
+            people[pid] = None
+            changes.append(ch("PERSON/PEOPLE", "DELETE", None, old, person_id=pid))
+        else:
+            people[pid] = {**old, "last_name": f"R{rng.randint(0, 10**6)}"}
+            changes.append(ch("PERSON/PEOPLE", "UPDATE", people[pid], old, person_id=pid))
+    expected = {str(p): (f"{v['first_name']} {v['last_name']}", v["last_name"]) for p, v in people.items() if v}
+    send_changes(world, *changes)
+    slapd = stack.service("ldap")
+    with running(world) as rt:
+        wait_for("the listener to be writing", lambda: rt.counters.applied >= 300, 120, 0.05)
+        assert rt.counters.applied < len(changes), "the load was written before slapd could be killed"
+        slapd.handle.stop(signal.SIGKILL)
+        wait_for("the listener to notice", lambda: not rt.ready(), 60, 0.2)
+        wait_for(
+            "mcq status to say it waits",
+            lambda: status_report(world.settings, world.registry, ["LDAP"])[0].verdict == "WAITING",
+            60,
+            1,
+        )
+        [status] = status_report(world.settings, world.registry, ["LDAP"])
+        assert "ldap" in status.reason, status.reason
+        stack.up()
+        wait_for("the directory to hold the source's people", lambda: _people(world.settings, world.table) == expected,
+                 240, 2)  # fmt: skip
+        assert rt.counters.dead_lettered == 0 and rt.counters.parked == 0, rt.summary()
+        lines = rt.lines  # type: ignore[attr-defined]
+    assert sum("target unavailable, waiting" in line for line in lines) == 1, lines
+    assert any("target available again" in line for line in lines), lines

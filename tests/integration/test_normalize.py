@@ -451,7 +451,7 @@ def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
 
     log = (tmp_path / "normalize.log").open("w")
     job = subprocess.Popen(
-        [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+        [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0", "--registry", str(registry_file),
          "--checkpoint", str(chk), "--mode", "microbatch", "--trigger", "1 second", "--max-offsets-per-trigger", "200"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
@@ -576,7 +576,8 @@ def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_th
     prefix = f"tr{uuid.uuid4().hex[:8]}"
     rsettings = nsettings.model_copy(update={"topic_prefix": prefix})
     env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
-    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+               "--registry", str(registry_file),
                "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
     with psycopg.connect(nsettings.source.dsn()) as conn:
         shared = [tuple(r) for r in conn.execute(

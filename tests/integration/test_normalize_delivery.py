@@ -333,7 +333,8 @@ def test_a_raw_record_the_normaliser_cannot_read_is_withheld_by_name_and_the_res
         registry_file = tmp_path / "registry.yaml"
         registry_file.write_text(typed_registry_yaml(token, f"y_{token}"))
         log = tmp_path / "realtime.log"
-        command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+        command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+                   "--registry", str(registry_file),
                    "--checkpoint", str(tmp_path / "rt-checkpoint")]  # fmt: skip
         with log.open("w") as out:
             job = subprocess.Popen(
@@ -371,7 +372,8 @@ def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
     log = tmp_path / "normalize.log"
     with log.open("w") as out:
         job = subprocess.Popen(
-            [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file),
+            [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+             "--registry", str(registry_file),
              "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "5 seconds"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

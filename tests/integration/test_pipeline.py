@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,7 +161,8 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     registry = parse_registry(text, str(registry_file))
     env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
     commands = {
-        "normalize": ["streams", "normalize", "--registry", str(registry_file), "--checkpoint-interval", "10 seconds",
+        "normalize": ["streams", "normalize", "--http-port", "0",
+                      "--registry", str(registry_file), "--checkpoint-interval", "10 seconds",
                       "--checkpoint", str(tmp_path / "ckpt")],
         "LDAP": ["listen", "LDAP", "--registry", str(registry_file), "--http-port", "0"],
         "Insite": ["listen", "Insite", "--registry", str(registry_file), "--http-port", "0"],
@@ -205,6 +208,15 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
         assert ldap.ok, ldap.problems[:10]
         assert insite.ok, insite.problems[:10]
         assert ldap.checked > PEOPLE and insite.checked >= PEOPLE * 0.9
+        # the normaliser's own health and metrics, as a probe and Prometheus read them
+        health = re.search(r"normalize: health (http://[0-9.]+:\d+)", logs["normalize"].read_text())
+        assert health, logs["normalize"].read_text()[-2000:]
+        for probe in ("livez", "readyz"):
+            assert urllib.request.urlopen(f"{health.group(1)}/{probe}", timeout=10).status == 200
+        metrics = urllib.request.urlopen(f"{health.group(1)}/metrics", timeout=10).read().decode()
+        rows_in = re.findall(r'^mcq_normalize_rows_total{[^}]*direction="in"[^}]*} (\S+)$', metrics, re.M)
+        assert sum(float(v) for v in rows_in) >= 2_000, metrics
+        assert "mcq_normalize_last_batch_timestamp_seconds" in metrics
     finally:
         os.killpg(procs["normalize"].pid, signal.SIGTERM)
         for name in ("LDAP", "Insite"):

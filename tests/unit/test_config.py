@@ -27,12 +27,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_defaults_point_at_the_local_stack() -> None:
     s = load_settings()
-    assert s.kafka.bootstrap_servers == "127.0.0.1:59092"
-    assert s.connect.url == "http://127.0.0.1:58083"
-    assert s.registry.url == "http://127.0.0.1:58081/apis/ccompat/v7"
-    assert s.source.port == 55432 and s.source.dbname == "mcq_source"
+    assert s.kafka.bootstrap_servers == "127.0.0.1:29092"
+    assert s.connect.url == "http://127.0.0.1:28083"
+    assert s.registry.url == "http://127.0.0.1:28081/apis/ccompat/v7"
+    assert s.source.port == 25432 and s.source.dbname == "mcq_source"
     assert s.vendor.dbname == "mcq_vendor"
-    assert s.ldap.url == "ldap://127.0.0.1:53389"
+    assert s.ldap.url == "ldap://127.0.0.1:23389"
     assert s.ldap.bind_dn == "cn=admin,dc=mcq,dc=example"
 
 

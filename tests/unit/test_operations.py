@@ -11,7 +11,7 @@ import pytest
 from consumers.runtime.health import HealthAddressTaken, HealthServer, ListenerMetrics
 from consumers.runtime.status import ListenerStatus
 from consumers.runtime.topics import ListenerTopics
-from mcq.cli import DEFAULT_HTTP_PORT, _health_port
+from mcq.cli import DEFAULT_HTTP_PORT, NORMALIZE_HTTP_PORT, _health_port
 from mcq.registry.model import Delivery
 from mcq.topics.plan import REFRESH_CONFIG
 
@@ -59,15 +59,16 @@ def test_health_endpoint_on_a_taken_port_names_the_port() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(HealthAddressTaken) as err:
-            HealthServer("127.0.0.1", port, lambda: True, lambda: True, ListenerMetrics("T"))
+            HealthServer("127.0.0.1", port, lambda: True, lambda: True, ListenerMetrics("T").registry)
     assert str(err.value) == f"health endpoint 127.0.0.1:{port}: port {port} is already in use by another process"
 
 
 def test_catch_up_runs_serve_health_only_when_a_port_is_given() -> None:
-    assert _health_port(None, no_http=False, until_caught_up=False) == DEFAULT_HTTP_PORT
-    assert _health_port(None, no_http=False, until_caught_up=True) is None
-    assert _health_port(0, no_http=False, until_caught_up=True) == 0
-    assert _health_port(9000, no_http=True, until_caught_up=False) is None
+    assert _health_port(None, no_http=False, one_off=False) == DEFAULT_HTTP_PORT
+    assert _health_port(None, no_http=False, one_off=True) is None
+    assert _health_port(0, no_http=False, one_off=True) == 0
+    assert _health_port(9000, no_http=True, one_off=False) is None
+    assert _health_port(None, no_http=False, one_off=False, default=NORMALIZE_HTTP_PORT) == NORMALIZE_HTTP_PORT
 
 
 def test_listen_binds_the_health_endpoint_to_loopback_by_default() -> None:

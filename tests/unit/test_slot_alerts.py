@@ -29,3 +29,17 @@ def test_a_slot_holding_more_wal_than_the_threshold_says_how_much_and_whether_it
     first, second = slot_alerts(states, warn_mb=1024)
     assert "holds 2,048 MB of WAL" in first and "warning above 1,024 MB" in first and "; active)" in first
     assert "holds 1,500 MB" in second and "INACTIVE" in second and "wal_status extended" in second
+
+
+def test_a_slot_that_starts_past_where_its_connector_captured_names_the_gap_and_the_runbook() -> None:
+    state = SlotState("campus", "mcq_campus", True, True, "reserved", 0, 0, restart_lsn=0x1_6B374D48,
+                      captured_lsn=0x1_6A000000)  # fmt: skip
+    (line,) = slot_alerts([state], warn_mb=1024)
+    assert "starts at WAL 1/6B374D48, past 1/6A000000 where its connector last captured" in line
+    assert "never captured" in line and "`mcq connect remove` then `mcq connect apply`" in line
+    assert "--from source" in line
+
+
+def test_a_slot_behind_its_connectors_position_or_of_a_connector_without_offsets_is_no_gap() -> None:
+    assert slot_alerts([SlotState("c", "s", True, True, "reserved", 0, 0, 100, 200)], warn_mb=1024) == []
+    assert slot_alerts([SlotState("c", "s", True, True, "reserved", 0, 0, 100, None)], warn_mb=1024) == []
