@@ -9,9 +9,9 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm run test faults soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
+.PHONY: install system python jvm helm run test faults soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
 
-install: system python jvm
+install: system python jvm helm
 
 system:
 	@scripts/install-system-packages.sh
@@ -28,6 +28,15 @@ $(JVM_CACHE)/.resolved: $(JVM_POMS)
 	rm -rf $(JVM_CACHE)/*/  # a version changed in a pom leaves no stale jar on a classpath
 	mvn -q -f jvm/pom.xml package
 	@touch $@
+
+# helm, built from its Go module through the Go module proxy (no helm binary is packaged
+# here; the Go toolchain too comes from the proxy when none is on PATH): what the chart's
+# tests render and lint with (tests/deploy).
+HELM_VERSION := v3.22.0
+HELM := .cache/helm-$(HELM_VERSION)/helm
+helm: $(HELM)
+$(HELM):
+	scripts/install-helm.sh $(HELM_VERSION) $(dir $(HELM))
 
 # The main job: the campus world captured end to end, the smoke pipeline, then the demo:
 # normaliser and listeners running, a scripted burst of changes, targets checked against the source.
@@ -47,7 +56,7 @@ lint: python
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: python
+unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint

@@ -318,13 +318,19 @@ def connect_render(registry_file: Path | None, out: Path | None) -> None:
 
 @connect_group.command("apply")
 @FROM_FILE
-def connect_apply(registry_file: Path | None) -> None:
+@click.option(
+    "--prepare-only",
+    is_flag=True,
+    help="Prepare the source (outbox functions, replica identity) but leave the connectors to "
+    "another manager (Strimzi KafkaConnector resources: `mcq helm values --strimzi`).",
+)
+def connect_apply(registry_file: Path | None, prepare_only: bool) -> None:
     """Install the outbox functions and create/update every source connector; wait until RUNNING."""
     from mcq.capture.apply import CaptureError, apply_capture
     from mcq.connect_rest import ConnectError
 
     try:
-        apply_capture(_current_registry(registry_file), _settings(), report=_say)
+        apply_capture(_current_registry(registry_file), _settings(), report=_say, connectors=not prepare_only)
     except (ConnectError, CaptureError) as exc:
         _err(f"mcq connect apply: {exc}")
         sys.exit(EXIT_FAILED)
@@ -426,6 +432,34 @@ def connect_remove(source: str | None, registry_file: Path | None) -> None:
 
 
 # ------------------------------------------------------------------ topics
+
+
+@main.group("helm")
+def helm_group() -> None:
+    """Kubernetes: values for the Helm chart helm/mcq, generated from the registry."""
+
+
+@helm_group.command("values")
+@click.argument("registry_file", metavar="REGISTRY", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--strimzi",
+    is_flag=True,
+    help="Also one Strimzi KafkaConnector per source (capture.mode strimzi), configured from the "
+    "current settings (MCQ_SOURCE__HOST…) as `mcq connect apply` would.",
+)
+def helm_values(registry_file: Path, strimzi: bool) -> None:
+    """Print the chart values that follow from REGISTRY: the registry itself (applied by the
+    chart's setup hook) and every listener (a Deployment or a CronJob with its schedule).
+
+    \b
+      mcq helm values registry.yaml > values-registry.yaml
+      helm upgrade --install campus helm/mcq -f values-registry.yaml -f my-values.yaml
+    """
+    from mcq.helm import chart_values, dump_values
+
+    registry = _load_registry_file(registry_file)
+    values = chart_values(registry, registry_file.read_text(), _settings(), strimzi=strimzi)
+    click.echo(dump_values(values, str(registry_file)), nl=False)
 
 
 @main.group()

@@ -73,8 +73,11 @@ def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str
 _IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
 
 
-def apply_capture(registry: Registry, settings: Settings, report: Report = print) -> list[str]:
-    """Install the outbox, set replica identity, put every source connector; wait until each is RUNNING."""
+def apply_capture(
+    registry: Registry, settings: Settings, report: Report = print, *, connectors: bool = True
+) -> list[str]:
+    """Install the outbox, set replica identity, put every source connector; wait until each is
+    RUNNING. ``connectors=False`` prepares the source only (another manager owns the connectors)."""
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             install_outbox(conn)
@@ -82,7 +85,10 @@ def apply_capture(registry: Registry, settings: Settings, report: Report = print
             ensure_replica_identity_full(conn, feed_tables(registry), report)
     except psycopg.Error as exc:
         raise CaptureError(f"preparing capture in {settings.source}: {exc}".strip()) from None
-    names = []
+    names: list[str] = []
+    if not connectors:
+        report("connectors left to their manager (--prepare-only)")
+        return names
     with ConnectClient(settings.connect) as client:
         for source in registry.sources:
             name = connector_name(source)

@@ -1,0 +1,321 @@
+"""The Helm chart ``helm/mcq``, rendered with its default values and with values generated
+from ``examples/campus.yaml`` by ``mcq helm values``: what a campus installs next to its
+existing Kafka, Connect and schema registry. Expected listeners come from reading the
+registry file here, not from mcq's code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mcq.cli import main
+from tests.deploy.conftest import CAMPUS, CHART, K8S_VERSION, Render, run_helm
+
+SECRET = "s3cr3t-pa55word-never-rendered"
+CUSTOM_KINDS = {"KafkaConnector", "ServiceMonitor", "SparkApplication"}  # CRDs: not in the API schemas
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``mcq helm values examples/campus.yaml --strimzi``, run with a source password in the
+    environment (it must end up as a reference, never as its value)."""
+    out = tmp_path_factory.mktemp("values") / "values-registry.yaml"
+    result = CliRunner().invoke(
+        main,
+        ["helm", "values", str(CAMPUS), "--strimzi"],
+        env={"MCQ_SOURCE__PASSWORD": SECRET, "MCQ_SOURCE__HOST": "pg.campus.example"},
+    )
+    assert result.exit_code == 0, result.output
+    out.write_text(result.output)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An operator's own values: where the engines are, the Secrets, one scaled listener."""
+    out = tmp_path_factory.mktemp("values") / "my-values.yaml"
+    out.write_text(
+        yaml.safe_dump(
+            {
+                "image": {"repository": "registry.campus.example/mcq", "tag": "0.1.0"},
+                "settings": {
+                    "kafka": {
+                        "bootstrapServers": "campus-kafka-bootstrap.kafka:9093",
+                        "securityProtocol": "SASL_SSL",
+                        "saslMechanism": "SCRAM-SHA-512",
+                        "saslUsername": "mcq",
+                    },
+                    "source": {"host": "pg.campus.example", "dbname": "simon"},
+                    "ldap": {
+                        "url": "ldaps://ldap.campus.example",
+                        "baseDn": "dc=campus,dc=example",
+                        "bindDn": "cn=mcq,dc=campus,dc=example",
+                    },
+                },
+                "credentials": {
+                    "kafkaSaslPassword": {"existingSecret": "mcq-kafka", "key": "password"},
+                    "sourcePassword": {"existingSecret": "mcq-source", "key": "password"},
+                    "ldapPassword": {"existingSecret": "mcq-ldap", "key": "bind-password"},
+                },
+                "kafkaCaSecret": "campus-cluster-ca-cert",
+                "listenerOverrides": {"LDAP": {"replicas": 2}, "Insite": {"suspend": True}},
+                "metrics": {"serviceMonitor": {"enabled": True}},
+            }
+        )
+    )
+    return out
+
+
+def _registry_listeners() -> dict[str, str]:
+    return {
+        entry["name"]: entry.get("schedule", "realtime") for entry in yaml.safe_load(CAMPUS.read_text())["listeners"]
+    }
+
+
+def _of(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    specs = []
+    for d in docs:
+        spec = d.get("spec", {})
+        if d["kind"] in ("Deployment", "Job"):
+            specs.append((f"{d['kind']}/{d['metadata']['name']}", spec["template"]["spec"]))
+        elif d["kind"] == "CronJob":
+            specs.append((f"CronJob/{d['metadata']['name']}", spec["jobTemplate"]["spec"]["template"]["spec"]))
+    return specs
+
+
+def test_helm_lint_passes_with_the_default_and_the_generated_values(helm: Path, generated: Path, mine: Path) -> None:
+    for args in ([], ["-f", str(generated), "-f", str(mine)]):
+        done = run_helm(helm, "lint", "--strict", str(CHART), *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_rendered_manifest_validates_against_the_kubernetes_api(
+    render: Render, generated: Path, mine: Path
+) -> None:
+    for docs in (render(), render(generated, mine), render(generated, mine, sets=("capture.mode=rest",))):
+        checked = 0
+        for doc in docs:
+            if doc["kind"] in CUSTOM_KINDS:
+                continue
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            checked += 1
+        assert checked >= 3
+
+
+def test_each_realtime_listener_is_a_deployment_and_each_scheduled_one_a_cronjob_on_its_schedule(
+    render: Render, generated: Path, mine: Path
+) -> None:
+    docs = render(generated, mine)
+    expected = _registry_listeners()
+    assert set(expected.values()) - {"realtime"}, "the campus registry has scheduled listeners"
+
+    def listener_of(doc: dict[str, Any]) -> str:
+        return str(doc["metadata"]["labels"]["mcq.example/listener"])
+
+    deployments = {
+        listener_of(d): d for d in _of(docs, "Deployment") if "mcq.example/listener" in d["metadata"]["labels"]
+    }
+    cronjobs = {listener_of(d): d for d in _of(docs, "CronJob") if "mcq.example/listener" in d["metadata"]["labels"]}
+    assert set(deployments) == {n for n, s in expected.items() if s == "realtime"}
+    assert {n: c["spec"]["schedule"] for n, c in cronjobs.items()} == {
+        n: s for n, s in expected.items() if s != "realtime"
+    }
+    for name, cron in cronjobs.items():
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        assert cron["spec"]["startingDeadlineSeconds"] > 0
+        job = cron["spec"]["jobTemplate"]["spec"]
+        assert job["activeDeadlineSeconds"] > 0
+        [container] = job["template"]["spec"]["containers"]
+        assert container["args"][:3] == ["listen", name, "--until-caught-up"]
+    assert cronjobs["Insite"]["spec"]["suspend"] is True
+    for name, deployment in deployments.items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:2] == ["listen", name]
+    assert deployments["LDAP"]["spec"]["replicas"] == 2
+    pdbs = [p["metadata"]["labels"]["mcq.example/listener"] for p in _of(docs, "PodDisruptionBudget")]
+    assert pdbs == ["LDAP"], "a PodDisruptionBudget for each listener with more than one replica, no other"
+
+
+def test_no_container_runs_as_root_or_may_gain_privileges(render: Render, generated: Path, mine: Path) -> None:
+    specs = _pod_specs(render(generated, mine))
+    assert len(specs) >= 8
+    for where, spec in specs:
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0, where
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, (where, container["name"])
+            assert sc["capabilities"]["drop"] == ["ALL"], (where, container["name"])
+            assert sc["readOnlyRootFilesystem"] is True, (where, container["name"])
+            assert sc.get("runAsUser", pod["runAsUser"]) != 0
+
+
+def test_every_container_has_resources_and_every_mcq_service_probes(
+    render: Render, generated: Path, mine: Path
+) -> None:
+    """Services (Deployments) have startup, liveness and readiness probes; a listener's
+    scheduled run has startup and liveness probes (a wedged run is restarted); one-shot
+    jobs (setup, status) are bounded by their activeDeadlineSeconds instead."""
+    docs = render(generated, mine)
+    for where, spec in _pod_specs(docs):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            assert container["resources"]["requests"], (where, container["name"])
+            assert container["resources"]["limits"]["memory"], (where, container["name"])
+        if where.startswith("Deployment/"):
+            for container in spec["containers"]:
+                assert {"startupProbe", "livenessProbe", "readinessProbe"} <= container.keys(), where
+    for cron in _of(docs, "CronJob"):
+        job = cron["spec"]["jobTemplate"]["spec"]
+        if "mcq.example/listener" in cron["metadata"]["labels"]:
+            assert {"startupProbe", "livenessProbe"} <= job["template"]["spec"]["containers"][0].keys()
+        else:
+            assert job["activeDeadlineSeconds"] > 0
+    for job in _of(docs, "Job"):
+        assert job["spec"]["activeDeadlineSeconds"] > 0
+
+
+def test_no_secret_value_appears_and_every_password_comes_from_a_secret(
+    render: Render, generated: Path, mine: Path
+) -> None:
+    assert SECRET not in generated.read_text()
+    assert "${env:MCQ_SOURCE__PASSWORD}" in generated.read_text()
+    docs = render(generated, mine)
+    assert SECRET not in yaml.safe_dump_all(docs)
+    assert not _of(docs, "Secret"), "the chart makes no Secret: it references the operator's"
+    refs = set()
+    for where, spec in _pod_specs(docs):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            for env in container["env"]:
+                if re.search("PASSWORD|SECRET|TOKEN", env["name"]):
+                    assert "value" not in env, (where, env)
+                    ref = env["valueFrom"]["secretKeyRef"]
+                    refs.add((env["name"], ref["name"], ref["key"]))
+    assert refs == {
+        ("MCQ_KAFKA__SASL_PASSWORD", "mcq-kafka", "password"),
+        ("MCQ_SOURCE__PASSWORD", "mcq-source", "password"),
+        ("MCQ_LDAP__PASSWORD", "mcq-ldap", "bind-password"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [("normaliser.enabled=false", "'normaliser' not allowed"),
+     ("listenerDefaults.replica=2", "'replica' not allowed"),
+     ("settings.kafka.bootstrapServer=x:9092", "'bootstrapServer' not allowed"),
+     ("credentials.sourcePasword.existingSecret=s", "'sourcePasword' not allowed"),
+     ("extraEnv.MCQ_SOURCE__PASSWORD=plain", "MCQ_SOURCE__PASSWORD")],
+)  # fmt: skip
+def test_a_values_file_with_an_unknown_key_is_refused_by_the_schema(
+    helm: Path, tmp_path: Path, setting: str, named: str
+) -> None:
+    key, value = setting.split("=")
+    tree: dict[str, Any] = {}
+    node = tree
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(tree))
+    done = run_helm(helm, "template", "campus", str(CHART), "-f", str(values))
+    assert done.returncode != 0, done.stdout[:500]
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+
+
+def test_the_setup_hook_applies_registry_topics_schemas_then_capture(render: Render, generated: Path) -> None:
+    docs = render(generated, sets=("capture.mode=rest",))
+    [job] = _of(docs, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    spec = job["spec"]["template"]["spec"]
+    steps = [c["args"] for c in spec["initContainers"] + spec["containers"]]
+    registry = "/etc/mcq/registry/registry.yaml"
+    assert steps == [
+        ["registry", "apply", registry],
+        ["topics", "apply", "--registry", registry],
+        ["schemas", "apply", "--registry", registry],
+        ["connect", "apply", "--registry", registry],
+    ]
+    [configmap] = [d for d in _of(docs, "ConfigMap") if d["metadata"]["name"].endswith("-registry")]
+    assert configmap["data"]["registry.yaml"].strip() == CAMPUS.read_text().strip()
+    assert int(configmap["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        job["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+
+
+def test_strimzi_mode_makes_a_kafkaconnector_per_source_and_the_hook_only_prepares_the_source(
+    render: Render, generated: Path
+) -> None:
+    docs = render(generated)
+    sources = yaml.safe_load(CAMPUS.read_text())["sources"]
+    connectors = _of(docs, "KafkaConnector")
+    assert [c["spec"]["config"]["slot.name"] for c in connectors] == [s["slot"] for s in sources]
+    for connector in connectors:
+        assert connector["metadata"]["labels"]["strimzi.io/cluster"] == "connect"
+        assert connector["spec"]["config"]["database.hostname"] == "pg.campus.example"
+    [job] = _of(docs, "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][:3] == ["connect", "apply", "--prepare-only"]
+
+
+def test_the_normaliser_is_one_recreated_pod_on_a_kept_checkpoint_claim(render: Render) -> None:
+    docs = render()
+    [deployment] = [
+        d for d in _of(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "normalizer"
+    ]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    [claim] = _of(docs, "PersistentVolumeClaim")
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["streams", "normalize"]
+    assert {"name": "checkpoint", "mountPath": "/var/lib/mcq-checkpoint"} in container["volumeMounts"]
+
+
+def test_the_normaliser_as_a_sparkapplication_needs_a_shared_checkpoint_claim(helm: Path, render: Render) -> None:
+    refused = run_helm(helm, "template", "campus", str(CHART), "--set", "normalizer.kind=sparkApplication")
+    assert refused.returncode != 0 and "ReadWriteMany" in refused.stderr, refused.stderr
+    docs = render(sets=("normalizer.kind=sparkApplication", "normalizer.checkpoint.existingClaim=mcq-checkpoint"))
+    [app] = _of(docs, "SparkApplication")
+    assert app["spec"]["mainApplicationFile"] == "local:///opt/mcq/submit.py"
+    assert not [
+        d for d in _of(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "normalizer"
+    ]
+
+
+def test_an_image_digest_pins_every_container(render: Render, generated: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    docs = render(generated, sets=(f"image.digest={digest}",))
+    images = {c["image"] for _, spec in _pod_specs(docs) for c in spec.get("initContainers", []) + spec["containers"]}
+    assert images == {f"registry.example/mcq@{digest}"}
+
+
+def test_an_override_for_a_listener_the_registry_does_not_have_is_refused(helm: Path, generated: Path) -> None:
+    done = run_helm(
+        helm, "template", "campus", str(CHART), "-f", str(generated), "--set", "listenerOverrides.LDPA.replicas=2"
+    )
+    assert done.returncode != 0
+    assert "listenerOverrides.LDPA: no listener of that name" in done.stderr and "LDAP" in done.stderr, done.stderr
+
+
+def test_every_mounted_volume_and_probed_port_is_declared_in_its_pod(
+    render: Render, generated: Path, mine: Path
+) -> None:
+    for docs in (render(), render(generated, mine)):
+        for where, spec in _pod_specs(docs):
+            volumes = {v["name"] for v in spec.get("volumes", [])}
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                mounts = {m["name"] for m in container.get("volumeMounts", [])}
+                assert mounts <= volumes, (where, container["name"], mounts - volumes)
+                ports = {p["name"] for p in container.get("ports", [])}
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    if probe in container:
+                        assert container[probe]["httpGet"]["port"] in ports, (where, probe)
