@@ -18,13 +18,24 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from mcq.secrets import SECRET_KEY
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -104,7 +115,17 @@ class KafkaSettings(_Section):
     extra: dict[str, str] = {}
     """Any other librdkafka property: passed unchanged to confluent-kafka, and to Spark's Kafka
     source/sink as ``kafka.<name>`` (renamed where the Java client calls it otherwise; the
-    librdkafka-only ones listed in ``SPARK_UNPASSED`` are not passed)."""
+    librdkafka-only ones listed in ``SPARK_UNPASSED`` are not passed). A property whose name
+    says it is secret (``sasl.oauthbearer.client.secret``, ``ssl.key.password``…) is masked
+    wherever the settings are shown (``mcq config``)."""
+
+    @field_serializer("extra")
+    def _mask_extra(self, extra: dict[str, str]) -> dict[str, str]:
+        return {k: "**********" if SECRET_KEY.search(k) else v for k, v in extra.items()}
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (self._mask_extra(value) if name == "extra" else value)
 
     def client_config(self) -> dict[str, Any]:
         """The confluent-kafka (librdkafka) configuration for these settings."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import SecretStr, StringConstraints
+from pydantic import StringConstraints
 
 from consumers.adapter import AdapterSettings
 from mcq.config import PROJECT_ROOT
+from mcq.secrets import ResolvedSecret
 
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")]
 
@@ -19,7 +20,9 @@ class SqlImportSettings(AdapterSettings):
     vendor_schema: Ident = "insite"
     """Where the import table lives (the install script's ``insite`` is replaced by it)."""
     database: Literal["vendor", "source"] = "vendor"
-    dsn: SecretStr | None = None
+    dsn: ResolvedSecret | None = None
+    """A libpq connection string instead of a configured database (a reference when it holds
+    a password: ``${env:NAME}``)."""
     statement_timeout_ms: int = 10_000
     install: Path | None = None
     """A vendor schema script to run when the import table is missing (the sample:

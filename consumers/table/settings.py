@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import SecretStr, StringConstraints
+from pydantic import StringConstraints
 
 from consumers.adapter import AdapterSettings
+from mcq.secrets import ResolvedSecret
 
 
 class TableSettings(AdapterSettings):
@@ -14,7 +15,8 @@ class TableSettings(AdapterSettings):
     """schema.table to keep the last state in; created when missing."""
     database: Literal["vendor", "source"] = "vendor"
     """Which configured database holds it (``MCQ_VENDOR__*`` by default)."""
-    dsn: SecretStr | None = None
-    """A libpq connection string instead of a configured database."""
+    dsn: ResolvedSecret | None = None
+    """A libpq connection string instead of a configured database: a reference
+    (``${env:NAME}``) when it holds a password."""
     statement_timeout_ms: int = 10_000
     """A statement that waits longer (a lock held elsewhere) fails the change, not the listener."""

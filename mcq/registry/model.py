@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import Rule, parse_rule
+from mcq.secrets import literal_secrets
 
 KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
 """The key fields of a change record (the paper's Table 1)."""
@@ -243,6 +244,8 @@ class Registry(_Model):
         out += _duplicates("sources", [s.name for s in self.sources], "source")
         out += _duplicates("tables", [t.ref for t in self.tables], "table/subtype")
         out += _duplicates("listeners", [x.name for x in self.listeners], "listener")
+        for li, listener in enumerate(self.listeners):
+            out += literal_secrets(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
         sources = {s.name: s for s in self.sources}
         for ti, table in enumerate(self.tables):
             for fi, feed in enumerate(table.feeds):

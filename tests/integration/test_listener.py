@@ -75,14 +75,15 @@ def test_sigkill_mid_batch_then_restart_converges(stack: Stack, settings: Settin
 
 
 def test_unavailable_target_waits_loses_nothing_and_converges(
-    stack: Stack, settings: Settings, token: str, tmp_path: Path
+    stack: Stack, settings: Settings, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     role = f"lt_{token}"
     with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
         conn.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
     dsn = f"host=127.0.0.1 port={settings.vendor.port} dbname={settings.vendor.dbname} user={role} password=pw"
-    w = make_world(settings, token, tmp_path, dsn=dsn)
+    monkeypatch.setenv(f"MCQ_TEST_DSN_{token.upper()}", dsn)  # a password: by reference in the registry
+    w = make_world(settings, token, tmp_path, dsn=f"${{env:MCQ_TEST_DSN_{token.upper()}}}")
     first = random_stream(200, 50, seed=1)
     produce(w.settings, w.phone_topic, first)
     with running(w, http_port=0) as rt:

@@ -113,7 +113,10 @@ def test_secrets_never_print(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCQ_KAFKA__SASL_PASSWORD", SECRET)
     monkeypatch.setenv("MCQ_SOURCE__PASSWORD", SECRET)
     monkeypatch.setenv("MCQ_LDAP__PASSWORD", SECRET)
+    monkeypatch.setenv("MCQ_KAFKA__EXTRA", f'{{"sasl.oauthbearer.client.secret": "{SECRET}", "linger.ms": "7"}}')
     s = load_settings()
+    assert s.kafka.client_config()["sasl.oauthbearer.client.secret"] == SECRET  # given to the client, never shown
+    assert '"linger.ms":"7"' in s.model_dump_json()
     assert isinstance(s.source.password, SecretStr)
     for text in (repr(s), str(s), s.model_dump_json(), str(s.model_dump()), str(s.source), repr(s.kafka)):
         assert SECRET not in text
