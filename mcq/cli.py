@@ -471,10 +471,14 @@ def topics() -> None:
 @FROM_FILE
 def topics_apply(registry_file: Path | None) -> None:
     """Create missing topics; report drift from the registry without changing it (exit 3 on drift)."""
-    from mcq.topics import apply_topics, plan_topics
+    from mcq.topics import TopicSettingsError, apply_topics, plan_topics
 
     reg = _current_registry(registry_file)
-    result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
+    try:
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
+    except TopicSettingsError as exc:
+        _err(f"mcq topics apply: {exc}")
+        sys.exit(EXIT_FAILED)
     _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
     if result.drift:
         sys.exit(EXIT_DOWN)
@@ -613,6 +617,7 @@ def streams_normalize(
     repair); 2 for bad options."""
     from mcq.contract import SchemaRefused
     from mcq.health import HealthAddressTaken
+    from mcq.topics import TopicSettingsError
     from streams.normalize import NormalizeError, run_normalize
     from streams.realtime import interval_ms
 
@@ -643,6 +648,9 @@ def streams_normalize(
     except (SchemaRefused, NormalizeError) as exc:
         _err(f"mcq streams normalize: {exc}")
         sys.exit(EXIT_FAILED)
+    except TopicSettingsError as exc:
+        _err(f"mcq streams normalize: {exc}")
+        sys.exit(EXIT_CONFIG)
     except KeyboardInterrupt:
         _say("normalize: stopped")
 

@@ -276,6 +276,38 @@ class LdapSettings(_Section):
         return f"ou=groups,{self.base_dn}"
 
 
+class TopicSettings(_Section):
+    """Durability of every topic mcq creates (logical, lanes, dead letters, applied positions,
+    heartbeats, the registry store) and, through Connect's topic creation, of the raw CDC
+    topics. The local stack has one broker; a production cluster wants 3 and 2."""
+
+    replication_factor: int = -1
+    """Replicas of each partition; -1: the cluster's ``default.replication.factor``."""
+    min_insync_replicas: int | None = None
+    """``min.insync.replicas`` set on each topic (None: the cluster's default). With
+    ``acks=all`` (mcq's producers) a write needs this many replicas in sync."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicSettings:
+        if self.replication_factor == 0 or self.replication_factor < -1:
+            raise ValueError(
+                f"replication_factor must be -1 (the cluster's default) or >= 1, not {self.replication_factor}"
+            )
+        if self.min_insync_replicas is not None:
+            if self.min_insync_replicas < 1:
+                raise ValueError(f"min_insync_replicas must be >= 1, not {self.min_insync_replicas}")
+            if self.replication_factor != -1 and self.min_insync_replicas > self.replication_factor:
+                raise ValueError(
+                    f"min_insync_replicas {self.min_insync_replicas} > replication_factor "
+                    f"{self.replication_factor}: no write could ever succeed"
+                )
+        return self
+
+    def config(self) -> dict[str, str]:
+        """Topic configuration entries these settings add."""
+        return {} if self.min_insync_replicas is None else {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
 def _yaml_file() -> Path | None:
     explicit = os.environ.get("MCQ_CONFIG")
     if explicit:
@@ -304,6 +336,7 @@ class Settings(BaseSettings):
     source: DatabaseSettings = DatabaseSettings()
     vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
+    topics: TopicSettings = TopicSettings()
     topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
     state_dir: Path | None = None

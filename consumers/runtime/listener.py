@@ -68,7 +68,7 @@ from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
-from mcq.topics.plan import apply_topics, plan_topics
+from mcq.topics.plan import TopicSettingsError, apply_topics, plan_topics
 from mcq.topics.read import RenewingAdmin, all_watermarks
 
 Report = Callable[[str], None]
@@ -212,7 +212,10 @@ class ListenerRuntime:
     def _ensure_topics(self) -> None:
         names = {t.topic(self.settings.topic_prefix) for t in self.registry.tables_of(self.name)}
         logical = [s for s in plan_topics(self.registry, self.settings.topic_prefix) if s.name in names]
-        report = apply_topics(self.settings, [*logical, *self.topics.specs()])
+        try:
+            report = apply_topics(self.settings, [*logical, *self.topics.specs()])
+        except TopicSettingsError as exc:
+            raise ListenerConfigError(f"listener {self.name}: {exc}") from None
         for line in report.drift:
             self.report(f"listener {self.name}: topic drift (left as it is): {line}")
         # bulk work is written as change records: its subjects exist before anyone writes

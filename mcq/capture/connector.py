@@ -79,6 +79,14 @@ def value_encoding(settings: Settings) -> dict[str, str]:
     return {"value.converter.schemas.enable": "true"}
 
 
+def raw_topic_durability(settings: Settings) -> dict[str, str]:
+    """Connect creates the raw CDC topics: with mcq's topic settings (-1: the cluster's default)."""
+    out = {"topic.creation.default.replication.factor": str(settings.topics.replication_factor)}
+    if settings.topics.min_insync_replicas is not None:
+        out["topic.creation.default.min.insync.replicas"] = str(settings.topics.min_insync_replicas)
+    return out
+
+
 def render_source(registry: Registry, source: Source, settings: Settings) -> dict[str, str]:
     """The connector config of one source."""
     tables = captured_columns(registry, source)
@@ -100,6 +108,7 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
                 "ON CONFLICT (source) DO UPDATE SET beat_at = EXCLUDED.beat_at"
             ),
             "snapshot.mode": "initial",
+            **raw_topic_durability(settings),
             **value_encoding(settings),
         },
     )

@@ -124,8 +124,13 @@ class RegistryStore:
         spec = NewTopic(
             self.topic,
             num_partitions=1,  # one partition: a reader sees definitions in the order applied
-            replication_factor=-1,  # the cluster's default
-            config={"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"},
+            replication_factor=self.settings.topics.replication_factor,  # -1: the cluster's default
+            config={
+                "cleanup.policy": "compact",
+                "min.compaction.lag.ms": "0",
+                "retention.ms": "-1",
+                **self.settings.topics.config(),
+            },
         )
         try:
             admin.create_topics([spec], operation_timeout=30)[self.topic].result()

@@ -41,6 +41,10 @@ def withheld_topic(prefix: str = "mcq") -> str:
     return f"{prefix}._withheld"
 
 
+class TopicSettingsError(Exception):
+    """Topic settings the cluster cannot satisfy (more replicas than brokers)."""
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
@@ -74,14 +78,23 @@ def apply_topics(
 ) -> TopicReport:
     """Create missing topics; compare existing ones and report drift without changing them."""
     admin = AdminClient(settings.kafka.client_config())
-    existing = admin.list_topics(timeout=15).topics
+    metadata = admin.list_topics(timeout=15)
+    existing = metadata.topics
+    durability = settings.topics
+    specs = [TopicSpec(s.name, s.partitions, {**s.config, **durability.config()}, s.purpose) for s in specs]
     missing = [s for s in specs if s.name not in existing]
     created: list[str] = []
     if missing:
-        futures = admin.create_topics(
-            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=-1, config=s.config) for s in missing],
-            operation_timeout=30,
-        )
+        brokers = len(metadata.brokers)
+        if durability.replication_factor > brokers:
+            raise TopicSettingsError(
+                f"topics.replication_factor is {durability.replication_factor} but the cluster at "
+                f"{settings.kafka.bootstrap_servers} has {brokers} broker(s): no topic created "
+                f"(set MCQ_TOPICS__REPLICATION_FACTOR to at most {brokers})"
+            )
+        rf = durability.replication_factor
+        new = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=rf, config=t.config) for t in missing]
+        futures = admin.create_topics(new, operation_timeout=30)
         for name, fut in futures.items():
             try:
                 fut.result()
@@ -101,6 +114,11 @@ def apply_topics(
             partitions = len(existing[spec.name].partitions)
             if partitions != spec.partitions:
                 lines.append(f"{spec.name}: partitions: registry {spec.partitions}, cluster {partitions}")
+            replicas = min((len(p.replicas) for p in existing[spec.name].partitions.values()), default=0)
+            if durability.replication_factor != -1 and replicas != durability.replication_factor:
+                lines.append(
+                    f"{spec.name}: replication factor: settings {durability.replication_factor}, cluster {replicas}"
+                )
             actual = configs[spec.name]
             for key, value in spec.config.items():
                 have = actual[key].value if key in actual else None

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.smoke import delete_topics
@@ -55,5 +59,41 @@ def test_topics_are_created_compacted_once_and_drift_is_reported_not_changed(
         assert third.drift == [f"{topic}: delete.retention.ms: registry 86400000, cluster 1000"]
         after = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values())).result()
         assert after["delete.retention.ms"].value == "1000"  # reported, not silently reverted
+    finally:
+        delete_topics(settings, [topic])
+
+
+def test_topic_durability_settings_reach_every_topic_and_a_cluster_too_small_is_one_line(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """MCQ_TOPICS__REPLICATION_FACTOR / MIN_INSYNC_REPLICAS: the stack has one broker, so a
+    factor of 2 is refused before any topic is made; min.insync.replicas 1 is set on the
+    topics created and checked as drift on those made without it."""
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(_registry(token))
+    topic = f"mcq.t{token}.telephone"
+    admin = AdminClient(settings.kafka.client_config())
+    try:
+        refused = CliRunner().invoke(
+            main, ["topics", "apply", "--registry", str(registry_file)], env={"MCQ_TOPICS__REPLICATION_FACTOR": "2"}
+        )
+        assert refused.exit_code == 1, refused.output
+        [line] = refused.stderr.splitlines()
+        assert "topics.replication_factor is 2" in line and "has 1 broker(s)" in line, line
+        assert topic not in admin.list_topics(timeout=10).topics
+
+        durable = {"MCQ_TOPICS__REPLICATION_FACTOR": "1", "MCQ_TOPICS__MIN_INSYNC_REPLICAS": "1"}
+        made = CliRunner().invoke(main, ["topics", "apply", "--registry", str(registry_file)], env=durable)
+        assert made.exit_code in (0, 3), made.output  # the shared system topics may predate the setting
+        assert f"created {topic}" in made.output
+        described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+        config = next(iter(described.values())).result()
+        assert config["min.insync.replicas"].value == "1"
+
+        mis = CliRunner().invoke(
+            main, ["topics", "apply", "--registry", str(registry_file)], env={"MCQ_TOPICS__MIN_INSYNC_REPLICAS": "2"}
+        )
+        assert mis.exit_code == 3, mis.output  # drift: reported, never changed behind the operator's back
+        assert f"{topic}: min.insync.replicas: registry 2, cluster 1" in mis.output
     finally:
         delete_topics(settings, [topic])

@@ -3,6 +3,7 @@ secrets never print."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from mcq.config import ConfigError, Settings, load_settings
+from mcq.config import PROJECT_ROOT, ConfigError, Settings, load_settings
 
 SECRET = "s3cr3t-Pa55word"
 
@@ -142,3 +143,33 @@ def test_the_state_snapshot_directory_follows_the_stack_home_and_none_turns_it_o
     for off in ("none", "", "off"):
         monkeypatch.setenv("MCQ_STATE_DIR", off)
         assert load_settings().state_dir is None
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"MCQ_TOPICS__REPLICATION_FACTOR": "0"}, "must be -1 (the cluster's default) or >= 1"),
+     ({"MCQ_TOPICS__MIN_INSYNC_REPLICAS": "0"}, "min_insync_replicas must be >= 1"),
+     ({"MCQ_TOPICS__REPLICATION_FACTOR": "2", "MCQ_TOPICS__MIN_INSYNC_REPLICAS": "3"}, "no write could ever succeed")],
+)  # fmt: skip
+def test_topic_durability_settings_that_cannot_work_are_refused(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings()
+
+
+def test_raw_topics_get_the_topic_durability_settings_through_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcq.capture.connector import render
+    from mcq.registry import load_registry
+
+    campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
+    default = render(campus, load_settings())["mcq-source-campus"]
+    assert default["topic.creation.default.replication.factor"] == "-1"  # the cluster's default
+    assert "topic.creation.default.min.insync.replicas" not in default
+    monkeypatch.setenv("MCQ_TOPICS__REPLICATION_FACTOR", "3")
+    monkeypatch.setenv("MCQ_TOPICS__MIN_INSYNC_REPLICAS", "2")
+    production = render(campus, load_settings())["mcq-source-campus"]
+    assert production["topic.creation.default.replication.factor"] == "3"
+    assert production["topic.creation.default.min.insync.replicas"] == "2"
