@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from ldap3 import LEVEL, Connection, Server
+from ldap3 import LEVEL, Connection
 from ldap3.utils.dn import escape_rdn
 from psycopg import sql
 
@@ -287,8 +287,9 @@ def compare_entries(wanted: Mapping[str, WantedEntry], have: Mapping[str, Mappin
 
 
 def _ldap(settings: Settings) -> Connection:
-    s = settings.ldap
-    return Connection(Server(s.url), user=s.bind_dn, password=s.password.get_secret_value(), auto_bind=True)
+    from mcq.ldap_connect import connect
+
+    return connect(settings.ldap, receive_timeout=60)
 
 
 def _entries(conn: Connection, container: str) -> dict[str, dict[str, list[str]]]:

@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from pydantic import (
     BaseModel,
@@ -62,6 +62,7 @@ class StackPorts(_Section):
     connect: int = 28083
     registry: int = 28081
     ldap: int = 23389
+    ldaps: int = 23636
 
 
 class StackSettings(_Section):
@@ -246,14 +247,37 @@ class DatabaseSettings(_Section):
     dbname: str = ""
     user: str = "mcq"
     password: SecretStr = SecretStr("mcq-local")
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = None
+    """TLS to the server (libpq's ``sslmode``; unset: libpq's default, ``prefer``). ``verify-full``
+    checks the server's certificate against ``sslrootcert`` and its name against ``host``."""
+    sslrootcert: Path | None = None
+    """The CA bundle (PEM) that signed the server's certificate (the local stack's:
+    ``<MCQ_HOME>/tls/ca.crt``)."""
+
+    def _tls_params(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.sslmode is not None:
+            params["sslmode"] = self.sslmode
+        if self.sslrootcert is not None:
+            params["sslrootcert"] = str(self.sslrootcert)
+        return params
 
     def dsn(self) -> str:
         """A libpq URI, password included: hand it to a driver, never to a log."""
         pw = quote(self.password.get_secret_value(), safe="")
-        return f"postgresql://{quote(self.user, safe='')}:{pw}@{self.host}:{self.port}/{self.dbname}"
+        query = urlencode(self._tls_params(), quote_via=quote)
+        return f"postgresql://{quote(self.user, safe='')}:{pw}@{self.host}:{self.port}/{self.dbname}" + (
+            f"?{query}" if query else ""
+        )
 
     def jdbc_url(self) -> str:
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}"
+        """The same database for PostgreSQL's JDBC driver (Spark's reads), TLS settings included."""
+        query = urlencode(self._tls_params(), quote_via=quote)
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}" + (f"?{query}" if query else "")
+
+    def debezium_config(self) -> dict[str, str]:
+        """The connector's ``database.ssl*`` entries (Debezium's names for the same settings)."""
+        return {f"database.{k}": v for k, v in self._tls_params().items()}
 
     def __str__(self) -> str:  # what logs may show
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
@@ -266,6 +290,17 @@ class LdapSettings(_Section):
     base_dn: str = "dc=mcq,dc=example"
     bind_dn: str = ""
     password: SecretStr = SecretStr("mcq-local")
+    ca_file: Path | None = None
+    """The CA bundle (PEM) that signed the server's certificate, for ``ldaps://`` and
+    StartTLS (unset: the system's CAs). The certificate is always verified, its host too."""
+    start_tls: bool = False
+    """Upgrade an ``ldap://`` connection with StartTLS before binding."""
+
+    @model_validator(mode="after")
+    def _tls_once(self) -> LdapSettings:
+        if self.start_tls and self.url.lower().startswith("ldaps://"):
+            raise ValueError("start_tls is for ldap:// URLs; an ldaps:// connection is TLS from the start")
+        return self
 
     @property
     def people_dn(self) -> str:

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ldap3 import BASE, LEVEL, MODIFY_REPLACE, NONE, Connection, Server
+from ldap3 import BASE, LEVEL, MODIFY_REPLACE, Connection
 from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
 
 from consumers.adapter import ReadBack
@@ -43,6 +43,7 @@ from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter
 from consumers.projection import IndexedState
 from mcq.change import Change, ChangeKey
+from mcq.ldap_connect import LdapConnectError, connect
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
@@ -70,18 +71,12 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
     def _connection(self) -> Connection:
         if self._conn is not None and self._conn.bound and not self._conn.closed:
             return self._conn
-        ldap = self.mcq_settings.ldap
         try:
-            # no schema read: the server validates what it is sent (and refuses with its reason)
-            server = Server(ldap.url, connect_timeout=5, get_info=NONE)
-            conn = Connection(
-                server, user=ldap.bind_dn, password=ldap.password.get_secret_value(),
-                auto_bind=True, raise_exceptions=True, receive_timeout=15,
-            )  # fmt: skip
-        except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
-            raise TargetUnavailable(f"ldap {ldap.url}: {exc}") from None
-        except LDAPException as exc:  # a refused bind: the listener waits until someone fixes it
-            raise TargetUnavailable(f"ldap {ldap.url}: bind as {ldap.bind_dn}: {exc}") from None
+            # no schema read: the server validates what it is sent (and refuses with its reason).
+            # An untrusted certificate or a refused bind: the listener waits until someone fixes it.
+            conn = connect(self.mcq_settings.ldap, connect_timeout=5, receive_timeout=15)
+        except LdapConnectError as exc:
+            raise TargetUnavailable(str(exc)) from None
         self._conn = conn
         return conn
 

@@ -10,14 +10,17 @@ listener waits for it.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
 
 from consumers.adapter import Adapter
-from consumers.exceptions import ChangeFailed, ChangeRejected, TargetUnavailable
+from consumers.exceptions import ChangeFailed, ChangeRejected, ListenerConfigError, TargetUnavailable
 from consumers.webhook.settings import WebhookSettings
 from mcq.change import Change
+from mcq.config import Settings
+from mcq.registry.model import Listener
 
 RETRYABLE = {408, 425, 429}
 
@@ -28,12 +31,21 @@ class WebhookAdapter(Adapter):
     settings: WebhookSettings
     _client: httpx.Client | None = None
 
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        try:  # at start: a CA or client certificate that cannot be used is a configuration error
+            self._verify = self.settings.ssl_context()
+        except (OSError, ssl.SSLError) as exc:
+            raise ListenerConfigError(
+                f"listener {listener.name}: adapter webhook: TLS files (ca_file, client_cert, client_key): {exc}"
+            ) from None
+
     def open(self) -> None:
         if self._client is None:
             headers = dict(self.settings.headers)
             if self.settings.bearer_token is not None:
                 headers["Authorization"] = f"Bearer {self.settings.bearer_token.get_secret_value()}"
-            self._client = httpx.Client(timeout=self.settings.timeout_s, headers=headers)
+            self._client = httpx.Client(timeout=self.settings.timeout_s, headers=headers, verify=self._verify)
 
     def close(self) -> None:
         if self._client is not None:

@@ -109,6 +109,7 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
             ),
             "snapshot.mode": "initial",
             **raw_topic_durability(settings),
+            **settings.source.debezium_config(),
             **value_encoding(settings),
         },
     )

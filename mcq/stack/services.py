@@ -27,6 +27,7 @@ import httpx
 from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import MissingRuntime, ServiceFailed
 from mcq.stack.process import ProcessHandle
+from mcq.stack.tls import stack_tls
 
 if TYPE_CHECKING:
     import psycopg
@@ -178,11 +179,20 @@ class Postgres(Service):
                 self.handle.log_file,
             )
 
+    @property
+    def tls_key(self) -> Path:
+        """The server key, PostgreSQL's own copy (it must belong to the server's user, mode 0600)."""
+        return self.data_dir.parent / "postgres-server.key"
+
     def prepare(self) -> None:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self._check_reachable()
         self._own(self.socket_dir)
+        tls = stack_tls(self.settings).ensure()
+        self.tls_key.write_bytes(tls.server_key.read_bytes())
+        self.tls_key.chmod(0o600)
+        self._own(self.tls_key)
         if (self.data_dir / "PG_VERSION").exists():
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +235,11 @@ class Postgres(Service):
             "max_connections": 200,
             "shared_buffers": "128MB",
             "logging_collector": "off",
+            # TLS offered (clients choose: libpq's default sslmode=prefer takes it, verify-full
+            # checks it against the stack's CA, <MCQ_HOME>/tls/ca.crt)
+            "ssl": "on",
+            "ssl_cert_file": stack_tls(self.settings).server_cert,
+            "ssl_key_file": self.tls_key,
         }
         flags = [f"--{k}={v}" for k, v in conf.items()]
         return [self._bin("postgres"), "-D", str(self.data_dir), *flags]
@@ -289,16 +304,41 @@ class Ldap(Service):
 
     @property
     def ports(self) -> tuple[int, ...]:
-        return (self.settings.stack.ports.ldap,)
+        return (self.settings.stack.ports.ldap, self.settings.stack.ports.ldaps)
 
     @property
     def address(self) -> str:
         return f"ldap://{LOOPBACK}:{self.settings.stack.ports.ldap}"
 
+    @property
+    def tls_address(self) -> str:
+        return f"ldaps://{LOOPBACK}:{self.settings.stack.ports.ldaps}"
+
+    def _tls_ldif(self) -> str:
+        """cn=config's TLS attributes: the stack's certificate for ldaps:// and StartTLS."""
+        tls = stack_tls(self.settings).ensure()
+        return (
+            f"olcTLSCACertificateFile: {tls.ca_cert}\n"
+            f"olcTLSCertificateFile: {tls.server_cert}\n"
+            f"olcTLSCertificateKeyFile: {tls.server_key}\n"
+        )
+
+    def _add_tls(self) -> None:
+        """A directory made before the stack had TLS: add it to cn=config (offline, slapmodify)."""
+        if "olcTLSCertificateFile" in (self.conf_dir / "cn=config.ldif").read_text():
+            return
+        slapmodify = self._require(self.settings.stack.slapd.parent / "slapmodify", "OpenLDAP's slapmodify")
+        ldif = self.conf_dir.parent / "ldap-tls.ldif"
+        lines = self._tls_ldif().splitlines()
+        changes = "".join(f"add: {line.split(':')[0]}\n{line}\n-\n" for line in lines)
+        ldif.write_text(f"dn: cn=config\nchangetype: modify\n{changes}")
+        self._run([str(slapmodify), "-n", "0", "-F", str(self.conf_dir), "-l", str(ldif)])
+
     def prepare(self) -> None:
         slapadd = self._require(self.settings.stack.slapd.parent / "slapadd", "OpenLDAP's slapadd")
         self._require(self.settings.stack.slapd, "OpenLDAP's slapd")
         if (self.conf_dir / "cn=config.ldif").exists():
+            self._add_tls()
             return
         ldap = self.settings.ldap
         schema = self.settings.stack.ldap_schema_dir
@@ -318,7 +358,7 @@ objectClass: olcGlobal
 cn: config
 olcPidFile: {run}/slapd.pid
 olcArgsFile: {run}/slapd.args
-
+{self._tls_ldif()}
 dn: cn=module{{0}},cn=config
 objectClass: olcModuleList
 cn: module{{0}}
@@ -381,7 +421,8 @@ ou: groups
 
     def argv(self) -> list[str]:
         # -d keeps slapd in the foreground (it would fork otherwise), level 0 = quiet
-        return [str(self.settings.stack.slapd), "-h", f"{self.address}/", "-F", str(self.conf_dir), "-d", "0"]
+        urls = f"{self.address}/ {self.tls_address}/"  # StartTLS on the first, TLS from the start on the second
+        return [str(self.settings.stack.slapd), "-h", urls, "-F", str(self.conf_dir), "-d", "0"]
 
     def check(self) -> None:
         import ldap3

@@ -173,3 +173,26 @@ def test_raw_topics_get_the_topic_durability_settings_through_connect(monkeypatc
     production = render(campus, load_settings())["mcq-source-campus"]
     assert production["topic.creation.default.replication.factor"] == "3"
     assert production["topic.creation.default.min.insync.replicas"] == "2"
+
+
+def test_postgres_tls_settings_reach_libpq_jdbc_and_debezium(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCQ_SOURCE__SSLMODE", "verify-full")
+    monkeypatch.setenv("MCQ_SOURCE__SSLROOTCERT", "/etc/ssl/campus ca.pem")
+    source = load_settings().source
+    assert source.dsn().endswith("?sslmode=verify-full&sslrootcert=%2Fetc%2Fssl%2Fcampus%20ca.pem")
+    assert source.jdbc_url().endswith("?sslmode=verify-full&sslrootcert=%2Fetc%2Fssl%2Fcampus%20ca.pem")
+    assert source.debezium_config() == {
+        "database.sslmode": "verify-full",
+        "database.sslrootcert": "/etc/ssl/campus ca.pem",
+    }
+    assert "?" not in load_settings().vendor.dsn()  # unset: libpq's own default
+    monkeypatch.setenv("MCQ_SOURCE__SSLMODE", "verify")
+    with pytest.raises(ConfigError, match="sslmode"):
+        load_settings()
+
+
+def test_starttls_on_an_ldaps_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCQ_LDAP__URL", "ldaps://ldap.campus.example")
+    monkeypatch.setenv("MCQ_LDAP__START_TLS", "true")
+    with pytest.raises(ConfigError, match="start_tls is for ldap:// URLs"):
+        load_settings()
