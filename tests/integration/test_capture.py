@@ -218,3 +218,44 @@ listeners: []
             assert client.status(connector_name(registry.sources[0])) is None
     finally:
         _sql(settings, f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_connect_apply_prepare_only_prepares_the_source_and_puts_no_connector(
+    stack: Stack, settings: Settings, tmp_path: Any
+) -> None:
+    """With Strimzi KafkaConnector resources (the chart's capture.mode strimzi) the connectors
+    have another manager: `mcq connect apply --prepare-only` installs the outbox and sets
+    REPLICA IDENTITY FULL, and leaves Connect alone."""
+    from click.testing import CliRunner
+
+    from mcq.cli import main
+
+    token = uuid.uuid4().hex[:8]
+    schema = f"po_{token}"
+    _sql(
+        settings, f"CREATE SCHEMA {schema}", f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text)"
+    )
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(
+        f"""
+sources:
+  - {{name: po{token}, schemas: [{schema}], publication: mcq_po{token}, slot: mcq_po{token}}}
+tables:
+  - tname: PO_PEOPLE
+    feeds:
+      - {{source: po{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [person_id, name]}}
+listeners: []
+"""
+    )
+    try:
+        result = CliRunner().invoke(main, ["connect", "apply", "--prepare-only", "--registry", str(registry_file)])
+        assert result.exit_code == 0, (result.output, result.stderr)
+        assert "connectors left to their manager (--prepare-only)" in result.output
+        with psycopg.connect(settings.source.dsn()) as conn:
+            identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.people'::regclass")
+            assert identity.fetchone() == ("f",)
+            assert conn.execute("SELECT to_regproc('mcq_log_update')").fetchone() != (None,)
+        with ConnectClient(settings.connect) as client:
+            assert client.status(f"mcq-source-po{token}") is None
+    finally:
+        _sql(settings, f"DROP SCHEMA {schema} CASCADE")
