@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcq.capture.connector import raw_topic_durability
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient, ConnectError, debezium_postgres_source
 
@@ -121,7 +122,7 @@ def captured_table(settings: Settings, names: SmokeNames, report: Report) -> Ite
         slot_name=names.slot,
         publication_name=names.publication,
         tables=[f"{names.schema}.{names.table}"],
-        **{"snapshot.mode": "no_data"},
+        **{"snapshot.mode": "no_data", **raw_topic_durability(settings)},
     )
     with ConnectClient(settings.connect) as connect:
         try:
