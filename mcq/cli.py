@@ -27,6 +27,7 @@ from mcq.registry.store import RegistryStore
 
 if TYPE_CHECKING:
     from consumers.runtime.dlq import DeadLetter, DeadLetters
+    from mcq.acl.plan import Grant, Principals
     from mcq.stack import Stack
 
 # Commands import what only they use (capture, Connect's client, the stack's services,
@@ -434,6 +435,94 @@ def connect_remove(source: str | None, registry_file: Path | None) -> None:
 # ------------------------------------------------------------------ topics
 
 
+@main.group("acl")
+def acl_group() -> None:
+    """Kafka ACLs derived from the registry: each identity gets only what it needs."""
+
+
+def _acl_plan(registry_file: Path | None) -> tuple[list[Grant], Principals]:
+    from mcq.acl.plan import Principals, plan_acls
+
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    principals = Principals.of(settings, registry)
+    return plan_acls(registry, principals), principals
+
+
+@acl_group.command("plan")
+@FROM_FILE
+def acl_plan(registry_file: Path | None) -> None:
+    """Show every ACL the registry's identities need, one per line with why (nothing is
+    read from the broker)."""
+    grants, principals = _acl_plan(registry_file)
+    for g in grants:
+        _say(f"{g.line()}  ({g.why})")
+    _say(f"{len(grants)} ACLs for {len(principals.all())} principals")
+
+
+def _acl_call(verb: str, apply: bool, registry_file: Path | None) -> None:
+    from mcq.acl.cluster import AclAdmin
+    from mcq.acl.exceptions import AclError, AclUnsupported
+
+    grants, principals = _acl_plan(registry_file)
+    try:
+        admin = AclAdmin(_settings())
+        drift = admin.apply(grants, principals) if apply else admin.diff(grants, principals)
+    except AclUnsupported as exc:
+        _err(f"mcq acl {verb}: {exc}")
+        sys.exit(EXIT_CONFIG)
+    except AclError as exc:
+        _err(f"mcq acl {verb}: {exc}")
+        sys.exit(EXIT_FAILED)
+    done = "created" if apply else "missing"
+    for line in drift.lines():
+        _say(line.replace("missing:", f"{done}:").replace("extra:", "deleted:" if apply else "extra:"))
+    if not drift:
+        _say(f"no drift: the broker holds exactly the {len(grants)} ACLs of the plan")
+    elif not apply:
+        sys.exit(EXIT_FAILED)
+
+
+@acl_group.command("diff")
+@FROM_FILE
+def acl_diff(registry_file: Path | None) -> None:
+    """Compare the broker's ACLs of mcq's principals with the plan (exit 1 on drift)."""
+    _acl_call("diff", False, registry_file)
+
+
+@acl_group.command("apply")
+@FROM_FILE
+def acl_apply(registry_file: Path | None) -> None:
+    """Create the missing ACLs and delete the extra ones of mcq's principals; nothing else."""
+    _acl_call("apply", True, registry_file)
+
+
+@acl_group.command("user")
+@click.argument("user")
+@click.option(
+    "--password-env",
+    metavar="VAR",
+    help="Read the password from this environment variable (default: asked for, not echoed).",
+)
+def acl_user(user: str, password_env: str | None) -> None:
+    """Create SCRAM-SHA-512 user USER on the broker, or change its password."""
+    from mcq.acl.exceptions import AclError
+    from mcq.acl.users import set_scram_user
+
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise click.BadParameter(f"{password_env} is not set or empty", param_hint="--password-env")
+    else:
+        password = click.prompt(f"password for {user}", hide_input=True, confirmation_prompt=True)
+    try:
+        set_scram_user(_settings(), user, password)
+    except AclError as exc:
+        _err(f"mcq acl user: {exc}")
+        sys.exit(EXIT_FAILED)
+    _say(f"{user}: SCRAM-SHA-512 credentials set")
+
+
 @main.group("helm")
 def helm_group() -> None:
     """Kubernetes: values for the Helm chart helm/mcq, generated from the registry."""
@@ -682,7 +771,7 @@ def listen(
     from mcq.contract import SchemaRefused
     from mcq.topics.read import TopicReadError
 
-    settings = _settings()
+    settings = _settings().for_listener(name)
     registry = _load_registry_file(registry_file) if registry_file else None
     try:
         runtime = ListenerRuntime(

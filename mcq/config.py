@@ -59,6 +59,9 @@ class StackPorts(_Section):
     postgres: int = 25432
     kafka: int = 29092
     kafka_controller: int = 29093
+    kafka_sasl: int = 29094
+    """The broker's SASL_SSL listener (SCRAM-SHA-512 over TLS with the stack's CA): every
+    client there has an identity and gets only what its ACLs allow (``mcq acl``)."""
     connect: int = 28083
     registry: int = 28081
     ldap: int = 23389
@@ -82,6 +85,9 @@ class StackSettings(_Section):
     connect_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     start_timeout_s: float = 150.0
+    kafka_admin_password: SecretStr = SecretStr("mcq-admin-local")
+    """The SCRAM password of the local broker's ``mcq-admin`` user (a super user, like the
+    plaintext loopback port's anonymous clients)."""
 
 
 KAFKA_CLIENT_LOGGER = "mcq.kafka.client"
@@ -199,6 +205,15 @@ SPARK_UNPASSED = frozenset(
         "key.deserializer", "value.deserializer", "key.serializer", "value.serializer", "interceptor.classes",
     }
 )  # fmt: skip
+
+
+class KafkaCredentials(_Section):
+    """One process's own Kafka identity (SASL), laid over ``kafka``'s settings: a listener's
+    (``MCQ_LISTENERS__<NAME>__SASL_USERNAME`` / ``__SASL_PASSWORD``), so each listener reads and
+    writes only what its ACLs allow (``mcq acl plan``)."""
+
+    sasl_username: str
+    sasl_password: SecretStr
 
 
 class HttpServiceSettings(_Section):
@@ -372,6 +387,9 @@ class Settings(BaseSettings):
     vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
     topics: TopicSettings = TopicSettings()
+    listeners: dict[str, KafkaCredentials] = {}
+    """Per-listener Kafka credentials (a listener's name, any case): ``mcq listen NAME`` and
+    the commands acting for NAME use them instead of ``kafka.sasl_username/password``."""
     topic_prefix: str = Field(default="mcq", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     """Logical topics are ``<prefix>.<tname>[.<subtype>]``; a prefix per environment or test."""
     state_dir: Path | None = None
@@ -380,6 +398,19 @@ class Settings(BaseSettings):
     topics gained since the last run; unset:
     ``<stack.home>/state``; empty or ``none``: no snapshot, every run reads the topics whole
     (a pod without a volume)."""
+
+    def for_listener(self, name: str) -> Settings:
+        """These settings as listener NAME uses them: its own Kafka credentials when
+        ``listeners`` has them (names compared without case: environment variables are)."""
+        creds = next((c for n, c in self.listeners.items() if n.lower() == name.lower()), None)
+        if creds is None:
+            return self
+        kafka = self.kafka.model_copy(
+            update={"sasl_username": creds.sasl_username, "sasl_password": creds.sasl_password}
+        )
+        copy = self.model_copy()
+        object.__setattr__(copy, "kafka", kafka)
+        return copy
 
     @field_validator("state_dir", mode="before")
     @classmethod

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 HEALTH_TOPIC = "_mcq.health"
+KAFKA_ADMIN = "mcq-admin"
+"""The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
 
 
 class NotReady(Exception):
@@ -528,24 +530,48 @@ class Kafka(JvmService):
     @property
     def ports(self) -> tuple[int, ...]:
         p = self.settings.stack.ports
-        return (p.kafka, p.kafka_controller)
+        return (p.kafka, p.kafka_controller, p.kafka_sasl)
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.settings.stack.ports.kafka}"
 
+    @property
+    def keystore(self) -> Path:
+        """The SASL_SSL listener's key and certificate (PEM), from the stack's CA."""
+        return self.conf_dir / "kafka-server.pem"
+
     def prepare(self) -> None:
         super().prepare()
+        tls = stack_tls(self.settings).ensure()
+        self.keystore.write_bytes(tls.server_key.read_bytes() + tls.server_cert.read_bytes())
+        self.keystore.chmod(0o600)
         p = self.settings.stack.ports
         props = {
             "process.roles": "broker,controller",
             "node.id": 1,
             "controller.quorum.voters": f"1@{LOOPBACK}:{p.kafka_controller}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka},CONTROLLER://{LOOPBACK}:{p.kafka_controller}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka}",
+            "listeners": (
+                f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl},"
+                f"CONTROLLER://{LOOPBACK}:{p.kafka_controller}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            # The SASL_SSL port: SCRAM-SHA-512 over TLS (the stack's CA), every principal
+            # limited to its ACLs (`mcq acl apply`); nothing is allowed without an ACL. The
+            # plaintext loopback port (the quick start's) and the controller's are anonymous
+            # and super users: a process that must be limited connects to the SASL_SSL port.
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+            "listener.name.sasl_ssl.ssl.keystore.location": self.keystore,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:ANONYMOUS;User:{KAFKA_ADMIN}",
             "log.dirs": self.data_dir,
             "num.partitions": 3,
             "offsets.topic.replication.factor": 1,
@@ -577,6 +603,15 @@ class Kafka(JvmService):
                     str(conf),
                 ]
             )
+
+    def after_start(self) -> None:
+        """The SCRAM super user exists (made or its password set again, every start)."""
+        from confluent_kafka.admin import AdminClient
+
+        from mcq.acl.users import set_scram_user
+
+        admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
+        set_scram_user(self.settings, KAFKA_ADMIN, self.settings.stack.kafka_admin_password.get_secret_value(), admin)
 
     def check(self) -> None:
         """Produce a record and read it back: the broker, its log and its fetch path work."""

@@ -101,7 +101,15 @@ def apply_topics(
                 created.append(name)
                 report(f"created {name}")
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                code = exc.args[0].code()
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    who = settings.kafka.sasl_username or "this client"
+                    raise TopicSettingsError(
+                        f"topic {name} is missing and {who} may not create it at {settings.kafka.bootstrap_servers}: "
+                        "run `mcq topics apply` with an identity that may (mcq's ACLs let no process create "
+                        "another's topics)"
+                    ) from None
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
         _wait_usable(admin, [s.name for s in missing])
     drift: list[str] = []

@@ -64,7 +64,10 @@ def mine(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "ldapPassword": {"existingSecret": "mcq-ldap", "key": "bind-password"},
                 },
                 "kafkaCaSecret": "campus-cluster-ca-cert",
-                "listenerOverrides": {"LDAP": {"replicas": 2}, "Insite": {"suspend": True}},
+                "listenerOverrides": {
+                    "LDAP": {"replicas": 2, "kafkaCredentials": {"existingSecret": "mcq-listener-ldap"}},
+                    "Insite": {"suspend": True},
+                },
                 "metrics": {"serviceMonitor": {"enabled": True}},
             }
         )
@@ -204,6 +207,7 @@ def test_no_secret_value_appears_and_every_password_comes_from_a_secret(
         ("MCQ_KAFKA__SASL_PASSWORD", "mcq-kafka", "password"),
         ("MCQ_SOURCE__PASSWORD", "mcq-source", "password"),
         ("MCQ_LDAP__PASSWORD", "mcq-ldap", "bind-password"),
+        ("MCQ_LISTENERS__LDAP__SASL_PASSWORD", "mcq-listener-ldap", "password"),  # LDAP's own identity
     }
 
 
