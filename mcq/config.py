@@ -160,14 +160,17 @@ class KafkaSettings(_Section):
         }
         if self.sasl_mechanism:
             opts["kafka.sasl.mechanism"] = self.sasl_mechanism
-        if self.sasl_username and self.sasl_password is not None:
+        if self.sasl_mechanism == "OAUTHBEARER":
+            opts.update(self._spark_oauthbearer())
+        elif self.sasl_username and self.sasl_password is not None:
             module = (
                 "org.apache.kafka.common.security.scram.ScramLoginModule"
                 if self.sasl_mechanism and self.sasl_mechanism.startswith("SCRAM")
                 else "org.apache.kafka.common.security.plain.PlainLoginModule"
             )
-            secret = self.sasl_password.get_secret_value()
-            opts["kafka.sasl.jaas.config"] = f'{module} required username="{self.sasl_username}" password="{secret}";'
+            opts["kafka.sasl.jaas.config"] = _jaas(
+                module, username=self.sasl_username, password=self.sasl_password.get_secret_value()
+            )
         if self.ssl_ca_location:
             opts["kafka.ssl.truststore.type"] = "PEM"
             opts["kafka.ssl.truststore.location"] = str(self.ssl_ca_location)
@@ -181,6 +184,43 @@ class KafkaSettings(_Section):
                 value = ""  # the Java client's "no host name check"
             opts[f"kafka.{JAVA_NAMES.get(name, name)}"] = value
         return opts
+
+    def _spark_oauthbearer(self) -> dict[str, str]:
+        """OAUTHBEARER with OIDC client credentials, as librdkafka takes it in ``extra``
+        (``sasl.oauthbearer.method: oidc``, ``.client.id``, ``.client.secret``,
+        ``.token.endpoint.url``, ``.scope``), for the Java client: a JAAS line and the login
+        callback handler that fetches the token. (Kafka 4 clients also want the endpoint in
+        the JVM property ``org.apache.kafka.sasl.oauthbearer.allowed.urls``.)"""
+        x = self.extra
+        endpoint = x.get("sasl.oauthbearer.token.endpoint.url")
+        if not endpoint or "sasl.oauthbearer.client.id" not in x:
+            return {}  # an unsecured JWT or a custom handler: configured through kafka.extra alone
+        fields = {
+            "clientId": x["sasl.oauthbearer.client.id"],
+            "clientSecret": x.get("sasl.oauthbearer.client.secret", ""),
+        }
+        if x.get("sasl.oauthbearer.scope"):
+            fields["scope"] = x["sasl.oauthbearer.scope"]
+        return {
+            "kafka.sasl.jaas.config": _jaas(
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule", **fields
+            ),
+            "kafka.sasl.oauthbearer.token.endpoint.url": endpoint,
+            "kafka.sasl.login.callback.handler.class": (
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+            ),
+        }
+
+
+def _jaas(module: str, **options: str) -> str:
+    """A JAAS line: each value quoted, with the backslashes and quotes inside it escaped
+    (Kafka's parser reads C-style escapes in quoted strings; a password with ``"`` in it
+    would otherwise end the value early)."""
+
+    def quote(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return f"{module} required {' '.join(f'{k}={quote(v)}' for k, v in options.items())};"
 
 
 # librdkafka properties the Java client (Spark's Kafka source and sink) knows by another name

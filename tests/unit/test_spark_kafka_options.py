@@ -44,3 +44,39 @@ def test_librdkafka_only_and_spark_managed_properties_are_not_passed() -> None:
         }
     )
     assert set(opts) == {"kafka.bootstrap.servers", "kafka.security.protocol"}
+
+
+def test_a_password_with_quotes_and_backslashes_is_escaped_in_the_jaas_line() -> None:
+    opts = KafkaSettings(
+        bootstrap_servers="b:9093",
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="mcq",
+        sasl_password='pa"ss\\word',  # type: ignore[arg-type]
+    ).spark_options()
+    assert opts["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="mcq" password="pa\\"ss\\\\word";'
+    )
+
+
+def test_oauthbearer_with_oidc_client_credentials_reaches_spark_as_jaas_and_the_token_endpoint() -> None:
+    opts = KafkaSettings(
+        bootstrap_servers="b:9093",
+        security_protocol="SASL_SSL",
+        sasl_mechanism="OAUTHBEARER",
+        extra={
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.client.id": "mcq-normaliser",
+            "sasl.oauthbearer.client.secret": "s3cret",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+            "sasl.oauthbearer.scope": "kafka",
+        },
+    ).spark_options()
+    assert opts["kafka.sasl.mechanism"] == "OAUTHBEARER"
+    assert opts["kafka.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
+        ' clientId="mcq-normaliser" clientSecret="s3cret" scope="kafka";'
+    )
+    assert opts["kafka.sasl.oauthbearer.token.endpoint.url"] == "https://idp.example/token"
+    assert opts["kafka.sasl.login.callback.handler.class"].endswith("oauthbearer.OAuthBearerLoginCallbackHandler")
+    assert not [k for k in opts if k.startswith("kafka.sasl.oauthbearer.client")]  # librdkafka's names stay out
