@@ -474,9 +474,8 @@ def _acl_call(verb: str, apply: bool, registry_file: Path | None) -> None:
     except AclError as exc:
         _err(f"mcq acl {verb}: {exc}")
         sys.exit(EXIT_FAILED)
-    done = "created" if apply else "missing"
-    for line in drift.lines():
-        _say(line.replace("missing:", f"{done}:").replace("extra:", "deleted:" if apply else "extra:"))
+    for line in drift.lines(applied=apply):
+        _say(line)
     if not drift:
         _say(f"no drift: the broker holds exactly the {len(grants)} ACLs of the plan")
     elif not apply:

@@ -27,8 +27,10 @@ class AclDrift:
     extra: list[Grant]
     """On the broker for a principal mcq manages, not in the plan (DENY bindings included)."""
 
-    def lines(self) -> list[str]:
-        return [f"missing: {g.line()}" for g in self.missing] + [f"extra: {g.line()}" for g in self.extra]
+    def lines(self, applied: bool = False) -> list[str]:
+        """One line per grant: ``missing:``/``extra:``, or once applied ``created:``/``deleted:``."""
+        add, remove = ("created", "deleted") if applied else ("missing", "extra")
+        return [f"{add}: {g.line()}" for g in self.missing] + [f"{remove}: {g.line()}" for g in self.extra]
 
     def __bool__(self) -> bool:
         return bool(self.missing or self.extra)
