@@ -60,13 +60,13 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not faults and not soak'
+	$(BIN)/pytest -m 'not faults and not soak' --durations=20
 
 # The fault scenarios (issue 16): components killed and restarted under load, lost slots,
 # poison input. Minutes each (a broker's recovery after SIGKILL alone takes one), so a
 # session of their own; CI runs it after `make test` (.ci/run).
 faults: install
-	$(BIN)/pytest -m faults
+	$(BIN)/pytest -m faults --durations=10
 
 # The soak (issue 16; never in CI): the pipeline under load for MINUTES while a random
 # component is SIGKILLed and started again every 1-3 minutes; prints the summary

@@ -41,8 +41,11 @@ from pathlib import Path
 
 import psycopg
 
+from mcq.acl.cluster import AclAdmin
+from mcq.acl.plan import Grant
 from mcq.config import Settings, load_settings
 from mcq.connect_rest import ConnectClient
+from mcq.stack.services import KAFKA_CONNECT
 from tests.integration.worlds import captured_world, wait_raw_records
 
 MIRROR = """
@@ -140,6 +143,15 @@ def main() -> int:
         env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
         try:
             # 1. initial load, each alone
+            # the stack's Connect worker runs as mcq-connect under its ACLs: a sink reads a raw
+            # topic in its own group, which a campus would grant it the same way
+            worker = f"User:{KAFKA_CONNECT}"
+            AclAdmin(settings).grant(
+                [
+                    Grant(worker, "TOPIC", "LITERAL", raw, "READ"),
+                    Grant(worker, "GROUP", "LITERAL", f"connect-{connector}", "READ"),
+                ]
+            )
             started = time.monotonic()
             connect.put(connector, peer_config(settings, raw, peer_table))
             peer_load = wait_loaded(settings, "peer", f"SELECT count(*) FROM {peer_table}", expected, started, 900)

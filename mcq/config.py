@@ -88,6 +88,9 @@ class StackSettings(_Section):
     kafka_admin_password: SecretStr = SecretStr("mcq-admin-local")
     """The SCRAM password of the local broker's ``mcq-admin`` user (a super user, like the
     plaintext loopback port's anonymous clients)."""
+    kafka_connect_password: SecretStr = SecretStr("mcq-connect-local")
+    """The SCRAM password of ``mcq-connect``, the identity the local Connect worker uses on
+    the broker's SASL_SSL port, limited to what its ACLs allow (``mcq acl plan``)."""
 
 
 KAFKA_CLIENT_LOGGER = "mcq.kafka.client"
@@ -168,7 +171,7 @@ class KafkaSettings(_Section):
                 if self.sasl_mechanism and self.sasl_mechanism.startswith("SCRAM")
                 else "org.apache.kafka.common.security.plain.PlainLoginModule"
             )
-            opts["kafka.sasl.jaas.config"] = _jaas(
+            opts["kafka.sasl.jaas.config"] = jaas_line(
                 module, username=self.sasl_username, password=self.sasl_password.get_secret_value()
             )
         if self.ssl_ca_location:
@@ -202,7 +205,7 @@ class KafkaSettings(_Section):
         if x.get("sasl.oauthbearer.scope"):
             fields["scope"] = x["sasl.oauthbearer.scope"]
         return {
-            "kafka.sasl.jaas.config": _jaas(
+            "kafka.sasl.jaas.config": jaas_line(
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule", **fields
             ),
             "kafka.sasl.oauthbearer.token.endpoint.url": endpoint,
@@ -212,7 +215,7 @@ class KafkaSettings(_Section):
         }
 
 
-def _jaas(module: str, **options: str) -> str:
+def jaas_line(module: str, **options: str) -> str:
     """A JAAS line: each value quoted, with the backslashes and quotes inside it escaped
     (Kafka's parser reads C-style escapes in quoted strings; a password with ``"`` in it
     would otherwise end the value early)."""

@@ -74,7 +74,7 @@ class SmokeNames:
 
     @property
     def topic_prefix(self) -> str:
-        return f"smoke-{self.token}"
+        return f"mcq.raw.smoke-{self.token}"  # raw CDC topics: what the Connect worker may write
 
     @property
     def cdc_topic(self) -> str:

@@ -69,9 +69,13 @@ def _grant(b: AclBinding) -> Grant:
 class AclAdmin:
     """Reads and changes the ACLs of the cluster ``settings.kafka`` points at."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, admin: AdminClient | None = None) -> None:
         self.settings = settings
-        self.admin = AdminClient(settings.kafka.client_config())
+        self.admin = admin or AdminClient(settings.kafka.client_config())
+
+    def grant(self, grants: list[Grant]) -> None:
+        """Create these bindings (those that exist already stay as they are)."""
+        self._create(grants)
 
     def current(self, principals: Principals) -> list[tuple[Grant, AclBinding]]:
         """The broker's bindings of the principals mcq manages."""
@@ -118,12 +122,7 @@ class AclAdmin:
         missing = sorted(wanted - have)
         extra = [(g, b) for g, b in held if g not in wanted]
         if missing:
-            results = self.admin.create_acls([_binding(g) for g in missing], request_timeout=TIMEOUT_S)
-            for binding, future in results.items():
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    raise AclError(f"create ACL {binding}: {exc.args[0]}") from None
+            self._create(missing)
         if extra:
             filters = [
                 AclBindingFilter(
@@ -137,3 +136,11 @@ class AclAdmin:
                 except KafkaException as exc:
                     raise AclError(f"delete ACL {flt}: {exc.args[0]}") from None
         return AclDrift(missing=missing, extra=sorted(g for g, _ in extra))
+
+    def _create(self, grants: list[Grant]) -> None:
+        results = self.admin.create_acls([_binding(g) for g in grants], request_timeout=TIMEOUT_S)
+        for binding, future in results.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise AclError(f"create ACL {binding}: {exc.args[0]}") from None

@@ -35,6 +35,10 @@ CONNECT_GROUP = "mcq-connect"
 DEBEZIUM_HEARTBEATS = "__debezium-heartbeat."
 
 
+RAW_TOPICS = "mcq.raw."
+"""Every source's raw CDC topics (``mcq.raw.<source>.<schema>.<table>``)."""
+
+
 @dataclass(frozen=True, order=True)
 class Grant:
     """One ALLOW binding: PRINCIPAL may OPERATION on RESOURCE NAME (LITERAL or PREFIXED)."""
@@ -85,6 +89,23 @@ class Principals:
         return principal in self.all() or principal.startswith(f"User:{self.prefix}-")
 
 
+def connect_grants(principal: str) -> list[Grant]:
+    """What a Connect worker running mcq's Debezium connectors needs: it runs every source's
+    connector, so it writes (and creates) every raw topic, its own worker topics and
+    Debezium's heartbeat topics, and uses its worker group. The local stack's worker runs
+    under exactly these (``mcq stack up``)."""
+    out = []
+    for resource, pattern, name, ops, why in (
+        ("TOPIC", "PREFIXED", RAW_TOPICS, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "raw CDC topics of every source"),
+        ("TOPIC", "PREFIXED", CONNECT_INTERNAL, ("READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"), "worker topics"),
+        ("TOPIC", "PREFIXED", DEBEZIUM_HEARTBEATS, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "Debezium heartbeats"),
+        ("GROUP", "LITERAL", CONNECT_GROUP, ("READ",), "the worker group"),
+        ("CLUSTER", "LITERAL", "kafka-cluster", ("DESCRIBE", "DESCRIBE_CONFIGS"), "topic creation defaults"),
+    ):
+        out += [Grant(principal, resource, pattern, name, op, why) for op in ops]
+    return out
+
+
 def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
     """Every grant the registry's identities need, sorted, without duplicates."""
     p = principals.prefix
@@ -113,7 +134,6 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
     for source in registry.sources:
         raw = f"{raw_topic_prefix(source)}."
         grant(n, "TOPIC", "PREFIXED", raw, ("READ", "DESCRIBE_CONFIGS"), f"raw CDC topics of source {source.name}")
-        grant(principals.connect, "TOPIC", "PREFIXED", raw, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "raw CDC topics")
     for table in registry.tables:
         ops = ("READ", "WRITE", "DESCRIBE_CONFIGS")
         grant(n, "TOPIC", "LITERAL", table.topic(p), ops, f"logical topic {table.ref}")
@@ -124,11 +144,7 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
     grant(n, "GROUP", "PREFIXED", SPARK_GROUPS, ("READ",), "Spark's Kafka readers")
     grant(n, "GROUP", "PREFIXED", SCRATCH_GROUPS, ("READ",), "assign-only readers that never commit")
 
-    c = principals.connect
-    grant(c, "TOPIC", "PREFIXED", CONNECT_INTERNAL, ("READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"), "worker topics")
-    grant(c, "TOPIC", "PREFIXED", DEBEZIUM_HEARTBEATS, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "Debezium heartbeats")
-    grant(c, "GROUP", "LITERAL", CONNECT_GROUP, ("READ",), "the worker group")
-    grant(c, "CLUSTER", "LITERAL", "kafka-cluster", ("DESCRIBE", "DESCRIBE_CONFIGS"), "topic creation defaults")
+    grants.update(connect_grants(principals.connect))
 
     r = principals.console
     grant(r, "TOPIC", "PREFIXED", f"{p}.", ("READ", "DESCRIBE_CONFIGS"), "browse every mcq topic")

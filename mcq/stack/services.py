@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from mcq.config import LOOPBACK, Settings
+from mcq.config import LOOPBACK, Settings, jaas_line
 from mcq.stack.exceptions import MissingRuntime, ServiceFailed
 from mcq.stack.process import ProcessHandle
 from mcq.stack.tls import stack_tls
@@ -36,6 +36,9 @@ DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnecto
 HEALTH_TOPIC = "_mcq.health"
 KAFKA_ADMIN = "mcq-admin"
 """The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
+KAFKA_CONNECT = "mcq-connect"
+"""The local Connect worker's identity on the broker's SASL_SSL port: no super user, only
+its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""
 
 
 class NotReady(Exception):
@@ -507,7 +510,9 @@ class JvmService(Service, ABC):
 
 
 def _properties(values: dict[str, object]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in values.items())
+    """A Java properties file; a backslash in a value is written escaped, as the format wants."""
+    escaped = {k: str(v).replace("\\", "\\\\") for k, v in values.items()}
+    return "".join(f"{k}={v}\n" for k, v in escaped.items())
 
 
 def new_cluster_id() -> str:
@@ -605,13 +610,19 @@ class Kafka(JvmService):
             )
 
     def after_start(self) -> None:
-        """The SCRAM super user exists (made or its password set again, every start)."""
+        """The SCRAM super user and Connect's user exist (made, or their passwords set again,
+        every start), and Connect's user holds its ACLs."""
         from confluent_kafka.admin import AdminClient
 
+        from mcq.acl.cluster import AclAdmin
+        from mcq.acl.plan import connect_grants
         from mcq.acl.users import set_scram_user
 
         admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
-        set_scram_user(self.settings, KAFKA_ADMIN, self.settings.stack.kafka_admin_password.get_secret_value(), admin)
+        stack = self.settings.stack
+        set_scram_user(self.settings, KAFKA_ADMIN, stack.kafka_admin_password.get_secret_value(), admin)
+        set_scram_user(self.settings, KAFKA_CONNECT, stack.kafka_connect_password.get_secret_value(), admin)
+        AclAdmin(self.settings, admin).grant(connect_grants(f"User:{KAFKA_CONNECT}"))
 
     def check(self) -> None:
         """Produce a record and read it back: the broker, its log and its fetch path work."""
@@ -675,8 +686,22 @@ class Connect(JvmService):
         self._require(self.plugin_path / "debezium-connector-postgres", "the Debezium connector plugin")
         self._require(self.plugin_path / "mcq-connect-transforms", "mcq's NaturalText transform plugin")
         port = self.settings.stack.ports.connect
+        # the worker, its connectors' producers and its admin (topic creation) on the broker's
+        # SASL_SSL port as mcq-connect: capture runs under the ACLs a campus would give it
+        password = self.settings.stack.kafka_connect_password.get_secret_value()
+        sasl = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": jaas_line(
+                "org.apache.kafka.common.security.scram.ScramLoginModule", username=KAFKA_CONNECT, password=password
+            ),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": stack_tls(self.settings).ca_cert,
+        }
         props = {
-            "bootstrap.servers": self.settings.kafka.bootstrap_servers,
+            "bootstrap.servers": f"{LOOPBACK}:{self.settings.stack.ports.kafka_sasl}",
+            **sasl,
+            **{f"{client}.{k}": v for client in ("producer", "consumer", "admin") for k, v in sasl.items()},
             "group.id": "mcq-connect",
             "key.converter": "org.apache.kafka.connect.json.JsonConverter",
             "value.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -703,7 +728,9 @@ class Connect(JvmService):
             "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
             "topic.creation.enable": "true",
         }
-        (self.conf_dir / "connect.properties").write_text(_properties(props))
+        conf = self.conf_dir / "connect.properties"
+        conf.write_text(_properties(props))
+        conf.chmod(0o600)  # the local stack's Connect password
 
     def env(self) -> dict[str, str]:
         env = super().env()
