@@ -419,6 +419,8 @@ def test_one_key_fed_by_two_tables_in_one_transaction_ends_with_the_newest(
         assert got["source"]["table"] == f"{s}.{table}", (key, got["source"])
         column = "street" if table == "addresses" else "phone_number"
         assert got["after"][column] == value, (key, got["after"])
+
+
 @pytest.mark.faults  # the normaliser SIGKILLed mid-stream: minutes, in make faults
 def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
     world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
@@ -559,6 +561,8 @@ def _until(deadline: float, check: Callable[[], None]) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
+
+
 @pytest.mark.faults  # the normaliser SIGKILLed mid-stream: minutes, in make faults
 def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_their_order(
     world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
