@@ -440,10 +440,9 @@ def acl_group() -> None:
     """Kafka ACLs derived from the registry: each identity gets only what it needs."""
 
 
-def _acl_plan(registry_file: Path | None) -> tuple[list[Grant], Principals]:
+def _acl_plan(settings: Settings, registry_file: Path | None) -> tuple[list[Grant], Principals]:
     from mcq.acl.plan import Principals, plan_acls
 
-    settings = _settings()
     registry = _current_registry(registry_file)
     principals = Principals.of(settings, registry)
     return plan_acls(registry, principals), principals
@@ -454,7 +453,7 @@ def _acl_plan(registry_file: Path | None) -> tuple[list[Grant], Principals]:
 def acl_plan(registry_file: Path | None) -> None:
     """Show every ACL the registry's identities need, one per line with why (nothing is
     read from the broker)."""
-    grants, principals = _acl_plan(registry_file)
+    grants, principals = _acl_plan(_settings(), registry_file)
     for g in grants:
         _say(f"{g.line()}  ({g.why})")
     _say(f"{len(grants)} ACLs for {len(principals.all())} principals")
@@ -464,9 +463,10 @@ def _acl_call(verb: str, apply: bool, registry_file: Path | None) -> None:
     from mcq.acl.cluster import AclAdmin
     from mcq.acl.exceptions import AclError, AclUnsupported
 
-    grants, principals = _acl_plan(registry_file)
+    settings = _settings()
+    grants, principals = _acl_plan(settings, registry_file)
     try:
-        admin = AclAdmin(_settings())
+        admin = AclAdmin(settings)
         drift = admin.apply(grants, principals) if apply else admin.diff(grants, principals)
     except AclUnsupported as exc:
         _err(f"mcq acl {verb}: {exc}")

@@ -442,18 +442,20 @@ class Settings(BaseSettings):
     ``<stack.home>/state``; empty or ``none``: no snapshot, every run reads the topics whole
     (a pod without a volume)."""
 
+    def listener_credentials(self, name: str) -> KafkaCredentials | None:
+        """Listener NAME's own Kafka credentials, if ``listeners`` has them (names compared
+        without case: environment variables are)."""
+        return next((c for n, c in self.listeners.items() if n.lower() == name.lower()), None)
+
     def for_listener(self, name: str) -> Settings:
-        """These settings as listener NAME uses them: its own Kafka credentials when
-        ``listeners`` has them (names compared without case: environment variables are)."""
-        creds = next((c for n, c in self.listeners.items() if n.lower() == name.lower()), None)
+        """These settings as listener NAME uses them: its own Kafka credentials when it has any."""
+        creds = self.listener_credentials(name)
         if creds is None:
             return self
         kafka = self.kafka.model_copy(
             update={"sasl_username": creds.sasl_username, "sasl_password": creds.sasl_password}
         )
-        copy = self.model_copy()
-        object.__setattr__(copy, "kafka", kafka)
-        return copy
+        return self.model_copy(update={"kafka": kafka})
 
     @field_validator("state_dir", mode="before")
     @classmethod

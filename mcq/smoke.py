@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcq.capture.connector import raw_topic_durability
+from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_durability
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient, ConnectError, debezium_postgres_source
 
@@ -74,7 +74,7 @@ class SmokeNames:
 
     @property
     def topic_prefix(self) -> str:
-        return f"mcq.raw.smoke-{self.token}"  # raw CDC topics: what the Connect worker may write
+        return f"{RAW_TOPIC_ROOT}.smoke-{self.token}"  # raw CDC topics: what the Connect worker may write
 
     @property
     def cdc_topic(self) -> str:

@@ -75,7 +75,12 @@ class AclAdmin:
 
     def grant(self, grants: list[Grant]) -> None:
         """Create these bindings (those that exist already stay as they are)."""
-        self._create(grants)
+        results = self.admin.create_acls([_binding(g) for g in grants], request_timeout=TIMEOUT_S)
+        for binding, future in results.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise AclError(f"create ACL {binding}: {exc.args[0]}") from None
 
     def current(self, principals: Principals) -> list[tuple[Grant, AclBinding]]:
         """The broker's bindings of the principals mcq manages."""
@@ -105,24 +110,22 @@ class AclAdmin:
                 out.append((g, b))
         return out
 
-    def diff(self, plan: list[Grant], principals: Principals) -> AclDrift:
+    def _compare(self, plan: list[Grant], principals: Principals) -> tuple[list[Grant], list[tuple[Grant, AclBinding]]]:
+        """What the plan has and the broker lacks, and the broker's bindings beyond the plan."""
         held = self.current(principals)
-        have = {g for g, _ in held}
         wanted = set(plan)
-        return AclDrift(
-            missing=sorted(wanted - have),
-            extra=sorted(g for g in have if g not in wanted),
-        )
+        have = {g for g, _ in held}
+        return sorted(wanted - have), [(g, b) for g, b in held if g not in wanted]
+
+    def diff(self, plan: list[Grant], principals: Principals) -> AclDrift:
+        missing, extra = self._compare(plan, principals)
+        return AclDrift(missing=missing, extra=sorted(g for g, _ in extra))
 
     def apply(self, plan: list[Grant], principals: Principals) -> AclDrift:
         """Create what is missing, delete what is extra; returns what was changed."""
-        held = self.current(principals)
-        have = {g for g, _ in held}
-        wanted = set(plan)
-        missing = sorted(wanted - have)
-        extra = [(g, b) for g, b in held if g not in wanted]
+        missing, extra = self._compare(plan, principals)
         if missing:
-            self._create(missing)
+            self.grant(missing)
         if extra:
             filters = [
                 AclBindingFilter(
@@ -136,11 +139,3 @@ class AclAdmin:
                 except KafkaException as exc:
                     raise AclError(f"delete ACL {flt}: {exc.args[0]}") from None
         return AclDrift(missing=missing, extra=sorted(g for g, _ in extra))
-
-    def _create(self, grants: list[Grant]) -> None:
-        results = self.admin.create_acls([_binding(g) for g in grants], request_timeout=TIMEOUT_S)
-        for binding, future in results.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                raise AclError(f"create ACL {binding}: {exc.args[0]}") from None

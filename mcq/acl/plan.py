@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from consumers.runtime.topics import ListenerTopics, interest_topics
-from mcq.capture.connector import raw_topic_prefix
+from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_prefix
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.registry.store import registry_topic
@@ -33,10 +33,6 @@ CONNECT_INTERNAL = "_mcq-connect-"
 """The Connect worker's config, offset and status topics (``_mcq-connect-configs``…)."""
 CONNECT_GROUP = "mcq-connect"
 DEBEZIUM_HEARTBEATS = "__debezium-heartbeat."
-
-
-RAW_TOPICS = "mcq.raw."
-"""Every source's raw CDC topics (``mcq.raw.<source>.<schema>.<table>``)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -68,11 +64,10 @@ class Principals:
     @classmethod
     def of(cls, settings: Settings, registry: Registry) -> Principals:
         prefix = settings.topic_prefix
-        creds = {name.lower(): c.sasl_username for name, c in settings.listeners.items()}
-        listeners = {
-            lst.name: f"User:{creds.get(lst.name.lower(), f'{prefix}-listener-{lst.name.lower()}')}"
-            for lst in registry.listeners
-        }
+        listeners = {}
+        for lst in registry.listeners:
+            creds = settings.listener_credentials(lst.name)
+            listeners[lst.name] = f"User:{creds.sasl_username if creds else f'{prefix}-listener-{lst.name.lower()}'}"
         return cls(
             prefix=prefix,
             listeners=listeners,
@@ -96,7 +91,13 @@ def connect_grants(principal: str) -> list[Grant]:
     under exactly these (``mcq stack up``)."""
     out = []
     for resource, pattern, name, ops, why in (
-        ("TOPIC", "PREFIXED", RAW_TOPICS, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "raw CDC topics of every source"),
+        (
+            "TOPIC",
+            "PREFIXED",
+            f"{RAW_TOPIC_ROOT}.",
+            ("WRITE", "CREATE", "DESCRIBE_CONFIGS"),
+            "raw CDC topics of every source",
+        ),
         ("TOPIC", "PREFIXED", CONNECT_INTERNAL, ("READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"), "worker topics"),
         ("TOPIC", "PREFIXED", DEBEZIUM_HEARTBEATS, ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "Debezium heartbeats"),
         ("GROUP", "LITERAL", CONNECT_GROUP, ("READ",), "the worker group"),
@@ -131,16 +132,15 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
         grant(who, "GROUP", "PREFIXED", SCRATCH_GROUPS, ("READ",), "assign-only readers that never commit")
 
     n = principals.normaliser
+    read_write = ("READ", "WRITE", "DESCRIBE_CONFIGS")
     for source in registry.sources:
         raw = f"{raw_topic_prefix(source)}."
         grant(n, "TOPIC", "PREFIXED", raw, ("READ", "DESCRIBE_CONFIGS"), f"raw CDC topics of source {source.name}")
     for table in registry.tables:
-        ops = ("READ", "WRITE", "DESCRIBE_CONFIGS")
-        grant(n, "TOPIC", "LITERAL", table.topic(p), ops, f"logical topic {table.ref}")
-    grant(n, "TOPIC", "LITERAL", withheld_topic(p), ("READ", "WRITE", "DESCRIBE_CONFIGS"), "what it withheld")
-    grant(n, "TOPIC", "LITERAL", refresh_topic(p), ("DESCRIBE", "DESCRIBE_CONFIGS"), "checks the topic plan at start")
-    ops = ("READ", "WRITE", "DESCRIBE_CONFIGS")
-    grant(n, "TOPIC", "LITERAL", registry_topic(p), ops, "the registry store (first-seen provenance)")
+        grant(n, "TOPIC", "LITERAL", table.topic(p), read_write, f"logical topic {table.ref}")
+    grant(n, "TOPIC", "LITERAL", withheld_topic(p), read_write, "what it withheld")
+    grant(n, "TOPIC", "LITERAL", refresh_topic(p), read_write, "explicit refresh requests from the outbox")
+    grant(n, "TOPIC", "LITERAL", registry_topic(p), read_write, "the registry store (first-seen provenance)")
     grant(n, "GROUP", "PREFIXED", SPARK_GROUPS, ("READ",), "Spark's Kafka readers")
     grant(n, "GROUP", "PREFIXED", SCRATCH_GROUPS, ("READ",), "assign-only readers that never commit")
 

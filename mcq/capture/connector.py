@@ -43,9 +43,13 @@ def connector_name(source: Source) -> str:
     return f"mcq-source-{source.name}"
 
 
+RAW_TOPIC_ROOT = "mcq.raw"
+"""Every raw CDC topic starts with this (what the Connect worker's ACLs allow it to write)."""
+
+
 def raw_topic_prefix(source: Source) -> str:
     """Raw CDC topics are ``<prefix>.<schema>.<table>``."""
-    return f"mcq.raw.{source.name}"
+    return f"{RAW_TOPIC_ROOT}.{source.name}"
 
 
 def raw_topic(source: Source, table: str) -> str:

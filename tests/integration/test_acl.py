@@ -29,7 +29,7 @@ from consumers.runtime.topics import ListenerTopics
 from mcq.acl.plan import Principals, plan_acls
 from mcq.acl.users import set_scram_user
 from mcq.capture.apply import apply_capture
-from mcq.capture.connector import raw_topic
+from mcq.capture.connector import OUTBOX_TABLE, raw_topic
 from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import KafkaSettings, Settings
@@ -37,10 +37,11 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.stack.tls import stack_tls
-from mcq.topics.plan import apply_topics, plan_topics
+from mcq.topics.plan import apply_topics, plan_topics, refresh_topic
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
+from tests.integration.test_normalize import decode_topic
 from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 REGISTRY = """
@@ -262,13 +263,21 @@ def test_the_pipeline_runs_with_each_process_under_its_own_identity(
         conn.execute(f"UPDATE {table} SET phone = phone || '-0' WHERE person_id % 3 = 0")
         conn.execute(f"DELETE FROM {table} WHERE person_id IN (7, 8)")
         conn.execute(f"INSERT INTO {table} VALUES (8, 'mobile', '+47 900'), (31, 'office', '+47 31')")
+        # an explicit refresh request (the outbox): the normaliser routes it to the refresh topic
+        source = secured.registry.sources[0].name
+        conn.execute("SELECT mcq_log_update('PHONE', NULL, 8, NULL, NULL, 'mobile', %s)", (source,))
+        outbox_rows = conn.execute("SELECT count(*) FROM mcq.change_log").fetchone()[0]  # type: ignore[index]
         rows = rows_as_text(conn, table)
     wait_raw_records(settings, raw_topic(secured.registry.sources[0], table), 30 + 10 + 2 + 2)
+    wait_raw_records(settings, raw_topic(secured.registry.sources[0], OUTBOX_TABLE), outbox_rows)
     normaliser = f"{secured.prefix}-normaliser"
     as_normaliser = secured.settings.model_copy(
         update={"kafka": secured.sasl_settings(normaliser, secured.passwords[normaliser])}
     )
     run_normalize(as_normaliser, secured.registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+    requests = [key for key, _ in decode_topic(secured.settings, refresh_topic(secured.prefix))]
+    wanted = {"tname": "PHONE", "person_id": 8, "aux_string": "mobile"}.items()
+    assert any(wanted <= key.items() for key in requests), requests  # written as the normaliser's user
 
     a = secured.user("A")
     env = {

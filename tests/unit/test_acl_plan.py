@@ -64,6 +64,7 @@ def test_the_normaliser_reads_raw_topics_and_writes_logical_ones_connect_writes_
         "mcq.room",
         "mcq._withheld",
         "mcq._registry",
+        "mcq._refresh",  # the outbox's refresh requests (mcq_log_refresh) are routed there
     }
     connect = _of(grants, p.connect)
     assert Grant(p.connect, "TOPIC", "PREFIXED", "mcq.raw.", "WRITE") in connect  # it runs every source
