@@ -67,6 +67,18 @@ def main() -> None:
     """mcq: the Meta Change Queue on Kafka, Debezium and Spark."""
 
 
+def _check_login(command: str, settings: Settings) -> None:
+    """Stop with one line (exit 2) when the broker refuses this process's Kafka login."""
+    from mcq.acl.exceptions import LoginRefused
+    from mcq.acl.login import check_login
+
+    try:
+        check_login(settings)
+    except LoginRefused as exc:
+        _err(f"{command}: {exc}")
+        sys.exit(EXIT_CONFIG)
+
+
 # ------------------------------------------------------------------ stack
 
 
@@ -97,16 +109,43 @@ def _stack(only: str | None) -> Stack:
 
 @stack.command()
 @ONLY
-def up(only: str | None) -> None:
+@click.option(
+    "--secure/--plaintext",
+    default=None,
+    help="Make the stack the secure one (its broker has no port without a login; mcq's clients "
+    "use SCRAM over TLS, each process as its own principal) or the quick start's plaintext one; "
+    "kept for later commands. Default: as it was.",
+)
+def up(only: str | None, secure: bool | None) -> None:
     """Start every service that is not running and wait until all are healthy."""
     from mcq.stack import StackError
 
+    if secure is not None and secure != _settings().stack.secure:
+        _switch_mode(secure)
     st = _stack(only)
+    if st.settings.stack.secure:
+        _say(
+            f"secure stack: Kafka at {st.settings.kafka.bootstrap_servers} (SASL_SSL, SCRAM-SHA-512); "
+            "each process logs in as its own principal once `mcq acl apply` made it"
+        )
     try:
         st.up(report=_say)
     except StackError as exc:
         _err(f"mcq stack up: {exc}")
         sys.exit(EXIT_FAILED)
+
+
+def _switch_mode(secure: bool) -> None:
+    """Mark the stack secure or plaintext; its broker must be down (its listeners change)."""
+    from mcq.stack import Stack
+
+    settings = _settings()
+    kafka = Stack(settings).service("kafka")
+    if kafka.handle.pid() is not None:
+        mode = "plaintext" if secure else "secure"
+        _err(f"mcq stack up: the {mode} stack's Kafka is running; stop it first with `mcq stack down`")
+        sys.exit(EXIT_CONFIG)
+    settings.stack.set_secure(secure)
 
 
 @stack.command()
@@ -462,11 +501,15 @@ def acl_plan(registry_file: Path | None) -> None:
 def _acl_call(verb: str, apply: bool, registry_file: Path | None) -> None:
     from mcq.acl.cluster import AclAdmin
     from mcq.acl.exceptions import AclError, AclUnsupported
+    from mcq.acl.users import make_local_users
 
     settings = _settings()
     grants, principals = _acl_plan(settings, registry_file)
     try:
         admin = AclAdmin(settings)
+        if apply and settings.local_identities:
+            for user in make_local_users(settings, principals, admin.admin):
+                _say(f"{user}: SCRAM-SHA-512 user made (the secure local stack's password for it)")
         drift = admin.apply(grants, principals) if apply else admin.diff(grants, principals)
     except AclUnsupported as exc:
         _err(f"mcq acl {verb}: {exc}")
@@ -713,8 +756,9 @@ def streams_normalize(
         interval_ms(checkpoint_interval)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--checkpoint-interval") from None
-    settings = _settings()
+    settings = _settings().for_normaliser()
     port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
+    _check_login("mcq streams normalize", settings)
     try:
         run_normalize(
             settings,
@@ -772,6 +816,7 @@ def listen(
 
     settings = _settings().for_listener(name)
     registry = _load_registry_file(registry_file) if registry_file else None
+    _check_login(f"mcq listen: {name}", settings)
     try:
         runtime = ListenerRuntime(
             settings,

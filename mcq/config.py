@@ -12,8 +12,11 @@ revealed where a client library needs them.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
@@ -22,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_serializer,
@@ -39,6 +43,11 @@ from mcq.secrets import SECRET_KEY
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
+KAFKA_ADMIN = "mcq-admin"
+"""The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
+KAFKA_CONNECT = "mcq-connect"
+"""The local Connect worker's identity on the broker's SASL_SSL port: no super user, only
+its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""
 
 
 class ConfigError(Exception):
@@ -91,6 +100,56 @@ class StackSettings(_Section):
     kafka_connect_password: SecretStr = SecretStr("mcq-connect-local")
     """The SCRAM password of ``mcq-connect``, the identity the local Connect worker uses on
     the broker's SASL_SSL port, limited to what its ACLs allow (``mcq acl plan``)."""
+
+    @property
+    def secure_marker(self) -> Path:
+        """Present while the stack in ``home`` is the secure one (``mcq stack up --secure``)."""
+        return self.home / "conf" / "secure"
+
+    @property
+    def secret_file(self) -> Path:
+        """The secure stack's random secret (mode 0600), from which the passwords of its
+        local principals (normaliser, console, each listener) are derived; kept when the
+        stack goes back to plaintext, so users made under it keep working."""
+        return self.home / "conf" / "kafka-principals.secret"
+
+    @property
+    def secure(self) -> bool:
+        """The stack in ``home`` is the secure one: its broker has no plaintext port, and
+        mcq's clients default to SASL_SSL there."""
+        return self.secure_marker.is_file()
+
+    @property
+    def ca_cert(self) -> Path:
+        """The stack's CA certificate (``mcq.stack.tls``): what its clients trust."""
+        return self.home / "tls" / "ca.crt"
+
+    def set_secure(self, secure: bool) -> None:
+        """Mark the stack in ``home`` secure (making its secret once) or plaintext."""
+        if not secure:
+            self.secure_marker.unlink(missing_ok=True)
+            return
+        self.secure_marker.parent.mkdir(parents=True, exist_ok=True)
+        if not self.secret_file.is_file():
+            fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
+        self.secure_marker.write_text("made by `mcq stack up --secure`; `mcq stack up --plaintext` removes it\n")
+
+    def local_password(self, user: str) -> SecretStr:
+        """The SCRAM password of local principal USER on this stack: the admin's and Connect's
+        are settings; every other one is derived from the stack's secret (HMAC-SHA-256), so
+        any mcq process of this ``home`` can log in as the identity it runs as, and no one
+        without the secret file can."""
+        if user == KAFKA_ADMIN:
+            return self.kafka_admin_password
+        if user == KAFKA_CONNECT:
+            return self.kafka_connect_password
+        try:
+            key = self.secret_file.read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"{self.secret_file}: the secure stack's secret is unreadable ({exc.strerror})") from None
+        return SecretStr(hmac.new(key, user.encode(), hashlib.sha256).hexdigest())
 
 
 KAFKA_CLIENT_LOGGER = "mcq.kafka.client"
@@ -442,6 +501,11 @@ class Settings(BaseSettings):
     ``<stack.home>/state``; empty or ``none``: no snapshot, every run reads the topics whole
     (a pod without a volume)."""
 
+    _local_identity: bool = PrivateAttr(default=False)
+    """The Kafka identity is the secure local stack's admin, filled in by default (no
+    bootstrap servers configured): the processes acting for one principal (the normaliser,
+    a listener) then log in as that principal instead (:meth:`as_local_principal`)."""
+
     def listener_credentials(self, name: str) -> KafkaCredentials | None:
         """Listener NAME's own Kafka credentials, if ``listeners`` has them (names compared
         without case: environment variables are)."""
@@ -451,11 +515,32 @@ class Settings(BaseSettings):
         """These settings as listener NAME uses them: its own Kafka credentials when it has any."""
         creds = self.listener_credentials(name)
         if creds is None:
-            return self
+            return self.as_local_principal(f"{self.topic_prefix}-listener-{name.lower()}")
         kafka = self.kafka.model_copy(
             update={"sasl_username": creds.sasl_username, "sasl_password": creds.sasl_password}
         )
         return self.model_copy(update={"kafka": kafka})
+
+    @property
+    def local_identities(self) -> bool:
+        """True on the secure local stack with no Kafka identity configured: the stack's admin
+        is the default identity, and each process logs in as its own local principal."""
+        return self._local_identity
+
+    def for_normaliser(self) -> Settings:
+        """These settings as the normaliser uses them: on the secure local stack, as
+        ``<prefix>-normaliser`` (the principal ``mcq acl apply`` grants its ACLs)."""
+        return self.as_local_principal(f"{self.topic_prefix}-normaliser")
+
+    def as_local_principal(self, user: str) -> Settings:
+        """On the secure local stack with no Kafka identity configured, these settings as
+        USER with its derived password (``stack.local_password``); otherwise unchanged."""
+        if not self._local_identity:
+            return self
+        kafka = self.kafka.model_copy(update={"sasl_username": user, "sasl_password": self.stack.local_password(user)})
+        copy = self.model_copy(update={"kafka": kafka})
+        copy._local_identity = False
+        return copy
 
     @field_validator("state_dir", mode="before")
     @classmethod
@@ -468,9 +553,7 @@ class Settings(BaseSettings):
         local = f"http://{LOOPBACK}"
         # the settings are frozen: blanks are filled on copies, set once, here
         fills: dict[str, object] = {
-            "kafka": self.kafka.model_copy(
-                update={"bootstrap_servers": self.kafka.bootstrap_servers or f"{LOOPBACK}:{ports.kafka}"}
-            ),
+            "kafka": self._local_kafka(),
             "connect": self.connect.model_copy(update={"url": self.connect.url or f"{local}:{ports.connect}"}),
             "registry": self.registry.model_copy(
                 update={"url": self.registry.url or f"{local}:{ports.registry}/apis/ccompat/v7"}
@@ -493,6 +576,27 @@ class Settings(BaseSettings):
         for name, value in fills.items():
             object.__setattr__(self, name, value)
         return self
+
+    def _local_kafka(self) -> KafkaSettings:
+        """The Kafka settings, the local stack's broker filled in when none is configured: its
+        plaintext port, or on the secure stack its SASL_SSL port as the admin."""
+        kafka, ports = self.kafka, self.stack.ports
+        if kafka.bootstrap_servers:
+            return kafka
+        if not self.stack.secure:
+            return kafka.model_copy(update={"bootstrap_servers": f"{LOOPBACK}:{ports.kafka}"})
+        if kafka.sasl_username is None:
+            self._local_identity = True
+        return kafka.model_copy(
+            update={
+                "bootstrap_servers": f"{LOOPBACK}:{ports.kafka_sasl}",
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": kafka.sasl_mechanism or "SCRAM-SHA-512",
+                "sasl_username": kafka.sasl_username or KAFKA_ADMIN,
+                "sasl_password": kafka.sasl_password or self.stack.kafka_admin_password,
+                "ssl_ca_location": kafka.ssl_ca_location or self.stack.ca_cert,
+            }
+        )
 
     @classmethod
     def settings_customise_sources(

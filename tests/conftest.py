@@ -52,6 +52,36 @@ def stack(settings: Settings) -> Iterator[Stack]:
         st.down(report=lambda line: print(f"[stack] {line}"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_the_sessions_logs(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Nothing written to a log during the session holds a secret value of the stack's: the
+    services' logs (what they gained since the session started) and every ``*.log`` the
+    tests wrote (the normaliser's and listeners' own, under pytest's temporary directories).
+    A value found fails the session, naming the secret's setting and the file."""
+    logs = settings.stack.home / "logs"
+    start = {p: p.stat().st_size for p in logs.glob("*")} if logs.is_dir() else {}
+    yield
+    secrets = {
+        "stack.kafka_admin_password": settings.stack.kafka_admin_password,
+        "stack.kafka_connect_password": settings.stack.kafka_connect_password,
+        "source.password": settings.source.password,
+        "vendor.password": settings.vendor.password,
+        "ldap.password": settings.ldap.password,
+    }
+    values = {name: secret.get_secret_value().encode() for name, secret in secrets.items()}
+    files = [*(logs.glob("*") if logs.is_dir() else []), *tmp_path_factory.getbasetemp().rglob("*.log")]
+    found = []
+    for path in files:
+        if not path.is_file():
+            continue
+        with path.open("rb") as fh:
+            fh.seek(start.get(path, 0))
+            text = fh.read()
+        found += [f"{name} in {path}" for name, value in values.items() if value and value in text]
+    if found:
+        pytest.fail("a secret value was written to a log during the session: " + "; ".join(found), pytrace=False)
+
+
 @pytest.fixture
 def token() -> str:
     """A short unique token for names that must not collide with other tests."""

@@ -1,7 +1,8 @@
 """Errors of ``mcq.acl``.
 
 AclError                   the broker refused or could not answer an ACL or user request
-└── AclUnsupported         the broker has no authorizer (``SECURITY_DISABLED``): nothing to plan against
+├── AclUnsupported         the broker has no authorizer (``SECURITY_DISABLED``): nothing to plan against
+└── LoginRefused           the broker refused a client's login (SASL credentials, TLS): retrying cannot help
 """
 
 from __future__ import annotations
@@ -15,3 +16,8 @@ class AclError(Exception):
 
 class AclUnsupported(AclError):
     """The cluster runs without an authorizer: ACLs cannot be read or written."""
+
+
+class LoginRefused(AclError):
+    """The broker refused this process's login: wrong or unknown SASL credentials, or a TLS
+    handshake that failed; the message names the broker, the user and the broker's reason."""

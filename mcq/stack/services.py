@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from mcq.config import LOOPBACK, Settings, jaas_line
+from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, LOOPBACK, Settings, jaas_line
 from mcq.stack.exceptions import MissingRuntime, ServiceFailed
 from mcq.stack.process import ProcessHandle
 from mcq.stack.tls import stack_tls
@@ -34,11 +34,10 @@ if TYPE_CHECKING:
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 HEALTH_TOPIC = "_mcq.health"
-KAFKA_ADMIN = "mcq-admin"
-"""The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
-KAFKA_CONNECT = "mcq-connect"
-"""The local Connect worker's identity on the broker's SASL_SSL port: no super user, only
-its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""
+KAFKA_CONTROLLER = "mcq-controller"
+"""The secure stack's broker-to-controller identity (SASL PLAIN on the controller port, whose
+only user it is: SCRAM credentials live in the metadata the controller serves)."""
+__all__ = ["KAFKA_ADMIN", "KAFKA_CONNECT", "KAFKA_CONTROLLER"]
 
 
 class NotReady(Exception):
@@ -114,11 +113,15 @@ class Service(ABC):
             raise MissingRuntime(self.name, f"{what} not found at {path}; run `make install`", self.handle.log_file)
         return path
 
-    def _run(self, argv: list[str], user: str | None = None) -> None:
-        """Run a preparation command, its output into the service log; fail in one line."""
+    def _run(self, argv: list[str], user: str | None = None, hide: tuple[str, ...] = ()) -> None:
+        """Run a preparation command, its output into the service log (the HIDE values masked
+        in its logged command line); fail in one line."""
         self.handle.log_file.parent.mkdir(parents=True, exist_ok=True)
+        shown = " ".join(argv)
+        for secret in hide:
+            shown = shown.replace(secret, "**********")
         with self.handle.log_file.open("ab") as log:
-            log.write(f"\n=== mcq: {' '.join(argv)}\n".encode())
+            log.write(f"\n=== mcq: {shown}\n".encode())
             log.flush()
             rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, user=user, check=False).returncode
         if rc != 0:
@@ -533,13 +536,34 @@ class Kafka(JvmService):
     main_class = "kafka.Kafka"
 
     @property
+    def secure(self) -> bool:
+        return self.settings.stack.secure
+
+    @property
     def ports(self) -> tuple[int, ...]:
         p = self.settings.stack.ports
+        if self.secure:
+            return (p.kafka_controller, p.kafka_sasl)
         return (p.kafka, p.kafka_controller, p.kafka_sasl)
 
     @property
     def address(self) -> str:
-        return f"{LOOPBACK}:{self.settings.stack.ports.kafka}"
+        p = self.settings.stack.ports
+        return f"{LOOPBACK}:{p.kafka_sasl if self.secure else p.kafka}"
+
+    def admin_config(self) -> dict[str, Any]:
+        """A client configuration for this broker as its super user: the anonymous plaintext
+        port, or on the secure stack ``mcq-admin`` over SASL_SSL."""
+        if not self.secure:
+            return {"bootstrap.servers": self.address}
+        return {
+            "bootstrap.servers": self.address,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": KAFKA_ADMIN,
+            "sasl.password": self.settings.stack.kafka_admin_password.get_secret_value(),
+            "ssl.ca.location": str(stack_tls(self.settings).ca_cert),
+        }
 
     @property
     def keystore(self) -> Path:
@@ -551,32 +575,19 @@ class Kafka(JvmService):
         tls = stack_tls(self.settings).ensure()
         self.keystore.write_bytes(tls.server_key.read_bytes() + tls.server_cert.read_bytes())
         self.keystore.chmod(0o600)
-        p = self.settings.stack.ports
         props = {
             "process.roles": "broker,controller",
             "node.id": 1,
-            "controller.quorum.voters": f"1@{LOOPBACK}:{p.kafka_controller}",
-            "listeners": (
-                f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl},"
-                f"CONTROLLER://{LOOPBACK}:{p.kafka_controller}"
-            ),
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl}",
+            "controller.quorum.voters": f"1@{LOOPBACK}:{self.settings.stack.ports.kafka_controller}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
             # The SASL_SSL port: SCRAM-SHA-512 over TLS (the stack's CA), every principal
-            # limited to its ACLs (`mcq acl apply`); nothing is allowed without an ACL. The
-            # plaintext loopback port (the quick start's) and the controller's are anonymous
-            # and super users: a process that must be limited connects to the SASL_SSL port.
+            # limited to its ACLs (`mcq acl apply`); nothing is allowed without an ACL.
             "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
             "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
             "listener.name.sasl_ssl.ssl.keystore.location": self.keystore,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
-            "super.users": f"User:ANONYMOUS;User:{KAFKA_ADMIN}",
+            **(self._secure_listeners() if self.secure else self._plaintext_listeners()),
             "log.dirs": self.data_dir,
             "num.partitions": 3,
             "offsets.topic.replication.factor": 1,
@@ -592,8 +603,12 @@ class Kafka(JvmService):
         }
         conf = self.conf_dir / "kafka.properties"
         conf.write_text(_properties(props))
+        conf.chmod(0o600)  # the secure stack's admin and controller passwords
         if not (self.data_dir / "meta.properties").exists():
-            cluster_id = new_cluster_id()
+            # the admin's SCRAM credentials are in the first metadata: on the secure stack
+            # the broker logs in to its own SASL_SSL port as the admin before anyone could
+            # create a user (and on the plaintext stack `after_start` sets them anyway)
+            admin = f'SCRAM-SHA-512=[name={KAFKA_ADMIN},password="{self._admin_password()}"]'
             self._run(
                 [
                     self.settings.stack.java,
@@ -603,11 +618,72 @@ class Kafka(JvmService):
                     "kafka.tools.StorageTool",
                     "format",
                     "-t",
-                    cluster_id,
+                    new_cluster_id(),
                     "-c",
                     str(conf),
-                ]
+                    "--add-scram",
+                    admin,
+                ],
+                hide=(self._admin_password(),),
             )
+
+    def _admin_password(self) -> str:
+        return self.settings.stack.kafka_admin_password.get_secret_value()
+
+    def _plaintext_listeners(self) -> dict[str, object]:
+        """The quick start's broker: besides SASL_SSL, a plaintext loopback port whose anonymous
+        clients are super users, as are the controller's; a process that must be limited
+        connects to the SASL_SSL port."""
+        p = self.settings.stack.ports
+        return {
+            "listeners": (
+                f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl},"
+                f"CONTROLLER://{LOOPBACK}:{p.kafka_controller}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{p.kafka},SASL_SSL://{LOOPBACK}:{p.kafka_sasl}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "super.users": f"User:ANONYMOUS;User:{KAFKA_ADMIN}",
+        }
+
+    def _secure_listeners(self) -> dict[str, object]:
+        """The secure stack's broker (`mcq stack up --secure`): no port without a login. Clients
+        and the broker itself (inter-broker, as the admin) use SCRAM-SHA-512 over TLS; the
+        broker reaches its controller with SASL PLAIN over TLS as ``mcq-controller``, the
+        controller port's only user (a password derived from the stack's secret)."""
+        p = self.settings.stack.ports
+        tls = stack_tls(self.settings)
+        controller_password = self.settings.stack.local_password(KAFKA_CONTROLLER).get_secret_value()
+        plain = jaas_line(
+            "org.apache.kafka.common.security.plain.PlainLoginModule",
+            username=KAFKA_CONTROLLER,
+            password=controller_password,
+            **{f"user_{KAFKA_CONTROLLER}": controller_password},
+        )
+        return {
+            "listeners": f"SASL_SSL://{LOOPBACK}:{p.kafka_sasl},CONTROLLER://{LOOPBACK}:{p.kafka_controller}",
+            "advertised.listeners": f"SASL_SSL://{LOOPBACK}:{p.kafka_sasl}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas_line(
+                "org.apache.kafka.common.security.scram.ScramLoginModule",
+                username=KAFKA_ADMIN,
+                password=self._admin_password(),
+            ),
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "listener.name.controller.ssl.keystore.type": "PEM",
+            "listener.name.controller.ssl.keystore.location": self.keystore,
+            # the broker's side of its TLS connections (to itself, to the controller)
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": tls.ca_cert,
+            "super.users": f"User:{KAFKA_ADMIN};User:{KAFKA_CONTROLLER}",
+        }
 
     def after_start(self) -> None:
         """The SCRAM super user and Connect's user exist (made, or their passwords set again,
@@ -618,7 +694,7 @@ class Kafka(JvmService):
         from mcq.acl.plan import connect_grants
         from mcq.acl.users import set_scram_user
 
-        admin = AdminClient({"bootstrap.servers": self.address, "log_level": 0})
+        admin = AdminClient({**self.admin_config(), "log_level": 0})
         stack = self.settings.stack
         set_scram_user(self.settings, KAFKA_ADMIN, stack.kafka_admin_password.get_secret_value(), admin)
         set_scram_user(self.settings, KAFKA_CONNECT, stack.kafka_connect_password.get_secret_value(), admin)
@@ -629,7 +705,7 @@ class Kafka(JvmService):
         from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
         # log_level 0: a broker still starting would flood the terminal with connect errors
-        conf = {**self.settings.kafka.client_config(), "log_level": 0}
+        conf = {**self.admin_config(), "log_level": 0}
         token = uuid.uuid4().hex.encode()
         delivered: list[TopicPartition] = []
         errors: list[str] = []

@@ -13,10 +13,15 @@ from typing import Any
 
 class _Received(BaseHTTPRequestHandler):
     bodies: list[dict[str, Any]]
+    bearer: str | None
 
     def do_POST(self) -> None:
-        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.bearer is not None and self.headers.get("Authorization") != f"Bearer {self.bearer}":
+            self.send_response(401)  # the target's own check: a wrong or missing token is refused
+        else:
+            self.bodies.append(json.loads(body))
+            self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -25,10 +30,12 @@ class _Received(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def receiving_webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """The URL to post to and the list of bodies received, in arrival order."""
+def receiving_webhook(bearer: str | None = None) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """The URL to post to and the list of bodies received, in arrival order; with BEARER, a
+    request without ``Authorization: Bearer <BEARER>`` is answered 401 and not received."""
     bodies: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Received", (_Received,), {"bodies": bodies}))
+    handler = type("Received", (_Received,), {"bodies": bodies, "bearer": bearer})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/changes", bodies

@@ -196,3 +196,55 @@ def test_starttls_on_an_ldaps_url_is_refused(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MCQ_LDAP__START_TLS", "true")
     with pytest.raises(ConfigError, match="start_tls is for ldap:// URLs"):
         load_settings()
+
+
+def test_on_the_secure_local_stack_clients_default_to_scram_over_tls_as_the_admin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path / "home"))
+    assert load_settings().kafka.security_protocol == "PLAINTEXT"
+    load_settings().stack.set_secure(True)
+    s = load_settings()
+    assert s.stack.secure and s.local_identities
+    assert s.kafka.bootstrap_servers == "127.0.0.1:29094"  # the SASL_SSL port: no plaintext one
+    conf = s.kafka.client_config()
+    assert conf["security.protocol"] == "SASL_SSL" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["sasl.username"] == "mcq-admin" and conf["ssl.ca.location"] == str(tmp_path / "home/tls/ca.crt")
+    assert (s.stack.secret_file.stat().st_mode & 0o777) == 0o600
+
+
+def test_the_normaliser_and_each_listener_log_in_as_their_own_principal_on_the_secure_stack(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path / "home"))
+    load_settings().stack.set_secure(True)
+    s = load_settings()
+    normaliser, ldap = s.for_normaliser().kafka, s.for_listener("LDAP").kafka
+    assert (normaliser.sasl_username, ldap.sasl_username) == ("mcq-normaliser", "mcq-listener-ldap")
+    passwords = {k.sasl_password.get_secret_value() for k in (normaliser, ldap, s.kafka) if k.sasl_password}
+    assert len(passwords) == 3  # one each, none the admin's
+    assert s.for_listener("LDAP").for_normaliser().kafka.sasl_username == "mcq-listener-ldap"  # no second switch
+    # another stack's secret gives other passwords
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path / "other"))
+    load_settings().stack.set_secure(True)
+    other = load_settings().for_normaliser().kafka.sasl_password
+    assert other is not None and other.get_secret_value() not in passwords
+
+
+def test_configured_kafka_identities_win_over_the_secure_stacks_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path / "home"))
+    load_settings().stack.set_secure(True)
+    monkeypatch.setenv("MCQ_LISTENERS__LDAP__SASL_USERNAME", "ldap-svc")
+    monkeypatch.setenv("MCQ_LISTENERS__LDAP__SASL_PASSWORD", SECRET)
+    s = load_settings()
+    assert s.for_listener("ldap").kafka.sasl_username == "ldap-svc"
+    monkeypatch.setenv("MCQ_KAFKA__SASL_USERNAME", "ops")
+    monkeypatch.setenv("MCQ_KAFKA__SASL_PASSWORD", SECRET)
+    s = load_settings()
+    assert not s.local_identities
+    assert s.for_normaliser().kafka.sasl_username == "ops"
+    # back to plaintext: the marker goes, the secret stays for the users made under it
+    s.stack.set_secure(False)
+    assert not load_settings().stack.secure and s.stack.secret_file.is_file()
