@@ -53,11 +53,13 @@ def stack(settings: Settings) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def no_secret_in_the_sessions_logs(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def no_secret_in_the_sessions_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Nothing written to a log during the session holds a secret value of the stack's: the
     services' logs (what they gained since the session started) and every ``*.log`` the
     tests wrote (the normaliser's and listeners' own, under pytest's temporary directories).
-    A value found fails the session, naming the secret's setting and the file."""
+    A value found fails the session, naming the secret's setting and the file. (Not the
+    ``settings`` fixture: a parametrized test may have an argument of that name.)"""
+    settings = load_settings()
     logs = settings.stack.home / "logs"
     start = {p: p.stat().st_size for p in logs.glob("*")} if logs.is_dir() else {}
     yield
