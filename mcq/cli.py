@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -1469,6 +1469,51 @@ def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
     """Mark dead letters as dealt with; they stay in the topic for the record."""
     letters, entries = _pick(name, ids, everything)
     _say(f"discarded {letters.discard(entries, reason)} dead letter(s)")
+
+
+@main.command("console")
+@click.option("--bind", metavar="HOST:PORT", help="Where to listen (default: console.bind, 127.0.0.1:8088).")
+@click.option(
+    "--hash-password",
+    "hash_only",
+    is_flag=True,
+    help="Print an argon2 hash of a password for console.users.<NAME>.password_hash, then exit.",
+)
+@click.option("--password-env", metavar="VAR", help="With --hash-password: read the password from this variable.")
+def console_command(bind: str | None, hash_only: bool, password_env: str | None) -> None:
+    """The operator's console: listeners' states, interests, dead letters, tables and topics
+    in a browser. Every page needs a login (console.users or a trusted proxy's header);
+    actions need the admin role and are written to the audit log."""
+    from mcq.console.auth import hash_password
+
+    if hash_only:
+        if password_env is not None:
+            password = os.environ.get(password_env, "")
+            if not password:
+                raise click.BadParameter(f"{password_env} is not set or empty", param_hint="--password-env")
+        else:
+            password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+        click.echo(hash_password(password))
+        return
+    import uvicorn
+
+    from mcq.console.app import create_app
+
+    settings = _settings()
+    if not settings.console.users and not settings.console.trusted_user_header:
+        _err(
+            "mcq console: no one could log in: set MCQ_CONSOLE__USERS__<NAME>__PASSWORD_HASH (from "
+            "`mcq console --hash-password`) and __ROLE (read or admin), or console.trusted_user_header"
+        )
+        sys.exit(EXIT_CONFIG)
+    host, _, port_text = (bind or settings.console.bind).rpartition(":")
+    if not host or not port_text.isdigit():
+        raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
+    app = create_app(settings)
+    _say(f"mcq console at http://{host}:{port_text} ({len(settings.console.users)} user(s); Ctrl-C stops it)")
+    config = uvicorn.Config(app, host=host, port=int(port_text), log_level="warning", access_log=False)
+    with suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run()
 
 
 @main.command("demo")

@@ -318,6 +318,36 @@ class KafkaCredentials(_Section):
     sasl_password: SecretStr
 
 
+class ConsoleUser(_Section):
+    """One console login: a password hash (``mcq console --hash-password``; argon2id, never
+    the password itself) and a role: ``read`` sees everything, ``admin`` may also act."""
+
+    password_hash: SecretStr
+    role: Literal["read", "admin"] = "read"
+
+
+class ConsoleSettings(_Section):
+    """The operator's console (``mcq console``): who may log in and where actions are recorded."""
+
+    bind: str = f"{LOOPBACK}:8088"
+    users: dict[str, ConsoleUser] = {}
+    """Logins by name (``MCQ_CONSOLE__USERS__ALICE__PASSWORD_HASH``, ``…__ROLE``)."""
+    trusted_user_header: str | None = None
+    """Behind an authenticating reverse proxy: the header naming the user it authenticated
+    (``X-Forwarded-User``); only then is it believed, and only from ``trusted_proxies``."""
+    trusted_role_header: str | None = None
+    """The proxy's header with the user's role (``read`` or ``admin``; default ``read``)."""
+    trusted_proxies: tuple[str, ...] = (LOOPBACK,)
+    """Client addresses whose trusted headers are believed."""
+    session_secret: SecretStr | None = None
+    """Signs the session cookie; unset: a random one per process (logins end with it)."""
+    refresh_s: int = Field(default=5, ge=1, le=3600)
+    """How often the overview refreshes itself."""
+    audit_log: Path | None = None
+    """Where every console action is recorded as a JSON line (who, what, when); unset:
+    ``<stack.home>/logs/console-audit.log``."""
+
+
 class HttpServiceSettings(_Section):
     """An HTTP service (Kafka Connect, the schema registry), optionally behind basic auth."""
 
@@ -489,6 +519,7 @@ class Settings(BaseSettings):
     vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
     topics: TopicSettings = TopicSettings()
+    console: ConsoleSettings = ConsoleSettings()
     listeners: dict[str, KafkaCredentials] = {}
     """Per-listener Kafka credentials (a listener's name, any case): ``mcq listen NAME`` and
     the commands acting for NAME use them instead of ``kafka.sasl_username/password``."""

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what the local stack runs and mcq builds with:
 # PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 JDK (mcq's Connect
-# transform is compiled: jvm/connect-transforms), Maven, and
-# Python's venv module. Only what is missing is installed, so a second run is a no-op.
+# transform is compiled: jvm/connect-transforms), Maven, Chromium (the console's browser
+# tests drive it headless through Playwright: no browser download) and Python's venv
+# module. Only what is missing is installed, so a second run is a no-op.
 set -euo pipefail
 
 need=()
@@ -14,6 +15,7 @@ have_file /usr/sbin/slapd || need+=(slapd)
 have_cmd ldapsearch || need+=(ldap-utils)
 have_cmd javac || need+=(openjdk-17-jdk-headless)
 have_cmd mvn || need+=(maven)
+have_cmd chromium || need+=(chromium)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 
 if [ ${#need[@]} -eq 0 ]; then

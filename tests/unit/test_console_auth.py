@@ -1,0 +1,116 @@
+"""The console's gate, without servers: logins against argon2 hashes, a trusted proxy's
+header believed only from the trusted address, the read-only role refused every action,
+a form without the session's token refused, and the audit log recording each attempt."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from starlette.testclient import TestClient
+
+from mcq.config import ConsoleSettings, ConsoleUser, Settings
+from mcq.console.app import create_app
+from mcq.console.auth import Authenticator, hash_password
+
+PASSWORD = "correct horse battery staple"
+
+
+def _console(**extra: Any) -> ConsoleSettings:
+    users = {
+        "ann": ConsoleUser(password_hash=SecretStr(hash_password(PASSWORD)), role="admin"),
+        "rob": ConsoleUser(password_hash=SecretStr(hash_password(PASSWORD)), role="read"),
+    }
+    return ConsoleSettings(users=users, **extra)
+
+
+def test_a_login_is_checked_against_the_hash_and_the_hash_is_not_the_password() -> None:
+    auth = Authenticator(_console())
+    hashed = auth.settings.users["ann"].password_hash.get_secret_value()
+    assert hashed.startswith("$argon2id$") and PASSWORD not in hashed
+    user = auth.login("ann", PASSWORD)
+    assert user is not None and user.role == "admin" and user.can_act
+    assert auth.login("ann", "wrong") is None
+    assert auth.login("nobody", PASSWORD) is None
+    rob = auth.login("rob", PASSWORD)
+    assert rob is not None and not rob.can_act
+
+
+def test_a_proxys_header_is_believed_only_from_a_trusted_address() -> None:
+    auth = Authenticator(_console(trusted_user_header="X-Forwarded-User", trusted_role_header="X-Forwarded-Role"))
+    headers = {"x-forwarded-user": "carol", "x-forwarded-role": "admin"}
+    user = auth.from_proxy("127.0.0.1", headers)
+    assert user is not None and (user.name, user.role, user.via) == ("carol", "admin", "proxy")
+    assert auth.from_proxy("10.0.0.9", headers) is None
+    assert Authenticator(_console()).from_proxy("127.0.0.1", headers) is None  # no header configured
+    odd = auth.from_proxy("127.0.0.1", {"x-forwarded-user": "dan", "x-forwarded-role": "root"})
+    assert odd is not None and odd.role == "read"
+
+
+class _NoState:
+    """The console's data side is not reached by these requests: the gate answers first."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the gate let a request through to state.{name}")
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> TestClient:
+    settings = Settings(console=_console(audit_log=tmp_path / "audit.log"))
+    return TestClient(create_app(settings, state=_NoState()), follow_redirects=False)  # type: ignore[arg-type]
+
+
+def _log_in(client: TestClient, user: str, password: str = PASSWORD) -> str:
+    response = client.post("/login", data={"username": user, "password": password, "next": "/interests"})
+    assert response.status_code == 303, response.text
+    assert response.headers["location"] == "/interests"
+    return user
+
+
+def test_only_health_answers_anyone(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    for path in ("/", "/interests", "/tables", "/topics", "/listeners/LDAP", "/listeners/LDAP/dead-letters"):
+        response = client.get(path)
+        assert response.status_code == 303 and response.headers["location"].startswith("/login?next="), path
+    assert client.post("/interests", data={"tname": "X"}).status_code == 303
+
+
+def test_a_wrong_password_is_refused_and_recorded(client: TestClient, tmp_path: Path) -> None:
+    response = client.post("/login", data={"username": "ann", "password": "nope", "next": "/"})
+    assert response.status_code == 401 and "wrong user name or password" in response.text
+    entry = json.loads((tmp_path / "audit.log").read_text().splitlines()[-1])
+    assert (entry["who"], entry["action"], entry["outcome"]) == ("ann", "login", "refused: wrong user or password")
+    assert "nope" not in (tmp_path / "audit.log").read_text()
+
+
+def test_the_read_only_role_is_refused_every_action_with_403(client: TestClient, tmp_path: Path) -> None:
+    _log_in(client, "rob")
+    for path in ("/interests", "/interests/remove", "/listeners/LDAP/dead-letters-requeue"):
+        response = client.post(path, data={"csrf": "whatever"})
+        assert response.status_code == 403, path
+        assert "read-only" in response.text
+    refused = [json.loads(x) for x in (tmp_path / "audit.log").read_text().splitlines()][-3:]
+    assert all(e["who"] == "rob" and e["outcome"] == "refused: read-only" for e in refused)
+
+
+def test_an_action_without_the_sessions_form_token_is_refused(client: TestClient) -> None:
+    _log_in(client, "ann")
+    response = client.post("/interests/remove", data={"id": "LDAP|PERSON|", "csrf": "forged"})
+    assert response.status_code == 403 and "token" in response.text
+    response = client.post("/logout", data={})
+    assert response.status_code == 403
+
+
+def test_the_login_page_token_and_logout(client: TestClient) -> None:
+    page = client.get("/login").text
+    assert 'name="password"' in page and "<script" not in page
+    _log_in(client, "ann")
+    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
+    assert token is not None
+    response = client.post("/logout", data={"csrf": token.group(1)})
+    assert response.status_code == 303 and response.headers["location"] == "/login"
+    assert client.get("/interests").status_code == 303  # logged out
