@@ -1594,4 +1594,4 @@ def smoke() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    main(prog_name="mcq")  # `python -m mcq.cli` (the console's jobs, tests) says "mcq" as the script does

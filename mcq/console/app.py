@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 from mcq.config import Settings
 from mcq.console.audit import AuditLog
 from mcq.console.auth import Authenticator, User
+from mcq.console.jobs import Jobs
 from mcq.console.state import ConsoleState
 
 HERE = Path(__file__).parent
@@ -47,6 +48,7 @@ class Console:
     auth: Authenticator
     audit: AuditLog
     templates: Jinja2Templates
+    jobs: Jobs
 
     def user(self, request: Request) -> User:
         """The user of REQUEST; anonymous requests raise :class:`LoginRequired`."""
@@ -96,7 +98,7 @@ class Console:
 
 
 def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlette:
-    from mcq.console.pages import dead_letters, interests, listener, overview, tables, topics
+    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, tables, topics
 
     console_settings = settings.console
     audit_path = console_settings.audit_log or settings.stack.home / "logs" / "console-audit.log"
@@ -108,6 +110,7 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         Authenticator(console_settings),
         AuditLog(audit_path),
         templates,
+        Jobs(settings.stack.home / "logs" / "console-jobs"),
     )
 
     async def health(request: Request) -> Response:
@@ -148,7 +151,7 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    for page in (overview, listener, dead_letters, interests, tables, topics):
+    for page in (overview, listener, dead_letters, interests, jobs, tables, topics):
         routes += page.routes(ctx)
     secret = console_settings.session_secret
     middleware = [

@@ -34,6 +34,7 @@ def routes(ctx: Console) -> list[Route]:
             verdict=verdict(status),
             errors=letters[-10:][::-1],
             dead_letters=len(letters),
+            jobs=ctx.jobs.of(name),
             now=time.time(),
             auto_refresh=True,
         )
