@@ -98,7 +98,7 @@ class Console:
 
 
 def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlette:
-    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, tables, topics
+    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, report, tables, topics
 
     console_settings = settings.console
     audit_path = console_settings.audit_log or settings.stack.home / "logs" / "console-audit.log"
@@ -151,7 +151,7 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    for page in (overview, listener, dead_letters, interests, jobs, tables, topics):
+    for page in (overview, listener, dead_letters, interests, jobs, tables, topics, report):
         routes += page.routes(ctx)
     secret = console_settings.session_secret
     middleware = [

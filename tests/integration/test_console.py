@@ -10,6 +10,8 @@ heartbeat timeout. A screenshot of each page is written to ``out/console-screens
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import signal
@@ -32,6 +34,7 @@ from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from tests.integration.listeners import World, change, make_world, produce, target_state, wait_for
 from tests.integration.test_listener import _reject
+from tests.integration.worlds import read_topic_to_end
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = PROJECT_ROOT / "out" / "console-screenshots"
@@ -247,3 +250,43 @@ def test_a_killed_listener_turns_dead_within_its_heartbeat_timeout(console: Cons
     shot(page, "overview-dead")
     # DEAD once the timeout passed: seen after the timeout, plus at most a few refreshes
     print(f"DEAD shown {seen_after:.1f} s after SIGKILL (heartbeat timeout {HEARTBEAT_TIMEOUT_S} s)")
+
+
+def test_the_report_of_the_worlds_topics_renders_its_plots_and_its_totals_equal_the_topics(
+    console: ConsoleWorld, settings: Settings
+) -> None:
+    w = console.world
+    env = {**os.environ, "MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    run = subprocess.run(
+        [sys.executable, "-m", "mcq.cli", "report", "--since", "1d"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "report: wrote" in run.stdout
+    page = console.page("rob")
+    page.goto(f"{console.url}/report")
+    expect(page.locator("h1")).to_contain_text(f"mcq report: {w.settings.topic_prefix}")
+    plots = page.locator("img.plot")
+    assert plots.count() >= 3  # changes, applied, latency (and dead letters)
+    for i in range(plots.count()):  # each embedded plot decodes and has a size
+        assert plots.nth(i).evaluate("img => img.complete && img.naturalWidth > 100"), i
+    shot(page, "report")
+
+    # the CSV totals, against the topics counted here (a consumer, no Spark)
+    def rows(name: str) -> list[dict[str, str]]:
+        response = page.request.get(f"{console.url}/report/{name}.csv")
+        assert response.status == 200, name
+        return list(csv.DictReader(io.StringIO(response.text())))
+
+    logical = [w.phone_topic, w.room_topic]
+    in_topics = sum(1 for t in logical for _, value, _, _ in read_topic_to_end(w.settings, t) if value is not None)
+    assert sum(int(r["changes"]) for r in rows("changes")) == in_topics > 0
+    applied = [
+        k for k, v, _, _ in read_topic_to_end(w.settings, w.topics.applied) if v is not None and k and k[:1] == b"{"
+    ]
+    assert sum(int(r["changes_applied"]) for r in rows("applied")) == len(applied) > 0
+    assert {r["listener"] for r in rows("latency")} == {w.name}
+    assert sum(int(r["dead_letters"]) for r in rows("dead-letters")) == 1  # the REJECT change
