@@ -49,6 +49,7 @@ run: install
 	$(BIN)/mcq connect apply
 	$(BIN)/mcq connect status
 	$(BIN)/mcq smoke
+	$(BIN)/mcq console --local-admin --background
 	$(BIN)/mcq demo
 
 lint: python

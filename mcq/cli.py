@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -151,8 +152,13 @@ def _switch_mode(secure: bool) -> None:
 @stack.command()
 @ONLY
 def down(only: str | None) -> None:
-    """Stop every service the stack started; no process is left behind."""
-    _stack(only).down(report=_say)
+    """Stop every service the stack started (and the console beside it); no process is left behind."""
+    from mcq.console.local import handle
+
+    st = _stack(only)
+    if only is None and handle(st.settings).stop(signal.SIGTERM):
+        _say("console: stopped")
+    st.down(report=_say)
 
 
 @stack.command()
@@ -1526,10 +1532,21 @@ def dlq_discard(name: str, ids: tuple[str, ...], everything: bool, reason: str) 
     help="Print an argon2 hash of a password for console.users.<NAME>.password_hash, then exit.",
 )
 @click.option("--password-env", metavar="VAR", help="With --hash-password: read the password from this variable.")
-def console_command(bind: str | None, hash_only: bool, password_env: str | None) -> None:
-    """The operator's console: listeners' states, interests, dead letters, tables and topics
-    in a browser. Every page needs a login (console.users or a trusted proxy's header);
-    actions need the admin role and are written to the audit log."""
+@click.option(
+    "--local-admin",
+    is_flag=True,
+    help="With no user configured: the local stack's admin (password in $MCQ_HOME/conf/console-admin.password).",
+)
+@click.option("--background", is_flag=True, help="Run detached beside the local stack (`mcq stack down` stops it).")
+@click.option("--stop", "stop_it", is_flag=True, help="Stop the console --background started.")
+def console_command(
+    bind: str | None, hash_only: bool, password_env: str | None, local_admin: bool, background: bool, stop_it: bool
+) -> None:
+    """The operator's console: listeners' states, interests, dead letters, tables, topics,
+    batch jobs and the latest report in a browser. Every page needs a login (console.users,
+    the local admin, or a trusted proxy's header); actions need the admin role and are
+    written to the audit log."""
+    from mcq.console import local
     from mcq.console.auth import hash_password
 
     if hash_only:
@@ -1546,6 +1563,12 @@ def console_command(bind: str | None, hash_only: bool, password_env: str | None)
     from mcq.console.app import create_app
 
     settings = _settings()
+    if stop_it:
+        stopped = local.handle(settings).stop(signal.SIGTERM)
+        _say("console: stopped" if stopped else "console: was not running")
+        return
+    if local_admin:
+        settings = local.with_local_admin(settings)
     if not settings.console.users and not settings.console.trusted_user_header:
         _err(
             "mcq console: no one could log in: set MCQ_CONSOLE__USERS__<NAME>__PASSWORD_HASH (from "
@@ -1555,6 +1578,15 @@ def console_command(bind: str | None, hash_only: bool, password_env: str | None)
     host, _, port_text = (bind or settings.console.bind).rpartition(":")
     if not host or not port_text.isdigit():
         raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
+    if background:
+        try:
+            pid = local.start_background(settings, f"{host}:{port_text}")
+        except RuntimeError as exc:
+            _err(f"mcq console: {exc}")
+            sys.exit(EXIT_FAILED)
+        who = f"log in as {local.LOCAL_ADMIN}, password in {local.password_file(settings)}" if local_admin else ""
+        _say(f"mcq console at http://{host}:{port_text} (pid {pid}; {who or 'console.users log in'})")
+        return
     app = create_app(settings)
     _say(f"mcq console at http://{host}:{port_text} ({len(settings.console.users)} user(s); Ctrl-C stops it)")
     config = uvicorn.Config(app, host=host, port=int(port_text), log_level="warning", access_log=False)
