@@ -15,7 +15,6 @@ import io
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from mcq.console.auth import hash_password
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from tests.integration.listeners import World, change, make_world, produce, target_state, wait_for
+from tests.integration.net import free_port
 from tests.integration.test_listener import _reject
 from tests.integration.worlds import read_topic_to_end
 
@@ -40,12 +40,6 @@ CHROMIUM = "/usr/bin/chromium"
 SHOTS = PROJECT_ROOT / "out" / "console-screenshots"
 PASSWORD = "a long console passphrase"
 HEARTBEAT_TIMEOUT_S = 5  # the world's listener (tests/integration/listeners.py)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -94,7 +88,7 @@ def console(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathF
         "MCQ_CONSOLE__AUDIT_LOG": str(audit),
         "MCQ_CONSOLE__REFRESH_S": "2",
     }
-    port = _free_port()
+    port = free_port()
     logs = tmp / "logs"
     logs.mkdir()
     mcq = [sys.executable, "-m", "mcq.cli"]

@@ -35,6 +35,7 @@ from mcq.registry import Registry, parse_registry
 from mcq.registry.store import registry_topic
 from mcq.stack.services import KAFKA_CONTROLLER
 from tests.integration.listeners import target_state
+from tests.integration.net import free_port
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_acl import _consume_error, _produce_error, _refused
 from tests.integration.webhook_server import receiving_webhook, replay
@@ -70,12 +71,6 @@ interests:
   - {{listener: B, tname: PHONE}}
   - {{listener: B, tname: ROOM}}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -114,7 +109,7 @@ def secure_stack() -> Iterator[SecureStack]:
         "webhook token": f"hook-{token}-Tk",
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCQ_")}
-    env.update({f"MCQ_STACK__PORTS__{name.upper()}": str(_free_port()) for name in PORTS})
+    env.update({f"MCQ_STACK__PORTS__{name.upper()}": str(free_port()) for name in PORTS})
     env.update(
         {
             "MCQ_HOME": str(home),

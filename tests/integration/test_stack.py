@@ -20,14 +20,9 @@ import pytest
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.services import DEBEZIUM_POSTGRES_CONNECTOR
+from tests.integration.net import free_port
 
 MCQ = [sys.executable, "-m", "mcq.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _isolated_env(home: Path, ports: dict[str, int]) -> dict[str, str]:
@@ -101,7 +96,7 @@ def test_wrong_ldap_password_is_refused(stack: Stack, settings: Settings) -> Non
 
 def test_a_taken_port_fails_at_once_in_one_line_naming_service_port_and_log(tmp_path: Path) -> None:
     ports = {
-        n: _free_port()
+        n: free_port()
         for n in ("postgres", "kafka", "kafka_controller", "kafka_sasl", "connect", "registry", "ldap", "ldaps")
     }
     with socket.socket() as squatter:
@@ -132,7 +127,7 @@ def world_readable_home() -> Iterator[Path]:
 def test_up_then_down_leaves_no_process_behind(world_readable_home: Path) -> None:
     """A separate small stack (PostgreSQL and OpenLDAP) in its own MCQ_HOME and ports."""
     tmp_path = world_readable_home
-    ports = {n: _free_port() for n in ("postgres", "ldap", "ldaps")}
+    ports = {n: free_port() for n in ("postgres", "ldap", "ldaps")}
     env = _isolated_env(tmp_path, ports)
     up = subprocess.run(
         [*MCQ, "stack", "up", "--only", "postgres,ldap"], capture_output=True, text=True, env=env, timeout=180
