@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm helm run test faults soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
+.PHONY: install system python jvm helm run test faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
 
 install: system python jvm helm
 
@@ -61,13 +61,18 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not faults and not soak' --durations=20
+	$(BIN)/pytest -m 'not faults and not scale and not soak' --durations=20
 
 # The fault scenarios (issue 16): components killed and restarted under load, lost slots,
 # poison input. Minutes each (a broker's recovery after SIGKILL alone takes one), so a
 # session of their own; CI runs it after `make test` (.ci/run).
 faults: install
 	$(BIN)/pytest -m faults --durations=10
+
+# The scale test: a world of 10,000 people through the whole pipeline to LDAP and the
+# import table (about 5 minutes alone); CI runs it after `make faults` (.ci/run).
+scale: install
+	$(BIN)/pytest -m scale --durations=5
 
 # The soak (issue 16; never in CI): the pipeline under load for MINUTES while a random
 # component is SIGKILLed and started again every 1-3 minutes; prints the summary

@@ -133,6 +133,7 @@ def pending(settings: Settings, registry: Registry, listeners: tuple[str, ...]) 
     return total
 
 
+@pytest.mark.scale
 @pytest.mark.timeout(TIMEOUT_S)
 def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     big_world: Captured, settings: Settings, tmp_path: Path
