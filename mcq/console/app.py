@@ -145,6 +145,11 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         assert isinstance(exc, HTTPException)
         return ctx.render(request, "error.html", exc.status_code, status=exc.status_code, detail=exc.detail)
 
+    async def server_error(request: Request, exc: Exception) -> Response:
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        detail = f"the console failed on this page: {line[:300]} (its log has the details)"
+        return ctx.render(request, "error.html", 500, status=500, detail=detail)
+
     routes: list[Route | Mount] = [
         Route("/healthz", health),
         Route("/login", login, methods=["GET", "POST"]),
@@ -163,5 +168,5 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
             max_age=12 * 3600,
         )
     ]
-    handlers: Mapping[Any, Any] = {LoginRequired: login_required, HTTPException: http_error}
+    handlers: Mapping[Any, Any] = {LoginRequired: login_required, HTTPException: http_error, Exception: server_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)

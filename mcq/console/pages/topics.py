@@ -3,6 +3,7 @@ records, decoded; nothing is consumed (no group, no commit)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ def _decode(codec: ChangeCodec, topic: str, p: int, o: int, key: bytes | None, v
         change = codec.decode(topic, p, o, key, value)
         if change is None:
             return Record(p, o, codec.decode_key(topic, p, o, key).text(), "TOMBSTONE", "", None)
-        record = change.record()
+        record = json.loads(json.dumps(change.record(), default=str))  # times as text, for the page
         return Record(p, o, change.key.text(), change.change_type, change.entry_time.isoformat(), record)
     except BadChange as exc:
         return Record(p, o, repr(key)[:80], "?", "", None, str(exc))
