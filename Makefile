@@ -20,7 +20,8 @@ python: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	@# the build backend's notices (an editable install's caveats) are not the newcomer's concern
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[test]'
 	@touch $@
 
 jvm: $(JVM_CACHE)/.resolved
