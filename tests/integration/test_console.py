@@ -284,3 +284,8 @@ def test_the_report_of_the_worlds_topics_renders_its_plots_and_its_totals_equal_
     assert sum(int(r["changes_applied"]) for r in rows("applied")) == len(applied) > 0
     assert {r["listener"] for r in rows("latency")} == {w.name}
     assert sum(int(r["dead_letters"]) for r in rows("dead-letters")) == 1  # the REJECT change
+    # the tables page shows each table's changes per day from this report
+    page.goto(f"{console.url}/tables")
+    for r in rows("changes"):
+        expect(page.locator("#tables")).to_contain_text(f"{r['day']}: {r['changes']}")
+    shot(page, "tables-with-counts")
