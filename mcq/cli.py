@@ -66,6 +66,10 @@ def _err(line: object) -> None:
 @click.version_option(package_name="meta-change-queue")
 def main() -> None:
     """mcq: the Meta Change Queue on Kafka, Debezium and Spark."""
+    if console.is_terminal:  # long Spark jobs draw bars on a terminal, write lines elsewhere
+        from streams.progress import show_bars
+
+        show_bars(console)
 
 
 def _check_login(command: str, settings: Settings) -> None:
