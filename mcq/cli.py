@@ -1641,7 +1641,21 @@ def world_load(people: int, seed: int, schema: str, replace: bool) -> None:
                 _say(f"{schema}: already holds {existing[0]} people; kept (use --replace to reload)")
                 return
             started = time.monotonic()
-            counts = load(conn, schema, generate(people, seed), report=lambda line: _say(f"  {line}"))
+            world_rows = generate(people, seed)
+            if console.is_terminal:
+                from rich.progress import Progress
+
+                with Progress(console=console, transient=True) as bar:
+                    task = bar.add_task(f"loading {schema}", total=None)
+                    counts = load(
+                        conn,
+                        schema,
+                        world_rows,
+                        report=lambda line: _say(f"  {line}"),
+                        progress=lambda done, total: bar.update(task, completed=done, total=total),
+                    )
+            else:
+                counts = load(conn, schema, world_rows, report=lambda line: _say(f"  {line}"))
     except (psycopg.Error, ValueError) as exc:
         _err(f"mcq world load: {settings.source}: {exc}".strip())
         sys.exit(EXIT_FAILED)

@@ -51,22 +51,30 @@ def load(
     schema: str,
     world: World,
     report: Callable[[str], None] = lambda _: None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> dict[str, int]:
-    """COPY every table of ``world`` into ``schema`` in FK-safe order, in one transaction.
+    """COPY every table of ``world`` into ``schema`` in FK-safe order, in one transaction;
+    ``progress(rows written, rows in all)`` every few thousand rows.
 
     Returns the number of rows loaded per table. The tables must exist (:func:`create_schema`)
     and must not already hold rows with the same keys.
     """
     ident = sql.Identifier(_checked(schema))
     counts: dict[str, int] = {}
+    tables = world.tables()
+    total, done = sum(len(rows) for rows in tables.values()), 0
     with conn.transaction(), conn.cursor() as cur:
-        for table, rows in world.tables().items():
+        for table, rows in tables.items():
             stmt = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
                 ident, sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, COLUMNS[table]))
             )
             with cur.copy(stmt) as copy:
-                for row in rows:
+                for i, row in enumerate(rows, 1):
                     copy.write_row(row)
+                    if i % 5000 == 0:
+                        progress(done + i, total)
+            done += len(rows)
+            progress(done, total)
             counts[table] = len(rows)
             report(f"{table}: {len(rows)} rows")
     return counts
