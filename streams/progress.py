@@ -28,62 +28,67 @@ def stage_progress(
     spark: SparkSession, label: str, report: Callable[[str], None], every_s: float = 5.0
 ) -> Iterator[None]:
     """Report ``<label>: stage N: done/total tasks`` while the block runs (bars on a terminal)."""
+    tracker = spark.sparkContext.statusTracker()
+
+    def stages() -> list[tuple[int, int, int]]:
+        """(stage, tasks done, tasks) of each active stage."""
+        out = []
+        for stage in sorted(tracker.getActiveStageIds()):
+            info = tracker.getStageInfo(stage)
+            if info is not None:
+                out.append((stage, info.numCompletedTasks, info.numTasks))
+        return out
+
     if _bars is not None:
-        with _stage_bars(spark, label, _bars):
+        with _bars_of(stages, label, _bars):
             yield
         return
-    tracker = spark.sparkContext.statusTracker()
+    last = [""]
+
+    def line() -> None:
+        text = "; ".join(f"stage {stage}: {done}/{total} tasks" for stage, done, total in stages())
+        if text and text != last[0]:
+            report(f"{label}: {text}")
+            last[0] = text
+
+    with _every(every_s, line):
+        yield
+
+
+@contextmanager
+def _bars_of(stages: Callable[[], list[tuple[int, int, int]]], label: str, console: Console) -> Iterator[None]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        tasks: dict[int, TaskID] = {}
+
+        def draw() -> None:
+            active = stages()
+            for stage, done, total in active:
+                if stage not in tasks:
+                    tasks[stage] = progress.add_task(f"{label}: stage {stage}", total=total)
+                progress.update(tasks[stage], completed=done, total=total)
+            for stage in [s for s in tasks if s not in {a[0] for a in active}]:
+                progress.remove_task(tasks.pop(stage))
+
+        with _every(0.5, draw):
+            yield
+
+
+@contextmanager
+def _every(every_s: float, fn: Callable[[], None]) -> Iterator[None]:
+    """Call FN every EVERY_S seconds in a thread while the block runs."""
     stop = threading.Event()
 
-    def watch() -> None:
-        last = ""
+    def loop() -> None:
         while not stop.wait(every_s):
-            parts = []
-            for stage in sorted(tracker.getActiveStageIds()):
-                info = tracker.getStageInfo(stage)
-                if info is not None:
-                    parts.append(f"stage {stage}: {info.numCompletedTasks}/{info.numTasks} tasks")
-            line = "; ".join(parts)
-            if line and line != last:
-                report(f"{label}: {line}")
-                last = line
+            fn()
 
-    thread = threading.Thread(target=watch, name="spark-progress", daemon=True)
+    thread = threading.Thread(target=loop, name="spark-progress", daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join(timeout=every_s + 1)
-
-
-@contextmanager
-def _stage_bars(spark: SparkSession, label: str, console: Console, every_s: float = 0.5) -> Iterator[None]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-    tracker = spark.sparkContext.statusTracker()
-    stop = threading.Event()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        tasks: dict[int, TaskID] = {}
-
-        def watch() -> None:
-            while not stop.wait(every_s):
-                active = set(tracker.getActiveStageIds())
-                for stage in sorted(active):
-                    info = tracker.getStageInfo(stage)
-                    if info is None:
-                        continue
-                    if stage not in tasks:
-                        tasks[stage] = progress.add_task(f"{label}: stage {stage}", total=info.numTasks)
-                    progress.update(tasks[stage], completed=info.numCompletedTasks, total=info.numTasks)
-                for stage in [s for s in tasks if s not in active]:
-                    progress.remove_task(tasks.pop(stage))
-
-        thread = threading.Thread(target=watch, name="spark-progress-bars", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(timeout=every_s + 1)
