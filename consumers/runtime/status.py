@@ -98,6 +98,10 @@ class ListenerStatus:
     tombstones_at_risk: str | None = None
     """One line when changes waited on a compacted topic longer than it keeps tombstones:
     deletes may be lost to its target; it names the statement that repairs it."""
+    partitions: list[PartitionLag] = field(default_factory=list)
+    """Where its groups stand in each partition of its lanes (the console's listener page)."""
+    last_applied_at: float | None = None
+    """When an instance last applied a change (the newest of their heartbeats says)."""
 
     @property
     def failed(self) -> int:
@@ -267,6 +271,8 @@ def listener_status(
         dead_letters=len(DeadLetters(settings, listener.name).entries()),
         alert_after_dead_letters=listener.delivery.alert_after_dead_letters,
         tombstones_at_risk=exposure_line(listener.name, exposures),
+        partitions=rt_parts + bulk_parts,
+        last_applied_at=max((b.last_applied_at for b in mine if b.last_applied_at), default=None),
     )
     age = status.oldest_pending_age_s
     limit = listener.delivery.stuck_after_s + _schedule_gap_s(listener)

@@ -147,6 +147,7 @@ def test_a_dead_letter_is_shown_then_requeued_and_applied_once_the_target_is_fix
     page = console.page("ann")
     page.goto(f"{console.url}/listeners/T")
     expect(page.locator("#errors")).to_contain_text("no_rejects")
+    assert w.phone_topic in page.locator("#partitions").inner_text()  # where its group stands, per partition
     shot(page, "listener")
     page.goto(f"{console.url}/listeners/T/dead-letters")
     [entry] = DeadLetters(w.settings, w.name).entries()
@@ -233,6 +234,8 @@ def test_a_read_only_user_sees_everything_and_cannot_act(console: ConsoleWorld) 
 def test_a_killed_listener_turns_dead_within_its_heartbeat_timeout(console: ConsoleWorld) -> None:
     page = console.page("ann")
     expect(page.locator("#listeners tr[data-listener='T'] .verdict")).to_have_text("OK", timeout=60_000)
+    last_applied = page.locator("#listeners tr[data-listener='T'] td.last-applied")
+    expect(last_applied).to_have_text(re.compile(r"^\d+ s ago$"))
     console.listener.send_signal(signal.SIGKILL)
     console.listener.wait(10)
     killed = time.monotonic()
