@@ -59,8 +59,11 @@ class NormalizeMetrics:
     def observe(self, progress: dict[str, Any], now: float | None = None) -> None:
         """One finished batch of a query (Spark's progress as JSON)."""
         query = str(progress.get("name") or progress.get("id") or "?")
-        self.rows.labels(query=query, direction="in").inc(int(progress.get("numInputRows") or 0))
-        self.rows.labels(query=query, direction="out").inc(int((progress.get("sink") or {}).get("numOutputRows") or 0))
+        # Spark says -1 where it does not know a count (a foreachBatch sink's output): not a row
+        rows_in = int(progress.get("numInputRows") or 0)
+        rows_out = int((progress.get("sink") or {}).get("numOutputRows") or 0)
+        self.rows.labels(query=query, direction="in").inc(max(rows_in, 0))
+        self.rows.labels(query=query, direction="out").inc(max(rows_out, 0))
         self.batches.labels(query=query).inc()
         self.last_batch.labels(query=query).set(now if now is not None else time.time())
         self.behind.labels(query=query).set(behind(progress))

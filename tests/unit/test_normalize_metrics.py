@@ -50,3 +50,11 @@ def test_a_progress_without_sink_or_sources_counts_what_it_has() -> None:
     metrics.observe({"name": "q", "numInputRows": 3})
     assert _value(metrics, 'mcq_normalize_rows_total{direction="in",query="q"}') == 3
     assert _value(metrics, 'mcq_normalize_rows_total{direction="out",query="q"}') == 0
+
+
+def test_a_count_spark_does_not_know_is_not_counted() -> None:
+    """Spark reports -1 output rows where it cannot count them (a foreachBatch sink)."""
+    metrics = NormalizeMetrics()
+    metrics.observe({**PROGRESS, "sink": {"numOutputRows": -1}})
+    assert _value(metrics, 'mcq_normalize_rows_total{direction="out"') == 0
+    assert _value(metrics, 'mcq_normalize_rows_total{direction="in"') == 120
