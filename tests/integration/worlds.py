@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from mcq.capture.apply import apply_capture
 from mcq.capture.connector import HEARTBEAT_TABLE, OUTBOX_TABLE, raw_topic
@@ -25,6 +25,7 @@ from mcq.config import PROJECT_ROOT, Settings
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import Source
 from mcq.smoke import delete_topics
+from mcq.topics.read import watermarks
 from mcq.world import create_schema, generate, load
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
@@ -175,7 +176,7 @@ def read_topic_to_end(settings: Settings, topic: str) -> list[tuple[bytes | None
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         parts = []
-        marks = {p: _watermarks(consumer, TopicPartition(topic, p)) for p in meta.partitions}
+        marks = {p: watermarks(consumer, TopicPartition(topic, p)) for p in meta.partitions}
         for p, (low, high) in marks.items():
             if high > low:
                 parts.append(TopicPartition(topic, p, low))
@@ -198,27 +199,3 @@ def read_topic_to_end(settings: Settings, topic: str) -> list[tuple[bytes | None
     finally:
         consumer.close()
     return out
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
-    """A partition's low and high offsets, asked again while the broker answers with a
-    retriable error (a topic created a moment ago has no leader yet: NOT_LEADER_FOR_PARTITION)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            return int(low), int(high)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if not (err.retriable() or err.code() in _TRANSIENT) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-_TRANSIENT = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-)

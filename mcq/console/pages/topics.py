@@ -18,6 +18,7 @@ from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.console.app import Console
 from mcq.contract import registry_client
+from mcq.topics.read import TopicReadError, watermarks
 
 PAGE = 50
 SCAN_LIMIT = 20_000
@@ -56,7 +57,7 @@ def read(settings: Settings, topic: str, partition: int | None, offset: int, key
             raise HTTPException(404, f"{topic} has no partition {partition}")
         assignment = []
         for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            low, high = watermarks(consumer, TopicPartition(topic, p))
             start = max(low, high - SCAN_LIMIT) if key else max(low, offset)
             if start < high:
                 assignment.append(TopicPartition(topic, p, start))
@@ -114,7 +115,10 @@ def routes(ctx: Console) -> list[Route]:
         except ValueError:
             raise HTTPException(400, "partition and offset are whole numbers") from None
         key = q.get("key") or None
-        records = read(ctx.settings, topic, partition, offset, key)
+        try:
+            records = read(ctx.settings, topic, partition, offset, key)
+        except TopicReadError as exc:
+            raise HTTPException(503, str(exc)) from None
         return ctx.render(
             request, "topic.html", topic=topic, records=records, partition=partition, offset=offset, key=key or ""
         )
