@@ -12,11 +12,13 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Literal
 
+import cavro
 import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -256,6 +258,21 @@ class Change:
         )
 
 
+_CAVRO_OPTIONS = cavro.Options(record_decodes_to_dict=True)
+
+
+def avro_reader(schema: Any) -> Callable[[bytes], Any]:
+    """A decoder of Avro bodies written with ``schema``: cavro's (compiled, 3-4x faster than
+    fastavro's on change records: a map of nullable strings costs fastavro a Python call per
+    value), else fastavro's for a schema cavro does not take. Both give dicts, tz-aware
+    datetimes for timestamps and a union's value as it is."""
+    try:
+        return cavro.Schema(schema, options=_CAVRO_OPTIONS).binary_decode  # type: ignore[no-any-return]
+    except (cavro.CavroException, ValueError, TypeError, KeyError):
+        parsed = fastavro.parse_schema(schema)
+        return lambda body: fastavro.schemaless_reader(io.BytesIO(body), parsed, None)
+
+
 class ChangeCodec:
     """Change <-> Kafka bytes in Confluent's wire format, through the schema registry."""
 
@@ -264,23 +281,21 @@ class ChangeCodec:
         self._key_ser = AvroSerializer(client, schema_text("change_key"), conf=conf)
         self._value_ser = AvroSerializer(client, schema_text("change_record"), conf=conf)
         self._client = client
-        self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema
+        self._readers: dict[int, Callable[[bytes], Any]] = {}  # schema id -> a decoder of the writer's schema
 
     def _des(self, data: bytes, ctx: SerializationContext) -> Any:
         """Confluent's wire format (magic 0, schema id, Avro body) read with the writer's
-        schema, fetched once per id. (confluent-kafka's AvroDeserializer does the same, plus
-        a walk of the whole schema for field-encryption tags on every record: 3x slower.)"""
+        schema, fetched once per id."""
         if len(data) < 5 or data[0] != 0:
             raise SerializationError(f"not Confluent's wire format (first byte {data[:1]!r}, {len(data)} bytes)")
         schema_id = int.from_bytes(data[1:5], "big")
-        writer = self._writers.get(schema_id)
-        if writer is None:
+        reader = self._readers.get(schema_id)
+        if reader is None:
             schema = self._client.get_schema(schema_id)
-            writer = fastavro.parse_schema(json.loads(schema.schema_str or "null"))
-            self._writers[schema_id] = writer
+            reader = self._readers[schema_id] = avro_reader(json.loads(schema.schema_str or "null"))
         try:
-            return fastavro.schemaless_reader(io.BytesIO(data[5:]), writer, None)
-        except (EOFError, IndexError, struct.error, UnicodeDecodeError) as exc:
+            return reader(data[5:])
+        except (EOFError, IndexError, struct.error, ValueError, cavro.CavroException) as exc:
             raise SerializationError(f"{ctx.field} does not match its schema {schema_id}: {exc!r}") from None
 
     def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:

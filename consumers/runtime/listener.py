@@ -728,16 +728,22 @@ class ListenerRuntime:
             self._undone = items[start:]
             changes = [i.change for i in items[start:] if i.change is not None]
             outcomes = self._try_batch(changes)
+            done: list[_Item] = []  # applied: recorded together, before a failure's retries
             for item, outcome in zip(items[start:], outcomes, strict=True):
                 if isinstance(outcome, TargetUnavailable):
+                    self._applied(done, lane)
+                    done = []
                     self._wait_for_target(outcome, give_up=partial(self._any_overdue, items[start:]))
                     items = items[:start] + self._still_news(items[start:])
                     break
                 start += 1
                 if outcome is None:
-                    self._applied(item, lane)
-                else:
-                    self._failed(item, outcome, lane)
+                    done.append(item)
+                    continue
+                self._applied(done, lane)
+                done = []
+                self._failed(item, outcome, lane)
+            self._applied(done, lane)
         self._undone = []
 
     def _still_news(self, items: list[_Item]) -> list[_Item]:
@@ -774,14 +780,18 @@ class ListenerRuntime:
         deadline = self._due_at(item.change, item.verdict.expire_after_s if item.verdict else None)
         return deadline is not None and deadline <= time.time()
 
-    def _applied(self, item: _Item, lane: str) -> None:
-        assert item.change is not None
-        self.applied.record(item.change.key, item.change.position, present=item.change.change_type != "DELETE")
+    def _applied(self, items: list[_Item], lane: str) -> None:
+        """Remember changes the target took; the metrics once for all of them."""
+        if not items:
+            return
+        for item in items:
+            assert item.change is not None
+            self.applied.record(item.change.key, item.change.position, present=item.change.change_type != "DELETE")
         self._last_applied_at = time.time()
         self.metrics.applied_at(self._last_applied_at)
-        self._count("applied")
+        self._count("applied", len(items))
         if lane == "bulk":
-            self.counters.bulk_applied += 1
+            self.counters.bulk_applied += len(items)
 
     def _failed(self, item: _Item, error: AdapterError, lane: str) -> None:
         """Retry in place with back-off; then park, or dead-letter after max attempts."""
@@ -795,7 +805,7 @@ class ListenerRuntime:
                     return
                 outcome = self._try_batch([item.change])[0]
                 if outcome is None:
-                    self._applied(item, lane)
+                    self._applied([item], lane)
                     return
                 if isinstance(outcome, TargetUnavailable):
                     self._wait_for_target(outcome, give_up=lambda: self._overdue(item))
