@@ -25,6 +25,7 @@ from mcq.output import cell, say
 from mcq.registry import Registry, RegistryError, load_registry
 from mcq.registry.model import Interest
 from mcq.registry.store import RegistryStore
+from streams.catchup import CATCH_UP_ABOVE
 
 if TYPE_CHECKING:
     from consumers.runtime.dlq import DeadLetter, DeadLetters
@@ -728,6 +729,14 @@ def streams() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Checkpoint directory (default MCQ_HOME/checkpoints/normalize-<prefix>).",
 )
+@click.option(
+    "--catch-up-above",
+    type=click.IntRange(min=0),
+    default=CATCH_UP_ABOVE,
+    show_default=True,
+    help="Realtime mode, first start under a checkpoint: with more raw records waiting, drain them in "
+    "micro-batches first, then start real time where they ended (0: always).",
+)
 @click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="Cap a micro-batch's size.")
 @click.option(
@@ -744,6 +753,7 @@ def streams_normalize(
     trigger: str,
     checkpoint_interval: str,
     checkpoint: Path | None,
+    catch_up_above: int,
     master: str | None,
     max_offsets_per_trigger: int | None,
     accept_lost_raw: bool,
@@ -783,6 +793,7 @@ def streams_normalize(
             checkpoint_interval=checkpoint_interval,
             accept_lost_raw=accept_lost_raw,
             health=None if port is None else (http_host, port),
+            catch_up_above=catch_up_above,
         )
     except HealthAddressTaken as exc:
         _err(f"mcq streams normalize: {exc}; choose another with --http-port (0: any free port) or --no-http")

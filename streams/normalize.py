@@ -51,6 +51,7 @@ from mcq.health import HealthServer
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
+from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, started
 from streams.debezium import EnvelopeReader
 from streams.metrics import NormalizeMetrics, behind
@@ -782,6 +783,7 @@ def run_normalize(
     checkpoint_interval: str = "5 minutes",
     accept_lost_raw: bool = False,
     health: tuple[str, int] | None = None,
+    catch_up_above: int = CATCH_UP_ABOVE,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -794,7 +796,9 @@ def run_normalize(
     from their beginning, which the compacted, idempotently applied topics absorb.
 
     ``health`` (host, port): serve ``/livez``, ``/readyz`` and ``/metrics`` there
-    (``streams/metrics.py``) while the queries run."""
+    (``streams/metrics.py``) while the queries run. ``catch_up_above``: a first real-time
+    start with more raw records waiting drains them in micro-batches first
+    (``streams/catchup.py``)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     job = NormalizeJob(
@@ -819,7 +823,8 @@ def run_normalize(
         if not stopping.requested:
             realtime = mode == "realtime" and not once
             _stream(job, stopping, once=once, trigger=trigger, master=master,
-                    interval=checkpoint_interval if realtime else None, health=health)  # fmt: skip
+                    interval=checkpoint_interval if realtime else None, health=health,
+                    catch_up_above=catch_up_above)  # fmt: skip
         if stopping.requested:
             report("normalize: stopped; a restart resumes after the last finished batch")
     return job
@@ -827,7 +832,7 @@ def run_normalize(
 
 def _stream(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
-    health: tuple[str, int] | None = None,
+    health: tuple[str, int] | None = None, catch_up_above: int = CATCH_UP_ABOVE,
 ) -> None:  # fmt: skip
     """Run the queries until they end or a stop is requested; ``interval`` set: real time."""
     metrics = NormalizeMetrics()
@@ -846,7 +851,7 @@ def _stream(
         job.report(f"normalize: health {server.address}")
     try:
         _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
-                     metrics=metrics, queries=queries, ticked=ticked)  # fmt: skip
+                     metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above)  # fmt: skip
     finally:
         if server is not None:
             server.stop()
@@ -854,7 +859,7 @@ def _stream(
 
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
-    metrics: NormalizeMetrics, queries: list[Any], ticked: list[float],
+    metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
 ) -> None:  # fmt: skip
     import os
 
@@ -928,8 +933,14 @@ def _run_queries(
             fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
             for topic in rt.ensure_raw_topics(job.settings, realtime_part.raw_topics):
                 report(f"normalize: created raw topic {topic} (no change captured in it yet)")
+            catching: list[Any] = []
+            offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
+            queries.extend(catching)  # stopped with the others if it is still running
+            if stopping.requested:
+                return
+            queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
-            started = rt.start_realtime(now, fresh, interval)
+            started = rt.start_realtime(now, fresh, interval, offsets)
             queries.extend(started)
             report(f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval}")
         if "realtime" in jobs:

@@ -35,6 +35,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from streams.catchup import Offsets, starting_offsets
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
@@ -122,18 +123,21 @@ def ensure_raw_topics(settings: Settings, topics: list[str]) -> list[str]:
     return report.created
 
 
-def _source(job: NormalizeJob, spark: SparkSession, topics: list[str]) -> DataFrame:
+def _source(job: NormalizeJob, spark: SparkSession, topics: list[str], offsets: Offsets | None) -> DataFrame:
     return (
         spark.readStream.format("kafka")
         .options(**job.settings.kafka.spark_options())
         .option("subscribe", ",".join(topics))  # by name: ensure_raw_topics
-        .option("startingOffsets", "earliest")
+        # where a catch-up ended (streams/catchup.py); a query with a checkpoint ignores it
+        .option("startingOffsets", starting_offsets(offsets, topics))
         .option("failOnDataLoss", str(not job.accept_lost_raw).lower())
         .load()
     )
 
 
-def realtime_records(job: NormalizeJob, spark: SparkSession) -> list[tuple[str, DataFrame]]:
+def realtime_records(
+    job: NormalizeJob, spark: SparkSession, offsets: Offsets | None = None
+) -> list[tuple[str, DataFrame]]:
     """(raw topic, its query's records: topic, key, value, headers) for every raw topic
     (the outbox topics together), each from a Kafka source of its own."""
     from pyspark.sql import functions as F
@@ -147,7 +151,7 @@ def realtime_records(job: NormalizeJob, spark: SparkSession) -> list[tuple[str, 
     return [
         (
             topics[0] if len(topics) == 1 else "outbox",
-            job.parse(_source(job, spark, topics))
+            job.parse(_source(job, spark, topics, offsets))
             .select("*", records.alias("pos", "r"))
             .where(F.col("r").isNotNull())
             .withColumn("topic", F.col("r.topic"))
@@ -160,7 +164,7 @@ def realtime_records(job: NormalizeJob, spark: SparkSession) -> list[tuple[str, 
 QUERY_PREFIX = "mcq-normalize-realtime "
 
 
-def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> list[Any]:
+def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str, offsets: Offsets | None = None) -> list[Any]:
     """Start one real-time query per raw topic (returns pyspark's StreamingQuery objects).
 
     One query per topic, not one for all: between two checkpoints the driver plans the
@@ -169,10 +173,11 @@ def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str) -> lis
     (p99 of 11-23 s at 60 s intervals); a query of one topic plans in a fraction of
     that, and each query checkpoints on its own. Their intervals differ by a few seconds
     so that their pauses drift apart instead of coinciding (each pause is a few seconds
-    of planning and task start-up on a shared driver: ``BENCHMARKS.md``)."""
+    of planning and task start-up on a shared driver: ``BENCHMARKS.md``). A query new
+    here starts at ``offsets`` (where a catch-up ended), else at the beginning."""
     base = interval_ms(interval)
     queries = []
-    for i, (raw, records) in enumerate(realtime_records(job, spark)):
+    for i, (raw, records) in enumerate(realtime_records(job, spark, offsets)):
         writer = (
             records.writeStream.queryName(QUERY_PREFIX + raw)
             .format("kafka")

@@ -662,3 +662,56 @@ def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_th
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
     assert "fed by two or more raw topics" in log_path.read_text()
+
+
+def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exactly(
+    world: Captured, nsettings: Settings, tmp_path: Path
+) -> None:
+    """With a backlog above --catch-up-above, the real-time queries start where a
+    micro-batch catch-up ended: every raw record reaches its logical topic once (a
+    real-time start from the beginning would write the backlog a second time), every topic
+    equals the source, and a change committed afterwards flows in real time."""
+    s = world.schema
+    registry_file = tmp_path / "registry.yaml"
+    registry_file.write_text(world.registry_yaml)
+    registry = parse_registry(world.registry_yaml, str(registry_file))
+    prefix = f"tc{uuid.uuid4().hex[:8]}"
+    csettings = nsettings.model_copy(update={"topic_prefix": prefix})
+    log_path = tmp_path / "normalize.log"
+    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+               "--registry", str(registry_file), "--catch-up-above", "0",
+               "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
+    plan = plan_normalize(registry, prefix)
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command, env={**os.environ, "MCQ_TOPIC_PREFIX": prefix}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 300
+            while "batch 0 of " not in log_path.read_text():  # a real-time query's first batch
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            text = log_path.read_text()
+            assert "catching up in micro-batches first" in text and "real time starts where it ended" in text, text
+            for feed in plan.feeds:
+                assert_topic_equals_source(csettings, feed)
+            for topic in sorted({f.topic for f in plan.feeds}):
+                written = [(key_tuple(k), v["source"]["last_commit_lsn"], v["source"]["lsn"])
+                           for k, v in decode_topic(csettings, topic) if v is not None]  # fmt: skip
+                assert len(written) == len(set(written)), f"{topic}: a raw record was written twice"
+            phones = next(f for f in plan.feeds if f.source_table.endswith("directory_telephone"))
+            with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+                person, tele = conn.execute(
+                    f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2 LIMIT 1"
+                ).fetchone()  # type: ignore[misc]
+                conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = 'after-catch-up' "
+                             "WHERE person_id = %s AND tele_type = %s", (person, tele))  # fmt: skip
+
+            def arrived() -> None:
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                assert_topic_equals_source(csettings, phones)
+
+            _until(time.monotonic() + 60, arrived)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(60)
