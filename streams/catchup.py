@@ -34,10 +34,13 @@ if TYPE_CHECKING:
     from streams.normalize import NormalizeJob, StopRequest
     from streams.plan import NormalizePlan
 
-CATCH_UP_ABOVE = 20_000
-"""Raw records waiting above which a first real-time start catches up in micro-batches first
-(below it, a micro-batch's fixed cost -- planning and code generation, 10-20 s on 2 cores --
-is more than what Real-Time Mode takes for the backlog)."""
+CATCH_UP_ABOVE = 50_000
+"""Raw records waiting above which a first real-time start catches up in micro-batches first.
+The real-time queries start (plan and generate code: 20-60 s on 2 cores under load) only
+after the catch-up, so a small backlog is through sooner in Real-Time Mode: measured here,
+45,000 raw rows reached the target in 74 s by a catch-up but real time ran only ~60 s
+later, against 99 s in real time from the start; with 89,000 rows the 10,000-people
+pipeline test took 2:53 minutes, against 6:50 before (``BENCHMARKS.md``)."""
 
 Offsets = dict[str, dict[str, int]]
 """Spark's Kafka offsets: topic -> partition (as text) -> the next offset to read."""
