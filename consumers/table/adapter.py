@@ -135,14 +135,7 @@ class TableAdapter(Adapter, ReadBack):
 
     @property
     def _merge_staging(self) -> sql.Composed:
-        return sql.SQL(
-            """INSERT INTO {t} AS t (change_key, tname, subtype, person_id, pkey_string, pkey_number,
-                   aux_string, state, last_commit_lsn, lsn)
-               SELECT * FROM {s}
-               ON CONFLICT (change_key) DO UPDATE SET state = EXCLUDED.state,
-                   last_commit_lsn = EXCLUDED.last_commit_lsn, lsn = EXCLUDED.lsn, applied_at = now()
-               WHERE (t.last_commit_lsn, t.lsn) <= (EXCLUDED.last_commit_lsn, EXCLUDED.lsn)"""
-        ).format(t=self.table, s=self.STAGING)
+        return self._upsert_from(sql.SQL("SELECT * FROM {}").format(self.STAGING))
 
     @property
     def _delete_many(self) -> sql.Composed:
@@ -158,14 +151,19 @@ class TableAdapter(Adapter, ReadBack):
 
     @property
     def _upsert(self) -> sql.Composed:
+        return self._upsert_from(sql.SQL("VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"))
+
+    def _upsert_from(self, rows: sql.Composable) -> sql.Composed:
+        """Insert ``rows`` (VALUES or a SELECT of the columns in order); a key's row is
+        replaced only by a change not older than the one it holds."""
         return sql.SQL(
             """INSERT INTO {t} AS t (change_key, tname, subtype, person_id, pkey_string, pkey_number,
                    aux_string, state, last_commit_lsn, lsn)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+               {rows}
                ON CONFLICT (change_key) DO UPDATE SET state = EXCLUDED.state,
                    last_commit_lsn = EXCLUDED.last_commit_lsn, lsn = EXCLUDED.lsn, applied_at = now()
                WHERE (t.last_commit_lsn, t.lsn) <= (EXCLUDED.last_commit_lsn, EXCLUDED.lsn)"""
-        ).format(t=self.table)
+        ).format(t=self.table, rows=rows)
 
     @staticmethod
     def _upsert_row(change: Change) -> tuple[object, ...]:
