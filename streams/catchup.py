@@ -27,10 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streams.checkpoint import planned
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from mcq.config import Settings
     from streams.normalize import NormalizeJob, StopRequest
     from streams.plan import NormalizePlan
 
@@ -48,7 +49,7 @@ Offsets = dict[str, dict[str, int]]
 
 def realtime_started(checkpoint: Path) -> bool:
     """Whether a real-time query planned a batch under the normaliser's ``checkpoint``."""
-    return any(_batch_ids(log) for log in (checkpoint / "realtime").glob("*/offsets") if log.is_dir())
+    return planned(checkpoint / "realtime")
 
 
 def _batch_ids(log: Path) -> list[int]:
@@ -71,19 +72,6 @@ def committed_offsets(checkpoint: Path) -> Offsets | None:
                     out[topic] = {str(p): int(o) for p, o in partitions.items()}
         return out
     return None
-
-
-def pending_raw(settings: Settings, topics: list[str]) -> int:
-    """Raw records held in ``topics`` (what a start from the beginning would read)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    from mcq.topics.read import all_watermarks
-
-    admin = AdminClient(settings.kafka.client_config())
-    meta = admin.list_topics(timeout=30).topics
-    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
-    return sum(high - low for low, high in all_watermarks(admin, tps).values())
 
 
 def starting_offsets(offsets: Offsets | None, topics: list[str]) -> str:
@@ -109,7 +97,9 @@ def catch_up(
     if realtime_started(job.checkpoint):
         return None
     resumed = location.is_dir()
-    waiting = pending_raw(job.settings, part.raw_topics)
+    from mcq.topics.read import records_held
+
+    waiting = records_held(job.settings, part.raw_topics)
     if not resumed and waiting <= above:
         return None
     job.report(

@@ -34,12 +34,18 @@ def started(location: Path, mode: str) -> bool:
     """Whether a query of ``mode`` ever planned a batch under ``location`` (an offset log
     entry exists). A micro-batch run keeps its log at the top (``offsets/``), a real-time
     run below ``realtime/`` and ``ordered/``: each mode starts fresh once."""
-    roots = [location] if mode == "microbatch" else [location / "realtime", location / "ordered"]
-    for root in roots:
-        logs = [root / "offsets"] if mode == "microbatch" else list(root.glob("**/offsets"))
-        if any(p.is_file() and p.name.isdigit() for log in logs if log.is_dir() for p in log.iterdir()):
-            return True
-    return False
+    if mode == "microbatch":
+        return _has_entry(location / "offsets")
+    return planned(location / "realtime") or planned(location / "ordered")
+
+
+def planned(root: Path) -> bool:
+    """Whether any query checkpointed below ``root`` planned a batch (an offset log entry)."""
+    return any(_has_entry(log) for log in root.glob("**/offsets"))
+
+
+def _has_entry(log: Path) -> bool:
+    return log.is_dir() and any(p.is_file() and p.name.isdigit() for p in log.iterdir())
 
 
 # KAFKA_DATA_LOSS's text (the class name itself is not always in the message a failed query carries)

@@ -738,15 +738,9 @@ def fresh_start_line(job: NormalizeJob, mode: str) -> str | None:
     """What a first run of ``mode`` under this checkpoint does when the logical topics
     already hold records (a checkpoint deleted or moved, a new ``--checkpoint``, a switch
     of mode): None when they are empty (a true first run)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from mcq.topics.read import records_held
 
-    from mcq.topics.read import all_watermarks
-
-    admin = AdminClient(job.settings.kafka.client_config())
-    meta = admin.list_topics(timeout=30).topics  # every topic's: by name would create a missing one
-    tps = [TopicPartition(t, p) for t in job.plan.logical_topics if t in meta for p in meta[t].partitions]
-    held = sum(high - low for low, high in all_watermarks(admin, tps).values())
+    held = records_held(job.settings, job.plan.logical_topics)
     if not held:
         return None
     return (

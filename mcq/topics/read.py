@@ -120,6 +120,15 @@ def all_watermarks(
             time.sleep(0.5)
 
 
+def records_held(settings: Settings, topics: list[str]) -> int:
+    """Records the existing ones of ``topics`` hold now (high - low watermark of every
+    partition). Topics are listed whole: asking a missing one by name would create it."""
+    admin = AdminClient(settings.kafka.client_config())
+    meta = admin.list_topics(timeout=30).topics
+    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    return sum(high - low for low, high in all_watermarks(admin, tps).values())
+
+
 def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:
     """What the consumer has fetched, up to ``most`` records in one call (a call per record
     cost more than the record: most of a scheduled run's start-up), waiting up to
