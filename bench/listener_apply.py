@@ -12,7 +12,7 @@ listener added to the registry, interested in what LDAP is). Rate = changes appl
 the process's wall time (Python and Kafka start-up included). Then ``--pending``
 random updates are committed to the source, normalised once more, and each listener
 runs again: the start-to-exit time of a scheduled run. Both runs end with a check of
-LDAP and the import table against the source (``mcq.checks``): a figure of a wrong
+LDAP and the import table against the source (``mcq.demo.checks``): a figure of a wrong
 result is not reported as a figure.
 
     .venv/bin/python -m bench.listener_apply --people 10000 --pending 100
@@ -33,8 +33,8 @@ import time
 import psycopg
 from ldap3 import Connection, Server
 
-from mcq.checks import check_insite, check_ldap
 from mcq.config import Settings
+from mcq.demo.checks import check_insite, check_ldap
 from mcq.registry import parse_registry
 from mcq.topics.read import all_watermarks
 from streams.plan import plan_normalize

@@ -4,3 +4,9 @@
 heartbeat); ``consumers.adapter`` the interface a target implements; one sub-package per
 built-in adapter kind.
 """
+
+import logging
+
+logging.getLogger("consumers").addHandler(
+    logging.NullHandler()
+)  # a library logs nowhere until a shell says where (mcq.logs)

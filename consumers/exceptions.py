@@ -2,7 +2,7 @@
 
 ::
 
-    ConsumerError
+    ConsumerError                    (mcq.errors.McqError)
      ├── AdapterError                 raised by an adapter's apply()
      │    ├── TargetUnavailable       the target is down: retry the same change with back-off,
      │    │                           forever; nothing parks, lag grows, readiness goes false
@@ -10,6 +10,8 @@
      │    │                           park in the retry lane, dead-letter after N attempts
      │    └── ChangeRejected          the target will never take this change: dead-letter now
      ├── ListenerConfigError          unknown listener or adapter, bad adapter settings
+     ├── LdapConnectError             the directory cannot be reached or refused the bind
+     │                                (consumers.ldap.connection)
      └── DeadLetterError              a dead-letter entry that cannot be found or requeued
 
 An undecodable record is :class:`mcq.change.BadChange`; the runtime dead-letters it.
@@ -18,8 +20,10 @@ Messages name the listener and the record (topic[partition]@offset) where there 
 
 from __future__ import annotations
 
+from mcq.errors import EXIT_CONFIG, McqError
 
-class ConsumerError(Exception):
+
+class ConsumerError(McqError):
     """Base of everything the listener runtime raises."""
 
 
@@ -30,9 +34,13 @@ class AdapterError(ConsumerError):
 class TargetUnavailable(AdapterError):
     """The target cannot be reached at all (connection refused, authentication, timeout)."""
 
+    retriable = True
+
 
 class ChangeFailed(AdapterError):
     """This change failed and may succeed on a later attempt (lock, constraint, 5xx)."""
+
+    retriable = True
 
 
 class ChangeRejected(AdapterError):
@@ -41,6 +49,8 @@ class ChangeRejected(AdapterError):
 
 class ListenerConfigError(ConsumerError):
     """A listener cannot run as configured."""
+
+    exit_code = EXIT_CONFIG
 
 
 class DeadLetterError(ConsumerError):

@@ -31,7 +31,8 @@ from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey, Po
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry.model import Registry
-from mcq.topics.read import TopicReadError, take_fetched
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import take_fetched
 
 Row = dict[str, str | None]
 KeyTuple = tuple[str, str | None, int | None, str | None, int | None, str | None]

@@ -38,7 +38,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
 
 from mcq.config import Settings
-from mcq.topics.read import TopicReadError, all_watermarks
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import all_watermarks
 
 FORMAT = 1
 SAVE_AFTER_RECORDS = 5_000

@@ -25,7 +25,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from mcq.contract import schema_text
+from mcq.contract import SchemaRegistryUnavailable, schema_text
+from mcq.errors import McqError
 
 ChangeType = Literal["INSERT", "UPDATE", "DELETE"]
 Cause = Literal["source", "entered-view", "left-view", "tombstone", "refresh"]
@@ -39,11 +40,7 @@ the only place a tombstone carries one."""
 KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
 
 
-class RegistryUnavailable(Exception):
-    """The schema registry did not answer (connection, 5xx): try again later, the record is fine."""
-
-
-class BadChange(Exception):
+class BadChange(McqError):
     """A record that cannot be read as a change; the message names where it is."""
 
     def __init__(self, where: str, reason: str) -> None:
@@ -309,12 +306,12 @@ class ChangeCodec:
                              k.get("pkey_number"), k.get("aux_string"))  # fmt: skip
         except SchemaRegistryError as exc:
             if exc.http_status_code >= 500:
-                raise RegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
+                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
             raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
         except (SerializationError, KeyError, TypeError, ValueError) as exc:
             raise BadChange(where, f"not a change key: {exc}") from None
         except OSError as exc:
-            raise RegistryUnavailable(f"{where}: schema registry: {exc}") from None
+            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
 
     def decode(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
         """The change of a record; None for a tombstone. Raises BadChange naming the record."""
@@ -329,12 +326,12 @@ class ChangeCodec:
             return Change.from_record(k, v, topic, partition, offset)
         except SchemaRegistryError as exc:  # the registry does not know the writer's schema id
             if exc.http_status_code >= 500:
-                raise RegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
+                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
             raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
         except (SerializationError, KeyError, TypeError, ValueError) as exc:
             raise BadChange(where, f"not a change record: {exc}") from None
         except OSError as exc:  # requests' connection errors are OSErrors
-            raise RegistryUnavailable(f"{where}: schema registry: {exc}") from None
+            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
 
     def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
         """Key and value bytes of a change for ``topic`` (its subjects must exist)."""

@@ -39,6 +39,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from mcq.errors import EXIT_CONFIG, McqError
 from mcq.secrets import SECRET_KEY
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +51,10 @@ KAFKA_CONNECT = "mcq-connect"
 its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""
 
 
-class ConfigError(Exception):
+class ConfigError(McqError):
     """Configuration that cannot be used; the message says which setting and where."""
+
+    exit_code = EXIT_CONFIG
 
 
 class _Section(BaseModel):
@@ -501,6 +504,16 @@ def _yaml_file() -> Path | None:
     return default if default.is_file() else None
 
 
+class LogSettings(_Section):
+    """Where mcq's own log goes (:mod:`mcq.logs`). ``MCQ_LOG__FORMAT=json`` writes every
+    line as one JSON object on stderr, as a Kubernetes log collector wants it."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    file: Path | None = None
+    """Default ``<stack.home>/logs/mcq.log``; the details of an unexpected error are there."""
+
+
 class Settings(BaseSettings):
     """All of mcq's settings. Empty addresses default to the local stack's."""
 
@@ -520,6 +533,7 @@ class Settings(BaseSettings):
     ldap: LdapSettings = LdapSettings()
     topics: TopicSettings = TopicSettings()
     console: ConsoleSettings = ConsoleSettings()
+    log: LogSettings = LogSettings()
     listeners: dict[str, KafkaCredentials] = {}
     """Per-listener Kafka credentials (a listener's name, any case): ``mcq listen NAME`` and
     the commands acting for NAME use them instead of ``kafka.sasl_username/password``."""
@@ -602,6 +616,7 @@ class Settings(BaseSettings):
                 }
             ),
         }
+        fills["log"] = self.log.model_copy(update={"file": self.log.file or self.stack.home / "logs" / "mcq.log"})
         if "state_dir" not in self.model_fields_set:  # follows the stack's home unless set (or turned off)
             fills["state_dir"] = self.stack.home / "state"
         for name, value in fills.items():

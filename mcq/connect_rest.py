@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 
 from mcq.config import PROJECT_ROOT, DatabaseSettings, HttpServiceSettings
+from mcq.errors import McqError
 
 CONNECT_DIR = PROJECT_ROOT / "connect"
 
 
-class ConnectError(Exception):
+class ConnectError(McqError):
     """Connect refused a request or a connector did not reach RUNNING; the message says which."""
 
 

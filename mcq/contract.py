@@ -17,14 +17,25 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from mcq.config import PROJECT_ROOT, Settings
+from mcq.errors import McqError
 
 SCHEMA_DIR = PROJECT_ROOT / "schemas"
 Compatibility = Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]
 DEFAULT_COMPATIBILITY: Compatibility = "BACKWARD"
 
 
-class SchemaRefused(Exception):
+class ContractError(McqError):
+    """The schema registry or a schema of the change contract; the message names the subject."""
+
+
+class SchemaRefused(ContractError):
     """The registry refused a schema (incompatible, invalid, unreachable)."""
+
+
+class SchemaRegistryUnavailable(ContractError):
+    """The schema registry did not answer (connection, 5xx): try again later, the record is fine."""
+
+    retriable = True
 
 
 @cache

@@ -16,9 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from mcq.errors import EXIT_CONFIG, McqError
 
-class HealthAddressTaken(Exception):
+
+class HealthAddressTaken(McqError):
     """The health endpoint's address cannot be bound (in use, not local, not allowed)."""
+
+    exit_code = EXIT_CONFIG
 
     def __init__(self, host: str, port: int, why: str) -> None:
         super().__init__(f"health endpoint {host}:{port}: {why}")

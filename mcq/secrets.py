@@ -19,6 +19,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, SecretStr
 
+from mcq.errors import EXIT_CONFIG, McqError
+
 REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 SECRET_KEY = re.compile(
     r"password|passwd|secret|token|credential|authorization|api[_-]?key|private[_-]?key", re.IGNORECASE
@@ -26,8 +28,10 @@ SECRET_KEY = re.compile(
 HOW = "write a reference instead: ${env:NAME} or ${file:PATH}"
 
 
-class SecretUnresolved(Exception):
+class SecretUnresolved(McqError):
     """A reference whose variable is not set or whose file cannot be read."""
+
+    exit_code = EXIT_CONFIG
 
 
 def is_reference(value: object) -> bool:

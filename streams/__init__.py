@@ -7,3 +7,9 @@ them, from the last state of every key (:mod:`streams.laststate`): ``mcq refresh
 :mod:`streams.session` builds the SparkSession every job uses, with the Kafka and Avro
 connectors that the pyspark wheel does not carry.
 """
+
+import logging
+
+logging.getLogger("streams").addHandler(
+    logging.NullHandler()
+)  # a library logs nowhere until a shell says where (mcq.logs)

@@ -54,6 +54,7 @@ from mcq.topics.plan import apply_topics, plan_topics
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, started
 from streams.debezium import EnvelopeReader
+from streams.exceptions import NormalizeError
 from streams.metrics import NormalizeMetrics, behind
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 
@@ -75,10 +76,6 @@ RECORDS_TYPE = (
     f"array<struct<topic:string,key:{KEY_TYPE},change_type:string,after:map<string,string>,"
     "before:map<string,string>,origin:string,call_stack:string,tombstone:boolean>>"
 )
-
-
-class NormalizeError(Exception):
-    """The normaliser cannot run as configured; the message says what to change."""
 
 
 POSITION_HEADER = "mcq.position"

@@ -34,10 +34,11 @@ from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Registry
+from streams.exceptions import SelectionError
 from streams.laststate import last_records, live_changes
 from streams.progress import stage_progress
 from streams.refresh import Refresh, RefreshSummary, listener_tables
-from streams.selection import Selection, SelectionError
+from streams.selection import Selection
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

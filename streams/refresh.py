@@ -40,14 +40,15 @@ from typing import TYPE_CHECKING
 from confluent_kafka.admin import AdminClient
 
 from consumers.runtime.acks import EXPOSED
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import KEY_FIELDS, POSITION_HEADER
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
 from mcq.registry.model import LogicalTable, Registry
+from mcq.topics.listener import ListenerTopics
+from streams.exceptions import RefreshError, SelectionError
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
 from streams.progress import stage_progress
-from streams.selection import Selection, SelectionError
+from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
 
 if TYPE_CHECKING:
@@ -86,11 +87,6 @@ def listener_tables(registry: Registry, name: str) -> list[LogicalTable]:
         known = ", ".join(sorted(li.name for li in registry.listeners)) or "none"
         raise SelectionError(f"no listener named {name} in the registry (known: {known})")
     return registry.tables_of(name)
-
-
-class RefreshError(Exception):
-    """The refresh did not finish; what was written to the bulk lane stays (it is state:
-    applying it twice is harmless), so running the command again is the recovery."""
 
 
 class Refresh:

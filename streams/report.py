@@ -26,10 +26,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from consumers.runtime.parking import H_ERROR, H_ERROR_KIND, H_FAILED_AT
-from consumers.runtime.topics import ListenerTopics
 from mcq.config import Settings
 from mcq.contract import schema_text
 from mcq.registry.model import Registry
+from mcq.topics.listener import ListenerTopics
+from streams.exceptions import ReportError
 from streams.laststate import read_topics, wire_body
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 _SPAN = re.compile(r"^(\d+)([dhm])$")
-
-
-class ReportError(Exception):
-    """A report that cannot be made as asked; the message says why."""
 
 
 def since_time(text: str, now: datetime | None = None) -> datetime:

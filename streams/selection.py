@@ -26,14 +26,10 @@ from mcq.change import KEY_FIELDS, ChangeKey
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.model import LogicalTable
 from mcq.registry.rules import Rule, parse_rule
+from streams.exceptions import SelectionError
 
 NAMES = ("tname", "subtype", *KEY_FIELDS)
 NUMBERS = ("person_id", "pkey_number")
-
-
-class SelectionError(Exception):
-    """The selection is not right (unknown table, a rule that does not parse, a bad line in
-    a key file): the message names what and where. Nothing was done."""
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
+from streams.exceptions import SparkSetupError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-class SparkSetupError(Exception):
-    """Spark cannot be started as configured; the message says what is missing."""
 
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")

@@ -31,6 +31,7 @@ from psycopg import sql
 from mcq.capture.connector import captured_columns
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable, Registry
+from streams.exceptions import SourceReadError
 from streams.laststate import FIELDS
 from streams.normalize import feed_key
 from streams.plan import FeedPlan, plan_normalize
@@ -45,11 +46,6 @@ SESSION_INIT = (
     # Debezium's interval.handling.mode=string is ISO 8601 (P1Y2M3DT4H5M6.78S); refresh only reads
     "SET intervalstyle = 'iso_8601'; SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 )
-
-
-class SourceReadError(Exception):
-    """The source cannot be read as the registry describes it: the database is not
-    reachable, or a feed's table or column is not there (named schema.table.column)."""
 
 
 @dataclass(frozen=True)

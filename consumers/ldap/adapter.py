@@ -24,6 +24,7 @@ from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOpe
 
 from consumers.adapter import ReadBack
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
+from consumers.ldap.connection import LdapConnectError, connect
 from consumers.ldap.entries import (
     DEPARTMENT,
     GROUP_ATTRS,
@@ -43,7 +44,6 @@ from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter
 from consumers.projection import IndexedState
 from mcq.change import Change, ChangeKey
-from mcq.ldap_connect import LdapConnectError, connect
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView

@@ -55,7 +55,8 @@ from consumers.exceptions import ConsumerError
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
-from mcq.topics.read import RenewingAdmin, TopicReadError, all_watermarks, take_fetched
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import RenewingAdmin, all_watermarks, take_fetched
 
 PARK, DEAD = "park:", "dead:"
 OWN_WRITES_KEPT = 2_000_000  # offsets of own writes remembered per partition (8 bytes each)

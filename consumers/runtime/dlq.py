@@ -32,11 +32,12 @@ from consumers.runtime.parking import (
     Headers,
     headers_of,
 )
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.contract import registry_client
-from mcq.topics.read import TopicReadError, read_to_end
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.listener import ListenerTopics
+from mcq.topics.read import read_to_end
 
 
 @dataclass

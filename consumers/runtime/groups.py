@@ -11,9 +11,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from consumers.exceptions import ConsumerError, ListenerConfigError
-from consumers.runtime.topics import ListenerTopics, interest_topics, live_members
+from consumers.runtime.topics import live_members
 from mcq.config import Settings
 from mcq.registry.model import Registry
+from mcq.topics.listener import ListenerTopics, interest_topics
 
 TP = tuple[str, int]
 

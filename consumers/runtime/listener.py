@@ -61,14 +61,16 @@ from consumers.runtime.outage import Stopped, until_kafka_answers
 from consumers.runtime.pacing import BatchPacer, membership_lost
 from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
-from consumers.runtime.topics import ListenerTopics, interest_topics, tombstone_retention
+from consumers.runtime.topics import tombstone_retention
 from consumers.runtime.view import ListenerView, Verdict
-from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position, RegistryUnavailable
+from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
+from mcq.contract import SchemaRegistryUnavailable, register_topic, registry_client
 from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
-from mcq.topics.plan import TopicSettingsError, apply_topics, plan_topics
+from mcq.topics.exceptions import TopicSettingsError
+from mcq.topics.listener import ListenerTopics, interest_topics
+from mcq.topics.plan import apply_topics, plan_topics
 from mcq.topics.read import RenewingAdmin, all_watermarks
 
 Report = Callable[[str], None]
@@ -686,7 +688,7 @@ class ListenerRuntime:
                     return self._tombstone(msg)
                 return self.codec.decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
                                          msg.value())  # fmt: skip
-            except RegistryUnavailable as exc:
+            except SchemaRegistryUnavailable as exc:
                 self.report(f"listener {self.name}: {exc}; retrying")
                 self._last_tick = time.monotonic()
                 if self._stop.wait(backoff_s(attempt, 0.5, 15.0)):

@@ -35,7 +35,8 @@ from consumers.runtime.groups import ListenerGroups
 from consumers.runtime.heartbeat import Beat
 from consumers.runtime.topics import tombstone_retention
 from mcq.change import ChangeKey
-from mcq.topics.read import TopicReadError, read_to_end
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import read_to_end
 
 DAY_S = 86_400.0
 

@@ -42,9 +42,10 @@ from consumers.runtime.acks import (
 )
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.heartbeat import Beat, read_beats
-from consumers.runtime.topics import ListenerTopics, heartbeat_topic, tombstone_retention
+from consumers.runtime.topics import tombstone_retention
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
+from mcq.topics.listener import ListenerTopics, heartbeat_topic
 from mcq.topics.read import read_to_end, watermarks
 
 try:  # confluent-kafka >= 2.x

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from consumers.runtime.topics import ListenerTopics, interest_topics
 from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_prefix
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.registry.store import registry_topic
+from mcq.topics.listener import ListenerTopics, interest_topics
 from mcq.topics.plan import refresh_topic, withheld_topic
 
 SCRATCH_GROUPS = "_mcq-"

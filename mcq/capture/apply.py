@@ -19,15 +19,12 @@ import psycopg
 from psycopg import sql
 
 from mcq.capture.connector import connector_name, install_outbox, render_source
+from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Registry
 
 Report = Callable[[str], None]
-
-
-class CaptureError(Exception):
-    """The source database refused what capture needs; the message says what and how to fix it."""
 
 
 def feed_tables(registry: Registry) -> list[str]:

@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from mcq.capture.apply import CaptureError
 from mcq.capture.connector import connector_name
+from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Source

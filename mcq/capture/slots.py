@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.registry.model import Registry
 
@@ -41,7 +42,7 @@ class SlotState:
     """The last WAL position its connector captured (its offsets in Connect), when known."""
 
 
-class SlotReadError(Exception):
+class SlotReadError(CaptureError):
     """The source database could not be asked about its slots."""
 
 

@@ -9,8 +9,10 @@ RegistryError
 
 from __future__ import annotations
 
+from mcq.errors import McqError
 
-class RegistryError(Exception):
+
+class RegistryError(McqError):
     """Base of every registry error."""
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mcq.errors import McqError
 
-class StackError(Exception):
+
+class StackError(McqError):
     """Something the local stack cannot do; ``str()`` is the one line to show."""
 
     def __init__(self, service: str, reason: str, log: Path | None = None) -> None:

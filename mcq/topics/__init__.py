@@ -2,6 +2,15 @@
 created idempotently; drift between the registry and the cluster is reported, never
 silently changed."""
 
-from mcq.topics.plan import TopicSettingsError, TopicSpec, apply_topics, plan_topics
+from mcq.topics.exceptions import TopicError, TopicReadError, TopicSettingsError
+from mcq.topics.plan import TopicSpec, apply_topics, delete_topics, plan_topics
 
-__all__ = ["TopicSettingsError", "TopicSpec", "apply_topics", "plan_topics"]
+__all__ = [
+    "TopicError",
+    "TopicReadError",
+    "TopicSettingsError",
+    "TopicSpec",
+    "apply_topics",
+    "delete_topics",
+    "plan_topics",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from confluent_kafka.cimpl import NewTopic
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.registry.store import registry_topic
+from mcq.topics.exceptions import TopicSettingsError
 
 # Compaction keeps the last state per key; a tombstone must outlive a slow listener's
 # catch-up (a day) so it learns of the delete before compaction forgets the key.
@@ -26,7 +28,7 @@ LOGICAL_CONFIG = {
 }
 # Refresh requests (mcq_log_* for a table that has source feeds) are work items, not
 # state: never compacted, and kept until consumed -- never dropped by age or size, since
-# a listener that is away longer would lose them silently (consumers/runtime/topics.py).
+# a listener that is away longer would lose them silently (mcq/topics/listener.py).
 REFRESH_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 SYSTEM_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
 
@@ -39,10 +41,6 @@ def withheld_topic(prefix: str = "mcq") -> str:
     """Changes the normaliser could not deliver whole (a large value Debezium left out):
     kept, never applied, reported by ``mcq status``."""
     return f"{prefix}._withheld"
-
-
-class TopicSettingsError(Exception):
-    """Topic settings the cluster cannot satisfy (more replicas than brokers)."""
 
 
 @dataclass(frozen=True)
@@ -181,3 +179,11 @@ def _describe(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> 
             if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def delete_topics(settings: Settings, topics: list[str]) -> None:
+    """Delete these topics; one that was never created is no error (tests, benches, smoke)."""
+    admin = AdminClient(settings.kafka.client_config())
+    for fut in admin.delete_topics(topics, operation_timeout=30).values():
+        with contextlib.suppress(KafkaException):
+            fut.result()

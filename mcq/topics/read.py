@@ -11,16 +11,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
 
 from mcq.config import Settings
+from mcq.topics.exceptions import TopicReadError
 
-
-class TopicReadError(Exception):
-    """The topic could not be read to its end; the message names it and why.
-    ``retriable``: the broker was unreachable or still electing leaders (a restart), so
-    asking again later may succeed; otherwise asking again is pointless."""
-
-    def __init__(self, message: str, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable
+__all__ = ["TopicReadError"]  # raised here, defined with its siblings
 
 
 _NOT_YET = {  # what a partition answers while its leader is being elected or its broker restarts

@@ -21,11 +21,11 @@ from click.testing import CliRunner, Result
 from confluent_kafka import Producer
 
 from consumers.runtime.listener import ListenerRuntime
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
 
 REGISTRY = """

@@ -25,7 +25,6 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from consumers.runtime.topics import ListenerTopics
 from mcq.acl.plan import Principals, plan_acls
 from mcq.acl.users import set_scram_user
 from mcq.capture.apply import apply_capture
@@ -37,6 +36,7 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.stack.tls import stack_tls
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics, refresh_topic
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state

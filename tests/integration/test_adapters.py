@@ -19,12 +19,12 @@ from confluent_kafka import Producer
 
 from consumers.adapter import make_adapter
 from consumers.runtime.dlq import DeadLetters
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.listeners import World, caught_up, running, wait_for
 

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from mcq.capture.apply import CaptureError, apply_capture, ensure_replica_identity_full
+from mcq.capture.apply import apply_capture, ensure_replica_identity_full
 from mcq.capture.connector import connector_name
+from mcq.capture.exceptions import CaptureError
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry import parse_registry

@@ -27,8 +27,8 @@ from mcq.capture.connector import raw_topic
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
+from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.normalize import run_normalize
 from tests.integration.test_normalize import decode_topic, last_state

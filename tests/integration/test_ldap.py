@@ -12,12 +12,12 @@ import pytest
 from ldap3 import BASE, LEVEL, Connection, Server
 
 from consumers.adapter import make_adapter
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import Change
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.listeners import World, running, wait_for
 from tests.integration.test_adapters import ch, send_changes

@@ -35,8 +35,8 @@ from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
+from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
 from streams.normalize import POSITION_HEADER, run_normalize
 from tests.integration.listeners import target_state

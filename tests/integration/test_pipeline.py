@@ -21,11 +21,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from ldap3 import Connection, Server
 
-from consumers.runtime.topics import ListenerTopics
-from mcq.checks import Check, check_insite, check_ldap
 from mcq.config import Settings
+from mcq.demo.checks import Check, check_insite, check_ldap
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.read import watermarks
 from tests.integration.worlds import Captured, captured_world
 

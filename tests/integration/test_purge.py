@@ -16,12 +16,13 @@ from confluent_kafka.admin import AdminClient
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.parking import H_FAILED_AT, H_TOPIC
 from consumers.runtime.purge import Purge
-from consumers.runtime.topics import ListenerTopics, live_members
+from consumers.runtime.topics import live_members
 from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics
 from mcq.topics.read import read_to_end
 from tests.integration.listeners import World, make_world, running, wait_for

@@ -20,13 +20,13 @@ from confluent_kafka import Producer
 
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.listener import ListenerRuntime
-from consumers.runtime.topics import ListenerTopics
 from mcq.change import ChangeCodec, ChangeKey, Position
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.topics.listener import ListenerTopics
 from streams.normalize import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text

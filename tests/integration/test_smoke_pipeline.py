@@ -8,8 +8,9 @@ import json
 import httpx
 
 from mcq.config import Settings
-from mcq.smoke import SMOKE_SCHEMA, SmokeNames, avro_round_trip, capture_round_trip, delete_topics, run_smoke
+from mcq.demo.smoke import SMOKE_SCHEMA, SmokeNames, avro_round_trip, capture_round_trip, run_smoke
 from mcq.stack import Stack
+from mcq.topics import delete_topics
 
 
 def test_insert_update_delete_arrive_in_kafka_in_commit_order(stack: Stack, settings: Settings) -> None:

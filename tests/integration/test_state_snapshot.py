@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from consumers.projection import StateStore
 from mcq.config import Settings
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
+from mcq.topics import delete_topics
 from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.compaction import compact_now, wait_compacted
 from tests.integration.listeners import World, change, expected_state, make_world, produce

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import serialization
 from consumers.adapter import make_adapter
 from consumers.exceptions import TargetUnavailable
 from consumers.ldap.adapter import LdapAdapter
+from consumers.ldap.connection import LdapConnectError, connect
 from mcq.config import Settings
-from mcq.ldap_connect import LdapConnectError, connect
 from mcq.stack import Stack
 from mcq.stack.tls import make_ca, make_server_cert, stack_tls, write_pair
 from tests.integration.listeners import World, make_world, running, wait_for

@@ -10,9 +10,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
-from mcq.smoke import delete_topics
 from mcq.stack import Stack
-from mcq.topics import apply_topics, plan_topics
+from mcq.topics import apply_topics, delete_topics, plan_topics
 
 
 def _registry(token: str) -> str:

@@ -24,7 +24,7 @@ from mcq.capture.remove import remove_capture
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import Source
-from mcq.smoke import delete_topics
+from mcq.topics import delete_topics
 from mcq.topics.read import watermarks
 from mcq.world import create_schema, generate, load
 

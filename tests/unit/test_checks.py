@@ -1,4 +1,4 @@
-"""Pure logic of the demo's oracle (mcq/checks.py): what a listener sees of source rows,
+"""Pure logic of the demo's oracle (mcq/demo/checks.py): what a listener sees of source rows,
 what the directory, the vendor table and a file target must then hold, and how the
 targets are compared with that."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from consumers.file.adapter import to_jsonl, to_xml
 from mcq.change import Change, ChangeKey, Position
-from mcq.checks import (
+from mcq.demo.checks import (
     InsitePerson,
     View,
     WantedEntry,

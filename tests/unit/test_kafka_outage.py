@@ -10,7 +10,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from consumers.runtime.outage import Stopped, until_kafka_answers
 from mcq.config import KAFKA_CLIENT_LOGGER, KafkaSettings
-from mcq.topics.read import TopicReadError, transient
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import transient
 
 
 def _err(code: int) -> KafkaException:

@@ -11,12 +11,12 @@ from consumers.exceptions import ChangeFailed, ListenerConfigError, TargetUnavai
 from consumers.projection import IndexedState
 from consumers.runtime.parking import backoff_s
 from consumers.runtime.refresh import RefreshResolver
-from consumers.runtime.topics import ListenerTopics
 from consumers.runtime.view import ListenerView, ViewState
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry import parse_registry
+from mcq.topics.listener import ListenerTopics
 
 REGISTRY = """
 sources:

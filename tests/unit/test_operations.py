@@ -10,9 +10,9 @@ import pytest
 
 from consumers.runtime.health import HealthAddressTaken, HealthServer, ListenerMetrics
 from consumers.runtime.status import ListenerStatus
-from consumers.runtime.topics import ListenerTopics
-from mcq.cli import DEFAULT_HTTP_PORT, NORMALIZE_HTTP_PORT, _health_port
+from mcq.cli.app import DEFAULT_HTTP_PORT, NORMALIZE_HTTP_PORT, _health_port
 from mcq.registry.model import Delivery
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import REFRESH_CONFIG
 
 
@@ -72,7 +72,7 @@ def test_catch_up_runs_serve_health_only_when_a_port_is_given() -> None:
 
 
 def test_listen_binds_the_health_endpoint_to_loopback_by_default() -> None:
-    from mcq.cli import listen
+    from mcq.cli.listen import listen
 
     [host] = [p for p in listen.params if p.name == "http_host"]
     assert host.default == "127.0.0.1"

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from mcq import cli
+from mcq.cli import app as cli
 from mcq.output import cell, plain, say
 
 NASTY = [

@@ -169,7 +169,7 @@ def test_a_negative_delay_is_refused(tmp_path: Path) -> None:
 
 
 def test_registry_show_prints_an_interests_rule_allow_list_delay_and_expiry() -> None:
-    from mcq.cli import _interest_line
+    from mcq.cli.registry import _interest_line
     from mcq.registry.model import Interest
 
     line = _interest_line(

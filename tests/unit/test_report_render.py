@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.report import Figures, ReportError, since_time
+from streams.exceptions import ReportError
+from streams.report import Figures, since_time
 from streams.report_render import csv_paths, write
 
 

@@ -10,7 +10,8 @@ import pytest
 from mcq.change import ChangeKey
 from mcq.registry import parse_registry
 from mcq.registry.model import LogicalTable
-from streams.selection import SelectionError, selection
+from streams.exceptions import SelectionError
+from streams.selection import selection
 
 REGISTRY = """
 sources:

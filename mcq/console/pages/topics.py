@@ -18,7 +18,8 @@ from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.console.app import Console
 from mcq.contract import registry_client
-from mcq.topics.read import TopicReadError, watermarks
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import watermarks
 
 PAGE = 50
 SCAN_LIMIT = 20_000

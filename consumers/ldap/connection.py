@@ -11,10 +11,11 @@ from urllib.parse import urlsplit
 from ldap3 import NONE, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException, LDAPSocketOpenError, LDAPStartTLSError
 
+from consumers.exceptions import ConsumerError
 from mcq.config import LdapSettings
 
 
-class LdapConnectError(Exception):
+class LdapConnectError(ConsumerError):
     """The directory cannot be reached, its certificate is not trusted, or the bind was refused."""
 
 

@@ -5,7 +5,7 @@ waits for the initial load to reach them, performs a scripted burst of changes i
 source (a new hire, a telephone changed twice, a status change, a transfer-student
 refresh through the explicit-log function, a deletion, a change the vendor trigger
 rejects), runs Insite's batch catch-up, prints what each listener applied, what is
-pending, parked and dead-lettered, and ends with checks (:mod:`mcq.checks`, derived from
+pending, parked and dead-lettered, and ends with checks (:mod:`mcq.demo.checks`, derived from
 the source tables, never from the listeners' code) that LDAP, the vendor table and BEST's
 files hold, key by key, what the source holds. Exit 0 only when every check it prints
 holds: the initial load in LDAP, LDAP, the vendor table and BEST's files after the burst,
@@ -26,10 +26,10 @@ import psycopg
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.status import status_report
-from consumers.runtime.topics import ListenerTopics
-from mcq.checks import Check, check_files, check_insite, check_ldap
 from mcq.config import PROJECT_ROOT, Settings
+from mcq.demo.checks import Check, check_files, check_insite, check_ldap
 from mcq.registry.model import Registry
+from mcq.topics.listener import ListenerTopics
 
 Say = Callable[[str], None]
 REALTIME = ("LDAP", "BEST")

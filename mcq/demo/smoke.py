@@ -14,7 +14,6 @@ so it can run beside anything else on the same cluster, and cleans up after itse
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -26,6 +25,8 @@ from typing import Any
 from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_durability
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient, ConnectError, debezium_postgres_source
+from mcq.errors import McqError
+from mcq.topics.plan import delete_topics
 
 Report = Callable[[str], None]
 
@@ -42,7 +43,7 @@ SMOKE_SCHEMA = {
 }
 
 
-class SmokeFailed(Exception):
+class SmokeFailed(McqError):
     """A smoke step did not see what it should; the message says which step and what."""
 
 
@@ -337,16 +338,6 @@ def spark_read(settings: Settings, cdc_topic: str, avro_topic: str, report: Repo
 
 
 # ------------------------------------------------------------------ the whole pipeline
-
-
-def delete_topics(settings: Settings, topics: list[str]) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.kafka.client_config())
-    for fut in admin.delete_topics(topics, operation_timeout=30).values():
-        with contextlib.suppress(KafkaException):  # a topic that never got created is fine to miss
-            fut.result()
 
 
 def run_smoke(settings: Settings, report: Report = print, names: SmokeNames | None = None) -> SparkRead:

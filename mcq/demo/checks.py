@@ -287,7 +287,7 @@ def compare_entries(wanted: Mapping[str, WantedEntry], have: Mapping[str, Mappin
 
 
 def _ldap(settings: Settings) -> Connection:
-    from mcq.ldap_connect import connect
+    from consumers.ldap.connection import connect
 
     return connect(settings.ldap, receive_timeout=60)
 

@@ -1,0 +1,248 @@
+"""The root of the ``mcq`` command line and what its command modules share: the consoles,
+the exit codes, settings and registry loading, common options, and the one place where an
+error ends a command.
+
+Errors: an :class:`mcq.errors.McqError` that reaches a command's edge is printed as one
+line (``mcq <command>: <message>``) and exits with its ``exit_code``; any other exception
+(a Kafka client's, a JVM's) is one line naming its type and the log file that holds its
+traceback, exit 1. Never a traceback on the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka import KafkaError, KafkaException
+from rich.console import Console
+
+from mcq.config import Settings, load_settings
+from mcq.errors import EXIT_CONFIG, EXIT_FAILED, McqError, first_line
+from mcq.logs import configure
+from mcq.output import say
+from mcq.registry import Registry, RegistryError, load_registry
+from mcq.registry.store import RegistryStore
+from mcq.topics.read import transient
+
+__all__ = ["EXIT_CONFIG", "EXIT_DOWN", "EXIT_FAILED", "main"]
+
+log = logging.getLogger("mcq.cli")
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_DOWN = 3
+_COMMAND = "mcq.command"  # ctx.meta: the command path of the command that runs
+_LOG_FILE = "mcq.log_file"
+_BOOTSTRAP = "mcq.bootstrap"
+
+
+def _settings() -> Settings:
+    return load_settings()  # a ConfigError ends the command as one line, exit 2 (McqGroup)
+
+
+_plain = [True]  # False under log.format json: every line is a JSON log record on stderr
+
+
+def _say(line: object) -> None:
+    """Print a report line (runtime, stack, demo…): it may quote a target's error or a
+    record's value, so it is never read as markup (mcq/output.py). The log has it too."""
+    if _plain[0]:
+        say(console, line)
+    log.info("%s", line)
+
+
+def _err(line: object) -> None:
+    """Print an error line on stderr, never read as markup; the log has it too."""
+    if _plain[0]:
+        say(err_console, line)
+    log.warning("%s", line)
+
+
+def _kafka_line(exc: KafkaException, bootstrap: str | None) -> str:
+    """A Kafka client's failure in one line: what the broker (or the client) said, and
+    whether trying again later can help."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    said = err.str() if err is not None else first_line(exc)
+    where = f"Kafka at {bootstrap}" if bootstrap else "Kafka"
+    hint = "; the broker did not answer: try again once it is up" if transient(exc) else ""
+    return f"{where}: {said}{hint}"
+
+
+class McqCommand(click.Command):
+    """A command that tells the root which command runs (for its error lines)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[_COMMAND] = " ".join(["mcq", *ctx.command_path.split()[1:]])
+        return super().invoke(ctx)
+
+
+class McqGroup(click.Group):
+    """Every command and group of ``mcq``; the root also ends every command's errors."""
+
+    command_class = McqCommand
+    group_class = type  # subgroups are McqGroups too
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.parent is not None:
+            ctx.meta[_COMMAND] = " ".join(["mcq", *ctx.command_path.split()[1:]])
+            return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except McqError as exc:
+            command = ctx.meta.get(_COMMAND, "mcq")
+            log.debug("%s failed", command, exc_info=True)
+            _err(f"{command}: {exc}")
+            ctx.exit(exc.exit_code)
+        except KafkaException as exc:
+            command = ctx.meta.get(_COMMAND, "mcq")
+            log.error("%s: Kafka failed", command, exc_info=True)
+            where = ctx.meta.get(_LOG_FILE)
+            details = f" (details: {where})" if where else ""
+            _err(f"{command}: {_kafka_line(exc, ctx.meta.get(_BOOTSTRAP))}{details}")
+            ctx.exit(EXIT_FAILED)
+        except Exception as exc:
+            command = ctx.meta.get(_COMMAND, "mcq")
+            log.error("%s: unexpected error", command, exc_info=True)
+            where = ctx.meta.get(_LOG_FILE)
+            details = f" (details: {where})" if where else ""
+            _err(f"{command}: unexpected {type(exc).__name__}: {first_line(exc)}{details}")
+            ctx.exit(EXIT_FAILED)
+
+
+@click.group(cls=McqGroup)
+@click.version_option(package_name="meta-change-queue")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """mcq: the Meta Change Queue on Kafka, Debezium and Spark."""
+    settings = _settings()
+    ctx.meta[_LOG_FILE] = configure(settings.log)
+    ctx.meta[_BOOTSTRAP] = settings.kafka.bootstrap_servers
+    _plain[0] = settings.log.format == "text"
+    if console.is_terminal:  # long Spark jobs draw bars on a terminal, write lines elsewhere
+        from streams.progress import show_bars
+
+        show_bars(console)
+
+
+def _check_login(command: str, settings: Settings) -> None:
+    """Stop with one line (exit 2) when the broker refuses this process's Kafka login."""
+    from mcq.acl.exceptions import LoginRefused
+    from mcq.acl.login import check_login
+
+    try:
+        check_login(settings)
+    except LoginRefused as exc:
+        _err(f"{command}: {exc}")
+        sys.exit(EXIT_CONFIG)
+
+
+# ------------------------------------------------------------------ the registry a command uses
+
+
+REGISTRY_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def _load_registry_file(file: Path) -> Registry:
+    try:
+        return load_registry(file)
+    except RegistryError as exc:
+        _err(str(exc))
+        sys.exit(EXIT_FAILED)
+
+
+def _store() -> RegistryStore:
+    return RegistryStore(_settings())
+
+
+FROM_FILE = click.option(
+    "--registry",
+    "registry_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Registry file to use instead of the shared registry store.",
+)
+
+
+def _current_registry(registry_file: Path | None) -> Registry:
+    if registry_file is not None:
+        return _load_registry_file(registry_file)
+    try:
+        return _store().read()
+    except RegistryError as exc:
+        _err(f"mcq: reading the registry store: {exc}")
+        sys.exit(EXIT_FAILED)
+
+
+# ------------------------------------------------------------------ long-running commands
+
+
+DEFAULT_HTTP_PORT = 8080  # a listener's health endpoint
+NORMALIZE_HTTP_PORT = 8090  # the normaliser's
+
+
+def _health_port(given: int | None, no_http: bool, one_off: bool, default: int = DEFAULT_HTTP_PORT) -> int | None:
+    """The health endpoint's port, None for none: a one-off run (a cron catch-up, a
+    normaliser --once) is over before a probe would ask, so it serves one only when a
+    port is asked for."""
+    if no_http or (given is None and one_off):
+        return None
+    return default if given is None else given
+
+
+def health_options(default: int, one_off: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--http-host``, ``--http-port`` and ``--no-http`` of a long-running command."""
+
+    def add(command: Callable[..., None]) -> Callable[..., None]:
+        command = click.option("--no-http", is_flag=True, help="Serve no health or metrics endpoint.")(command)
+        command = click.option(
+            "--http-port",
+            type=click.IntRange(min=0, max=65535),
+            help=f"Port of the health endpoint (default {default}; 0 picks a free port). "
+            f"{one_off} serves none unless this is given.",
+        )(command)
+        return click.option(
+            "--http-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address of /livez, /readyz and /metrics (0.0.0.0: every interface, e.g. in a pod).",
+        )(command)
+
+    return add
+
+
+# ------------------------------------------------------------------ listeners named on the line
+
+
+def _refuse_unknown(verb: str, registry: Registry, names: tuple[str, ...]) -> None:
+    """Exit 2 with one line when a listener named on the command line is not in the registry."""
+    unknown = [n for n in names if registry.listener(n) is None]
+    if unknown:
+        _err(f"mcq {verb}: no listener named {', '.join(unknown)} in the registry")
+        sys.exit(EXIT_CONFIG)
+
+
+@contextmanager
+def _moving_groups(verb: str) -> Iterator[None]:
+    """The errors of a command that moves a stopped listener's groups: a listener, time or
+    file that is not right exits 2; a running listener (it names the instances) or a
+    Kafka failure exits 1."""
+    from consumers.exceptions import ConsumerError, ListenerConfigError
+
+    try:
+        yield
+    except ListenerConfigError as exc:
+        _err(f"mcq {verb}: {exc}")
+        sys.exit(EXIT_CONFIG)
+    except ConsumerError as exc:
+        _err(f"mcq {exc}")
+        sys.exit(EXIT_FAILED)
+
+
+MASTER = click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")

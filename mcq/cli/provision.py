@@ -1,0 +1,109 @@
+"""``mcq helm values``, ``mcq topics apply``, ``mcq schemas apply``: what a deployment
+provisions from the registry (chart values, Kafka topics, Avro schemas)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mcq.cli.app import (
+    EXIT_DOWN,
+    EXIT_FAILED,
+    FROM_FILE,
+    _current_registry,
+    _err,
+    _load_registry_file,
+    _say,
+    _settings,
+    main,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+@main.group("helm")
+def helm_group() -> None:
+    """Kubernetes: values for the Helm chart helm/mcq, generated from the registry."""
+
+
+@helm_group.command("values")
+@click.argument("registry_file", metavar="REGISTRY", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--strimzi",
+    is_flag=True,
+    help="Also one Strimzi KafkaConnector per source (capture.mode strimzi), configured from the "
+    "current settings (MCQ_SOURCE__HOST…) as `mcq connect apply` would.",
+)
+def helm_values(registry_file: Path, strimzi: bool) -> None:
+    """Print the chart values that follow from REGISTRY: the registry itself (applied by the
+    chart's setup hook) and every listener (a Deployment or a CronJob with its schedule).
+
+    \b
+      mcq helm values registry.yaml > values-registry.yaml
+      helm upgrade --install campus helm/mcq -f values-registry.yaml -f my-values.yaml
+    """
+    from mcq.helm import chart_values, dump_values
+
+    registry = _load_registry_file(registry_file)
+    values = chart_values(registry, registry_file.read_text(), _settings(), strimzi=strimzi)
+    click.echo(dump_values(values, str(registry_file)), nl=False)
+
+
+@main.group()
+def topics() -> None:
+    """Kafka topics: one compacted topic per logical table/subtype, plus system topics."""
+
+
+@topics.command("apply")
+@FROM_FILE
+def topics_apply(registry_file: Path | None) -> None:
+    """Create missing topics; report drift from the registry without changing it (exit 3 on drift)."""
+    from mcq.topics import TopicSettingsError, apply_topics, plan_topics
+
+    reg = _current_registry(registry_file)
+    try:
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
+    except TopicSettingsError as exc:
+        _err(f"mcq topics apply: {exc}")
+        sys.exit(EXIT_FAILED)
+    _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
+    if result.drift:
+        sys.exit(EXIT_DOWN)
+
+
+# ------------------------------------------------------------------ schemas
+
+
+@main.group()
+def schemas() -> None:
+    """Avro schemas of the change key and record in the schema registry."""
+
+
+@schemas.command("apply")
+@FROM_FILE
+@click.option(
+    "--compatibility",
+    type=click.Choice(["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]),
+    default="BACKWARD",
+    show_default=True,
+)
+def schemas_apply(registry_file: Path | None, compatibility: str) -> None:
+    """Register key and value schemas for every logical topic (topic name strategy)."""
+    from mcq.contract import SchemaRefused, register_topic, registry_client
+
+    client = registry_client(_settings())
+    failed = False
+    for table in _current_registry(registry_file).tables:
+        try:
+            topic = table.topic(_settings().topic_prefix)
+            key_id, value_id = register_topic(client, topic, compatibility)  # type: ignore[arg-type]
+            _say(f"{topic}: key schema id {key_id}, value schema id {value_id}, {compatibility}")
+        except SchemaRefused as exc:
+            _err(f"mcq schemas apply: {exc}")
+            failed = True
+    if failed:
+        sys.exit(EXIT_FAILED)

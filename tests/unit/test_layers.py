@@ -1,0 +1,61 @@
+"""The layers a reader sees in the tree hold: the core of ``mcq`` (registry model, change
+contract, config, Kafka/registry/Connect clients, topics, capture, the local stack) imports
+nothing of the layers above it. ``streams`` and ``consumers`` sit on the core; the shells
+(``mcq.cli``, ``mcq.console``, ``mcq.demo``) wire them.
+
+Checked in a fresh interpreter: this test process has long imported everything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SHELLS = ("mcq.cli", "mcq.console", "mcq.demo")
+ABOVE_THE_CORE = ("consumers", "streams", "pyspark", "ldap3", "tests", "bench", "uvicorn", "starlette")
+
+_PROBE = """
+import importlib, json, pkgutil, sys
+shells = tuple(sys.argv[1].split(","))
+names = []
+def walk(package):  # pkgutil.walk_packages would import the shells' packages to walk them
+    names.append(package)
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+        if info.name in shells:
+            continue
+        if info.ispkg:
+            walk(info.name)
+        else:
+            importlib.import_module(info.name)
+            names.append(info.name)
+walk("mcq")
+print(json.dumps({"modules": names, "loaded": sorted({m.split(".")[0] for m in sys.modules})}))
+"""
+
+
+def _core_imports() -> dict[str, list[str]]:
+    run = subprocess.run(
+        [sys.executable, "-c", _PROBE, ",".join(SHELLS)], capture_output=True, text=True, timeout=120, check=True
+    )
+    result: dict[str, list[str]] = json.loads(run.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_core_imports_no_layer_above_it() -> None:
+    seen = _core_imports()
+    assert "mcq.config" in seen["modules"] and "mcq.registry.model" in seen["modules"]  # the walk found the core
+    assert len(seen["modules"]) > 30
+    above = sorted(set(seen["loaded"]) & set(ABOVE_THE_CORE))
+    assert above == [], f"importing the core of mcq loaded {above}"
+
+
+def test_the_shells_are_where_the_layers_meet() -> None:
+    """The shells may import everything; the check above would be empty if they were core."""
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys, mcq.cli; print(sorted({m.split('.')[0] for m in sys.modules}))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "mcq" in run.stdout
