@@ -70,7 +70,7 @@ def test_a_kraft_cluster_id_never_starts_with_a_dash_and_is_a_base64_uuid() -> N
     from mcq.stack.services import new_cluster_id
 
     dashed = uuid.UUID(bytes=base64.urlsafe_b64decode("-_wUzRnGQtK8-qxW-3wydA=="))
-    with patch("mcq.stack.services.uuid.uuid4", side_effect=[dashed, uuid.UUID(int=7)]):
+    with patch("mcq.stack.services.kafka.uuid.uuid4", side_effect=[dashed, uuid.UUID(int=7)]):
         assert new_cluster_id() == base64.urlsafe_b64encode(uuid.UUID(int=7).bytes).decode().rstrip("=")
     for _ in range(2000):
         cid = new_cluster_id()
