@@ -32,8 +32,9 @@ from streams.checkpoint import planned
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from streams.normalize import NormalizeJob, StopRequest
+    from streams.normalize import NormalizeJob
     from streams.plan import NormalizePlan
+    from streams.runner import StopRequest
 
 CATCH_UP_ABOVE = 50_000
 """Raw records waiting above which a first real-time start catches up in micro-batches first.

@@ -99,8 +99,8 @@ def streams_normalize(
     failed (raw records deleted before they were read included: the line says how to
     repair); 2 for bad options."""
     from mcq.health import HealthAddressTaken
-    from streams.normalize import run_normalize
     from streams.realtime import interval_ms
+    from streams.runner import run_normalize
 
     try:
         interval_ms(checkpoint_interval)

@@ -38,7 +38,7 @@ from mcq.stack import Stack
 from mcq.stack.tls import stack_tls
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics, refresh_topic
-from streams.normalize import run_normalize
+from streams.runner import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic

@@ -30,7 +30,7 @@ from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
-from streams.normalize import run_normalize
+from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import typed_registry_yaml
 

@@ -25,7 +25,7 @@ from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
-from streams.normalize import run_normalize
+from streams.runner import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pipeline import SOURCE, STATUSES
 from tests.integration.webhook_server import receiving_webhook, replay

@@ -24,7 +24,7 @@ from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.topics.plan import withheld_topic
-from streams.normalize import run_normalize
+from streams.runner import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state

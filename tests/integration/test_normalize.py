@@ -25,8 +25,8 @@ from mcq.registry import Registry, parse_registry
 from mcq.registry.model import KEY_FIELDS
 from mcq.stack import Stack
 from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
-from streams.normalize import run_normalize
 from streams.plan import FeedPlan, plan_normalize
+from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.worlds import Captured, captured_world, read_topic_to_end
 

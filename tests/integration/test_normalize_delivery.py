@@ -38,7 +38,8 @@ from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
-from streams.normalize import POSITION_HEADER, run_normalize
+from streams.normalize import POSITION_HEADER
+from streams.runner import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state

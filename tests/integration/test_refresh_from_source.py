@@ -27,7 +27,7 @@ from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.topics.listener import ListenerTopics
-from streams.normalize import run_normalize
+from streams.runner import run_normalize
 from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
