@@ -24,7 +24,7 @@ from mcq.topics import TopicReadError
 from streams.exceptions import SelectionError
 
 # Exceptions that never leave their module: control flow of one loop, caught where raised.
-INTERNAL = {"NotReady", "LoginRequired", "Stopped", "_Abandon"}
+INTERNAL = {"NotReady", "LoginRequired", "Stopped", "Abandon"}
 
 
 def _error_classes() -> list[type[BaseException]]:
