@@ -35,6 +35,7 @@ from consumers.exceptions import AdapterError, ListenerConfigError, TargetUnavai
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
+from mcq.targets import TargetError
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
@@ -179,4 +180,9 @@ def adapter_class(kind: str) -> type[Adapter]:
 
 
 def make_adapter(listener: Listener, settings: Settings) -> Adapter:
-    return adapter_class(listener.adapter.type)(listener, settings)
+    """Listener's adapter; a connection its settings name that the configuration does not
+    have (``targets``) is the listener's configuration error."""
+    try:
+        return adapter_class(listener.adapter.type)(listener, settings)
+    except TargetError as exc:
+        raise ListenerConfigError(f"listener {listener.name}: adapter {listener.adapter.type}: {exc}") from None

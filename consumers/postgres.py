@@ -35,7 +35,7 @@ class PgTarget:
         setup: Callable[[Connection], None],
     ) -> None:
         self.name = name
-        self._dsn = dsn.get_secret_value() if dsn is not None else getattr(settings, database).dsn()
+        self._dsn = dsn.get_secret_value() if dsn is not None else settings.database(database).dsn()
         self._timeout = statement_timeout_ms
         self._setup = setup
         self._conn: Connection | None = None

@@ -19,7 +19,6 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, urlencode
 
 from pydantic import (
     BaseModel,
@@ -41,9 +40,12 @@ from pydantic_settings import (
 
 from mcq.errors import EXIT_CONFIG, McqError
 from mcq.secrets import SECRET_KEY
+from mcq.targets import LOOPBACK as LOOPBACK  # re-exported: what every service binds to
+from mcq.targets import DatabaseSettings as DatabaseSettings
+from mcq.targets import LdapSettings as LdapSettings
+from mcq.targets import TargetConnection, find_target
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-LOOPBACK = "127.0.0.1"
 KAFKA_ADMIN = "mcq-admin"
 """The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
 KAFKA_CONNECT = "mcq-connect"
@@ -389,78 +391,6 @@ class RegistrySettings(HttpServiceSettings):
         return conf
 
 
-class DatabaseSettings(_Section):
-    """A PostgreSQL database (the capture source or the vendor target)."""
-
-    host: str = LOOPBACK
-    port: int = 0
-    dbname: str = ""
-    user: str = "mcq"
-    password: SecretStr = SecretStr("mcq-local")
-    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = None
-    """TLS to the server (libpq's ``sslmode``; unset: libpq's default, ``prefer``). ``verify-full``
-    checks the server's certificate against ``sslrootcert`` and its name against ``host``."""
-    sslrootcert: Path | None = None
-    """The CA bundle (PEM) that signed the server's certificate (the local stack's:
-    ``<MCQ_HOME>/tls/ca.crt``)."""
-
-    def _tls_params(self) -> dict[str, str]:
-        params: dict[str, str] = {}
-        if self.sslmode is not None:
-            params["sslmode"] = self.sslmode
-        if self.sslrootcert is not None:
-            params["sslrootcert"] = str(self.sslrootcert)
-        return params
-
-    def dsn(self) -> str:
-        """A libpq URI, password included: hand it to a driver, never to a log."""
-        pw = quote(self.password.get_secret_value(), safe="")
-        query = urlencode(self._tls_params(), quote_via=quote)
-        return f"postgresql://{quote(self.user, safe='')}:{pw}@{self.host}:{self.port}/{self.dbname}" + (
-            f"?{query}" if query else ""
-        )
-
-    def jdbc_url(self) -> str:
-        """The same database for PostgreSQL's JDBC driver (Spark's reads), TLS settings included."""
-        query = urlencode(self._tls_params(), quote_via=quote)
-        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}" + (f"?{query}" if query else "")
-
-    def debezium_config(self) -> dict[str, str]:
-        """The connector's ``database.ssl*`` entries (Debezium's names for the same settings)."""
-        return {f"database.{k}": v for k, v in self._tls_params().items()}
-
-    def __str__(self) -> str:  # what logs may show
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
-
-
-class LdapSettings(_Section):
-    """The LDAP directory target."""
-
-    url: str = ""
-    base_dn: str = "dc=mcq,dc=example"
-    bind_dn: str = ""
-    password: SecretStr = SecretStr("mcq-local")
-    ca_file: Path | None = None
-    """The CA bundle (PEM) that signed the server's certificate, for ``ldaps://`` and
-    StartTLS (unset: the system's CAs). The certificate is always verified, its host too."""
-    start_tls: bool = False
-    """Upgrade an ``ldap://`` connection with StartTLS before binding."""
-
-    @model_validator(mode="after")
-    def _tls_once(self) -> LdapSettings:
-        if self.start_tls and self.url.lower().startswith("ldaps://"):
-            raise ValueError("start_tls is for ldap:// URLs; an ldaps:// connection is TLS from the start")
-        return self
-
-    @property
-    def people_dn(self) -> str:
-        return f"ou=people,{self.base_dn}"
-
-    @property
-    def groups_dn(self) -> str:
-        return f"ou=groups,{self.base_dn}"
-
-
 class TopicSettings(_Section):
     """Durability of every topic mcq creates (logical, lanes, dead letters, applied positions,
     heartbeats, the registry store) and, through Connect's topic creation, of the raw CDC
@@ -531,6 +461,11 @@ class Settings(BaseSettings):
     source: DatabaseSettings = DatabaseSettings()
     vendor: DatabaseSettings = DatabaseSettings()
     ldap: LdapSettings = LdapSettings()
+    targets: dict[str, TargetConnection] = {}
+    """Named connections to targets, for listeners that write to more than one directory or
+    database (ADSI to Active Directory beside LDAP to OpenLDAP): a listener's adapter
+    settings name one (``target: ad``); ``ldap``, ``vendor`` and ``source`` stay the
+    defaults. Passwords may be references (``${env:AD_PASSWORD}``), resolved on connecting."""
     topics: TopicSettings = TopicSettings()
     console: ConsoleSettings = ConsoleSettings()
     log: LogSettings = LogSettings()
@@ -550,6 +485,18 @@ class Settings(BaseSettings):
     """The Kafka identity is the secure local stack's admin, filled in by default (no
     bootstrap servers configured): the processes acting for one principal (the normaliser,
     a listener) then log in as that principal instead (:meth:`as_local_principal`)."""
+
+    def ldap_target(self, name: str | None) -> LdapSettings:
+        """The directory a listener's ``target`` names (None: the deployment's ``ldap``)."""
+        if name is None:
+            return self.ldap
+        return find_target(self.targets, name, "ldap")  # type: ignore[return-value]
+
+    def database(self, name: str) -> DatabaseSettings:
+        """The database ``vendor``, ``source`` or a named ``postgres`` target stands for."""
+        if name in ("vendor", "source"):
+            return self.vendor if name == "vendor" else self.source
+        return find_target(self.targets, name, "postgres")  # type: ignore[return-value]
 
     def listener_credentials(self, name: str) -> KafkaCredentials | None:
         """Listener NAME's own Kafka credentials, if ``listeners`` has them (names compared

@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 
-from mcq.config import PROJECT_ROOT, DatabaseSettings, HttpServiceSettings
+from mcq.config import PROJECT_ROOT, HttpServiceSettings
 from mcq.errors import McqError
+from mcq.targets import DatabaseSettings
 
 CONNECT_DIR = PROJECT_ROOT / "connect"
 

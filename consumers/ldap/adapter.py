@@ -44,6 +44,8 @@ from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter
 from consumers.projection import IndexedState
 from mcq.change import Change, ChangeKey
+from mcq.config import Settings
+from mcq.registry.model import Listener
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
@@ -60,13 +62,17 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
     _conn: Connection | None = None
     _adding = False  # the last entry written was missing: try an add first (see make)
 
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        self.directory = settings.ldap_target(self.settings.target)  # a TargetError: make_adapter says it
+
     @property
     def people_dn(self) -> str:
-        return self.settings.people_dn or self.mcq_settings.ldap.people_dn
+        return self.settings.people_dn or self.directory.people_dn
 
     @property
     def groups_dn(self) -> str:
-        return self.settings.groups_dn or self.mcq_settings.ldap.groups_dn
+        return self.settings.groups_dn or self.directory.groups_dn
 
     def _connection(self) -> Connection:
         if self._conn is not None and self._conn.bound and not self._conn.closed:
@@ -74,7 +80,7 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
         try:
             # no schema read: the server validates what it is sent (and refuses with its reason).
             # An untrusted certificate or a refused bind: the listener waits until someone fixes it.
-            conn = connect(self.mcq_settings.ldap, connect_timeout=5, receive_timeout=15)
+            conn = connect(self.directory, connect_timeout=5, receive_timeout=15)
         except LdapConnectError as exc:
             raise TargetUnavailable(str(exc)) from None
         self._conn = conn

@@ -12,7 +12,7 @@ from ldap3 import NONE, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException, LDAPSocketOpenError, LDAPStartTLSError
 
 from consumers.exceptions import ConsumerError
-from mcq.config import LdapSettings
+from mcq.targets import LdapSettings
 
 
 class LdapConnectError(ConsumerError):
@@ -46,7 +46,7 @@ def connect(ldap: LdapSettings, *, connect_timeout: float = 5, receive_timeout: 
         conn = Connection(
             server,
             user=ldap.bind_dn,
-            password=ldap.password.get_secret_value(),
+            password=ldap.bind_password().get_secret_value(),
             raise_exceptions=True,
             receive_timeout=receive_timeout,
         )

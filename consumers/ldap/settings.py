@@ -1,5 +1,7 @@
 """Settings of the ``ldap`` adapter (a listener's ``adapter.settings``). The server, bind
-DN and password are the deployment's (``MCQ_LDAP__*``); these say where entries go."""
+DN and password are the deployment's: its ``ldap`` directory (``MCQ_LDAP__*``), or the
+named connection ``target`` names (``targets.<name>``, ``type: ldap``); these say where
+entries go."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from consumers.adapter import AdapterSettings
 
 
 class LdapAdapterSettings(AdapterSettings):
+    target: str | None = None
+    """A named LDAP connection of the configuration (``targets.<name>``): two listeners
+    write to two directories. Default: the deployment's ``ldap``."""
     directory: str = "openldap"
     """A label for logs and metrics (the campus registry has ``openldap`` and ``active-directory``)."""
     people_dn: str | None = None

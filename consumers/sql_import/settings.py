@@ -19,7 +19,7 @@ class SqlImportSettings(AdapterSettings):
     """The vendor's import table: one INSERT per person pushed; its trigger does the rest."""
     vendor_schema: Ident = "insite"
     """Where the import table lives (the install script's ``insite`` is replaced by it)."""
-    database: Literal["vendor", "source"] = "vendor"
+    database: str = "vendor"
     dsn: ResolvedSecret | None = None
     """A libpq connection string instead of a configured database (a reference when it holds
     a password: ``${env:NAME}``)."""

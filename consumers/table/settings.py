@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import StringConstraints
 
@@ -13,8 +13,9 @@ from mcq.secrets import ResolvedSecret
 class TableSettings(AdapterSettings):
     table: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")] = "mcq_target.changes"
     """schema.table to keep the last state in; created when missing."""
-    database: Literal["vendor", "source"] = "vendor"
-    """Which configured database holds it (``MCQ_VENDOR__*`` by default)."""
+    database: str = "vendor"
+    """Which configured database holds it: ``vendor`` (``MCQ_VENDOR__*``, the default), ``source``,
+    or a named ``postgres`` target of the configuration (``targets.<name>``)."""
     dsn: ResolvedSecret | None = None
     """A libpq connection string instead of a configured database: a reference
     (``${env:NAME}``) when it holds a password."""

@@ -8,9 +8,10 @@ import hashlib
 import secrets
 import shutil
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcq.config import LOOPBACK
+from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import ServiceFailed
 from mcq.stack.services.base import NotReady, Service
 from mcq.stack.tls import stack_tls
@@ -25,8 +26,26 @@ def _ssha(secret: str) -> str:
     return "{SSHA}" + base64.b64encode(digest + salt).decode()
 
 
+SECOND_BASE_DN = "dc=second,dc=example"
+"""The local directory's second database: a second directory for a second LDAP listener
+(the campus wrote to Active Directory beside OpenLDAP), reached as a named target."""
+
+
+def second_directory(settings: Settings) -> dict[str, str]:
+    """The local stack's second directory as a named target's settings (``targets.<name>``):
+    same server, its own suffix and administrator (same password as the first)."""
+    return {
+        "type": "ldap",
+        "url": f"ldap://{LOOPBACK}:{settings.stack.ports.ldap}",
+        "base_dn": SECOND_BASE_DN,
+        "bind_dn": f"cn=admin,{SECOND_BASE_DN}",
+        "password": settings.ldap.password.get_secret_value(),
+    }
+
+
 class Ldap(Service):
-    """OpenLDAP's slapd with an mdb database for the base DN, people and groups."""
+    """OpenLDAP's slapd with two mdb databases (the deployment's base DN, and
+    :data:`SECOND_BASE_DN`), each with people and groups."""
 
     name = "ldap"
     stop_signal = signal.SIGINT
@@ -67,19 +86,73 @@ class Ldap(Service):
         ldif.write_text(f"dn: cn=config\nchangetype: modify\n{changes}")
         self._run([str(slapmodify), "-n", "0", "-F", str(self.conf_dir), "-l", str(ldif)])
 
-    def prepare(self) -> None:
-        slapadd = self._require(self.settings.stack.slapd.parent / "slapadd", "OpenLDAP's slapadd")
-        self._require(self.settings.stack.slapd, "OpenLDAP's slapd")
-        if (self.conf_dir / "cn=config.ldif").exists():
-            self._add_tls()
-            return
+    def _directories(self) -> list[tuple[int, str, str, Path]]:
+        """(database number, suffix, root DN, data directory) of each directory."""
         ldap = self.settings.ldap
+        return [
+            (1, ldap.base_dn, ldap.bind_dn, self.data_dir),
+            (2, SECOND_BASE_DN, f"cn=admin,{SECOND_BASE_DN}", self.data_dir.with_name("ldap-second")),
+        ]
+
+    def _database_ldif(self, number: int, suffix: str, root: str, data: Path) -> str:
+        return f"""\
+dn: olcDatabase={{{number}}}mdb,cn=config
+objectClass: olcDatabaseConfig
+objectClass: olcMdbConfig
+olcDatabase: {{{number}}}mdb
+olcSuffix: {suffix}
+olcRootDN: {root}
+olcRootPW: {_ssha(self.settings.ldap.password.get_secret_value())}
+olcDbDirectory: {data}
+olcDbMaxSize: 1073741824
+olcDbIndex: objectClass eq
+olcDbIndex: uid,cn,mail,memberUid eq
+olcAccess: {{0}}to * by anonymous auth by * read
+"""
+
+    @staticmethod
+    def _base_ldif(suffix: str) -> str:
+        first_rdn_value = suffix.split(",")[0].split("=", 1)[1]
+        return f"""\
+dn: {suffix}
+objectClass: top
+objectClass: dcObject
+objectClass: organization
+o: {first_rdn_value}
+dc: {first_rdn_value}
+
+dn: ou=people,{suffix}
+objectClass: organizationalUnit
+ou: people
+
+dn: ou=groups,{suffix}
+objectClass: organizationalUnit
+ou: groups
+"""
+
+    def _slapadd(self, database: int, name: str, ldif: str) -> None:
+        slapadd = self._require(self.settings.stack.slapd.parent / "slapadd", "OpenLDAP's slapadd")
+        path = self.conf_dir.parent / name
+        path.write_text(ldif)
+        self._run([str(slapadd), "-n", str(database), "-F", str(self.conf_dir), "-l", str(path)])
+
+    def prepare(self) -> None:
+        self._require(self.settings.stack.slapd.parent / "slapadd", "OpenLDAP's slapadd")
+        self._require(self.settings.stack.slapd, "OpenLDAP's slapd")
+        directories = self._directories()
+        if (self.conf_dir / "cn=config.ldif").exists():
+            if all((self.conf_dir / "cn=config" / f"olcDatabase={{{n}}}mdb.ldif").exists() for n, *_ in directories):
+                self._add_tls()
+                return
+            # a directory made with fewer databases (cn=config takes none offline): its
+            # configuration is derived, so it is made anew; the data of its databases is kept
+            shutil.rmtree(self.conf_dir)
+        else:
+            for *_, data in directories:
+                shutil.rmtree(data, ignore_errors=True)
         schema = self.settings.stack.ldap_schema_dir
         run = self.home / "run"
-        shutil.rmtree(self.conf_dir, ignore_errors=True)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
         self.conf_dir.mkdir(parents=True)
-        self.data_dir.mkdir(parents=True)
         run.mkdir(parents=True, exist_ok=True)
         includes = "".join(
             f"include: file://{self._require(schema / f'{s}.ldif', f'LDAP schema {s}')}\n\n"
@@ -112,42 +185,16 @@ dn: olcDatabase={{0}}config,cn=config
 objectClass: olcDatabaseConfig
 olcDatabase: {{0}}config
 olcAccess: {{0}}to * by * none
-
-dn: olcDatabase={{1}}mdb,cn=config
-objectClass: olcDatabaseConfig
-objectClass: olcMdbConfig
-olcDatabase: {{1}}mdb
-olcSuffix: {ldap.base_dn}
-olcRootDN: {ldap.bind_dn}
-olcRootPW: {_ssha(ldap.password.get_secret_value())}
-olcDbDirectory: {self.data_dir}
-olcDbMaxSize: 1073741824
-olcDbIndex: objectClass eq
-olcDbIndex: uid,cn,mail,memberUid eq
-olcAccess: {{0}}to * by anonymous auth by * read
 """
-        (self.conf_dir.parent / "ldap-config.ldif").write_text(config)
-        first_rdn_value = ldap.base_dn.split(",")[0].split("=", 1)[1]
-        base = f"""\
-dn: {ldap.base_dn}
-objectClass: top
-objectClass: dcObject
-objectClass: organization
-o: {first_rdn_value}
-dc: {first_rdn_value}
-
-dn: {ldap.people_dn}
-objectClass: organizationalUnit
-ou: people
-
-dn: {ldap.groups_dn}
-objectClass: organizationalUnit
-ou: groups
-"""
-        (self.conf_dir.parent / "ldap-base.ldif").write_text(base)
+        config += "".join("\n" + self._database_ldif(*d) for d in directories)
+        kept = {number for number, *_, data in directories if (data / "data.mdb").exists()}
+        for *_, data in directories:
+            data.mkdir(parents=True, exist_ok=True)
         try:
-            for db, ldif in (("0", "ldap-config.ldif"), ("1", "ldap-base.ldif")):
-                self._run([str(slapadd), "-n", db, "-F", str(self.conf_dir), "-l", str(self.conf_dir.parent / ldif)])
+            self._slapadd(0, "ldap-config.ldif", config)
+            for number, suffix, *_ in directories:
+                if number not in kept:
+                    self._slapadd(number, f"ldap-base-{number}.ldif", self._base_ldif(suffix))
         except ServiceFailed:
             shutil.rmtree(self.conf_dir, ignore_errors=True)  # so the next `up` starts over
             raise

@@ -1,0 +1,113 @@
+"""Two LDAP listeners writing to two directories, each through its own named connection
+(``targets``): the campus's LDAP listener to OpenLDAP, its ADSI listener to a second
+directory (the local slapd's second database, its own suffix and administrator)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ldap3 import LEVEL, Connection, Server
+
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry import parse_registry
+from mcq.stack import Stack
+from mcq.stack.services.ldap import second_directory
+from mcq.targets import LdapSettings, LdapTarget
+from mcq.topics.listener import ListenerTopics
+from mcq.topics.plan import apply_topics, plan_topics
+from tests.integration.listeners import World, running, wait_for
+from tests.integration.test_adapters import ch, listener, send_changes
+from tests.integration.worlds import CAMPUS
+
+
+def bind(directory: LdapSettings) -> Connection:
+    return Connection(
+        Server(directory.url), user=directory.bind_dn, password=directory.bind_password().get_secret_value(),
+        auto_bind=True,
+    )  # fmt: skip
+
+
+def subtree(directory: LdapSettings, base: str, make: bool) -> None:
+    conn = bind(directory)
+    if make:
+        conn.add(base, ["organizationalUnit"], {"ou": base.split(",")[0].split("=")[1]})
+        for ou in ("people", "groups"):
+            conn.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
+    else:  # leaves first
+        found = conn.extend.standard.paged_search(base, "(objectClass=*)", attributes=["1.1"], generator=False)
+        for dn in sorted((e["dn"] for e in found if e.get("type") == "searchResEntry"), key=lambda d: -d.count(",")):
+            conn.delete(dn)
+    conn.unbind()
+
+
+def people(directory: LdapSettings, base: str) -> dict[str, list[str]]:
+    """uid -> telephone numbers of every person entry under BASE."""
+    conn = bind(directory)
+    conn.search(f"ou=people,{base}", "(objectClass=inetOrgPerson)", LEVEL, attributes=["uid", "telephoneNumber"])
+    out = {str(e.uid): sorted(map(str, e.telephoneNumber)) for e in conn.entries if e.uid}
+    conn.unbind()
+    return out
+
+
+@pytest.fixture
+def two(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Iterator[tuple[World, World]]:
+    second = LdapTarget(**second_directory(settings))  # type: ignore[arg-type]
+    s = settings.model_copy(update={"topic_prefix": f"tl{token}", "targets": {"second": second}})
+    first_base, second_base = f"ou=t{token},{settings.ldap.base_dn}", f"ou=t{token},{second.base_dn}"
+    subtree(settings.ldap, first_base, make=True)
+    subtree(second, second_base, make=True)
+    text = (
+        CAMPUS.read_text()
+        .replace(
+            "adapter: {type: ldap, settings: {directory: openldap}}",
+            f'adapter: {{type: ldap, settings: {{people_dn: "ou=people,{first_base}", '
+            f'groups_dn: "ou=groups,{first_base}"}}}}',
+        )
+        .replace(
+            "adapter: {type: ldap, settings: {directory: active-directory}}",
+            f"adapter: {{type: ldap, settings: {{directory: active-directory, target: second, "
+            f'people_dn: "ou=people,{second_base}", groups_dn: "ou=groups,{second_base}"}}}}',
+        )
+    )
+    path = tmp_path / "campus.yaml"
+    path.write_text(text)
+    registry = parse_registry(text, str(path))
+    apply_topics(s, plan_topics(registry, s.topic_prefix))
+    client = registry_client(s)
+    for t in registry.tables:
+        register_topic(client, t.topic(s.topic_prefix))
+    ldap_world = World(s, "LDAP", first_base, registry, path, ListenerTopics(s.topic_prefix, "LDAP"))
+    yield ldap_world, listener(ldap_world, "ADSI")
+    subtree(settings.ldap, first_base, make=False)
+    subtree(second, second_base, make=False)
+
+
+def test_two_ldap_listeners_write_to_two_directories_each_through_its_named_connection(
+    two: tuple[World, World], settings: Settings
+) -> None:
+    ldap_world, adsi_world = two
+    second = ldap_world.settings.ldap_target("second")
+    first_base, second_base = ldap_world.table, f"ou={ldap_world.table.split(',')[0].split('=')[1]},{second.base_dn}"
+    ada = {"person_id": "1", "first_name": "Ada", "last_name": "Lovelace", "id_number": "660001"}
+    send_changes(
+        ldap_world,
+        ch("PERSON/PEOPLE", "INSERT", ada, person_id=1),
+        ch("PERSON/Telephone", "INSERT", {"person_id": "1", "tele_type": "campus", "phone_number": "+1 518 276 0001"},
+           person_id=1, aux_string="campus"),
+        ch("LOGINS", "INSERT", {"username": "ada", "owner": "1", "unixuid": "5001", "shell": "/bin/zsh"},
+           person_id=1, pkey_string="ada", pkey_number=5001),
+    )  # fmt: skip
+    with running(ldap_world) as ldap_rt, running(adsi_world) as adsi_rt:
+        wait_for("Ada in OpenLDAP", lambda: "ada" in people(settings.ldap, first_base), 90)
+        wait_for("Ada in the second directory", lambda: "ada" in people(second, second_base), 90)
+        assert ldap_rt.counters.failed == 0 and adsi_rt.counters.failed == 0, (ldap_rt.summary(), adsi_rt.summary())
+    # each directory holds only its own listener's entry: the suffixes are separate databases,
+    # and each listener could write only where its connection's administrator may
+    assert list(people(settings.ldap, first_base)) == ["ada"]
+    assert list(people(second, second_base)) == ["ada"]
+    first_admin = bind(settings.ldap)
+    assert not first_admin.add(f"ou=probe,{second_base}", ["organizationalUnit"], {"ou": "probe"})
+    first_admin.unbind()
