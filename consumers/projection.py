@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
+from confluent_kafka import Message
 
 from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
@@ -32,7 +29,7 @@ from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry.model import Registry
 from mcq.topics.exceptions import TopicReadError
-from mcq.topics.read import take_fetched
+from mcq.topics.follow import TopicFollower
 
 Row = dict[str, str | None]
 KeyTuple = tuple[str, str | None, int | None, str | None, int | None, str | None]
@@ -137,33 +134,17 @@ class StateStore(IndexedState):
                 raise ConsumerError(f"projection: no logical table {ref} in the registry")
             self._topics[table.topic(prefix)] = ref
         self._codec = ChangeCodec(registry_client(settings))
-        self._consumer = Consumer(
-            {
-                **settings.kafka.client_config(),
-                "group.id": f"_mcq-projection-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        meta = self._consumer.list_topics(timeout=15).topics
-        self._partitions = [
-            TopicPartition(t, p)
-            for t in self._topics
-            if t in meta and meta[t].error is None
-            for p in meta[t].partitions
-        ]
-        self._admin = AdminClient(settings.kafka.client_config())
-        self._next: dict[tuple[str, int], int] = {}  # next offset to read, per partition
+        self._follower = TopicFollower(settings, sorted(self._topics), self._fold, "projection")
+        self._partitions = self._follower.partitions
+        self._admin = self._follower.admin.client
+        self._next = self._follower.next  # next offset to read, per partition
         self._snapshot = snapshot
         self._saved_at: float | None = None  # when the snapshot restored was saved
         self._read_since = 0  # records read since it
         self._ids = state_snapshot.topic_ids(self._admin, sorted({tp.topic for tp in self._partitions}))
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
         """Whether the store started from a snapshot, or why not (for status lines and tests)."""
-        self._consumer.assign(
-            [TopicPartition(tp.topic, tp.partition, self._next.get((tp.topic, tp.partition), -2))
-             for tp in self._partitions]
-        )  # fmt: skip
+        self._follower.start()  # from where the snapshot ends, else from the beginning
 
     def _restore(self) -> str:
         assert self._snapshot is not None
@@ -174,7 +155,7 @@ class StateStore(IndexedState):
         self._rows.update(st["rows"])  # kept as saved: see IndexedState
         self._by_key.update(st["by_key"])
         self._positions = st["positions"]
-        self._next = dict(snap.next)
+        self._next.update(snap.next)
         self._saved_at = snap.saved_at
         return f"restored {sum(len(t) for t in self._rows.values())} keys from {self._snapshot}"
 
@@ -191,52 +172,30 @@ class StateStore(IndexedState):
         }
         state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._topics, self._ids, self._next, state))
 
-    def _take(self, timeout_s: float) -> bool:
-        """Apply what the consumer has fetched; False if nothing came."""
+    def _fold(self, msg: Message) -> None:
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        self._read_since += 1
         try:
-            records = take_fetched(self._consumer, timeout_s)
-        except TopicReadError as exc:
-            raise ConsumerError(f"projection: {exc}") from None
-        self._read_since += len(records or ())
-        for msg in records or ():
-            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            self._next[(topic, partition)] = offset + 1
-            try:
-                if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
-                    self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
-                    continue
-                change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
-            except BadChange:
-                continue  # the listener itself dead-letters a bad record; the projection cannot use it
-            if change is not None:
-                self.put(self._topics[topic], change.key, change.state, change.position)
-        return records is not None
-
-    def _ends(self) -> dict[tuple[str, int], int]:
-        """End offsets of every partition, in one request (not a round trip per partition)."""
-        if not self._partitions:
-            return {}
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        futures = self._admin.list_offsets({tp: latest for tp in self._partitions}, request_timeout=15)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
+                self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
+                return
+            change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
+        except BadChange:
+            return  # the listener itself dead-letters a bad record; the projection cannot use it
+        if change is not None:
+            self.put(self._topics[topic], change.key, change.state, change.position)
 
     def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
         """Read every topic to its end as of now (so at least to every given change)."""
-        need = self._ends()
+        need: dict[tuple[str, int], int] = {}
         for c in changes:
             if c.topic in self._topics and c.partition is not None and c.offset is not None:
                 key = (c.topic, c.partition)
                 need[key] = max(need.get(key, 0), c.offset + 1)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            behind = [k for k, end in need.items() if end > 0 and self._next.get(k, 0) < end]
-            if not behind:
-                return
-            if time.monotonic() > deadline:
-                raise ConsumerError(
-                    f"projection: not caught up with {len(behind)} partition(s) after {timeout_s:.0f} s"
-                )
-            self._take(0.5)
+        try:
+            self._follower.catch_up(timeout_s, need)
+        except TopicReadError as exc:
+            raise ConsumerError(f"projection: {exc}") from None
 
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read per partition: the store holds every record before it."""
@@ -244,7 +203,7 @@ class StateStore(IndexedState):
 
     def close(self) -> None:
         """Stop reading; with a snapshot path, save what the store holds for the next run."""
-        self._consumer.close()
+        self._follower.close()
         with contextlib.suppress(OSError):  # a snapshot only saves time: the next run reads the topics whole
             self._save()
 

@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from array import array
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer, TopicPartition
 
 from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
@@ -56,7 +55,8 @@ from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
 from mcq.topics.exceptions import TopicReadError
-from mcq.topics.read import RenewingAdmin, all_watermarks, take_fetched
+from mcq.topics.follow import TopicFollower
+from mcq.topics.read import all_watermarks
 
 PARK, DEAD = "park:", "dead:"
 OWN_WRITES_KEPT = 2_000_000  # offsets of own writes remembered per partition (8 bytes each)
@@ -89,22 +89,12 @@ class AppliedPositions:
         self._undelivered = 0  # writes Kafka refused for good (delivery reports)
         self._own: dict[int, array[int]] = {}  # partition -> offsets of this process's writes (delivery reports)
         self._undelivered_offsets = False  # more own writes than remembered
-        self._consumer = Consumer(
-            {
-                **settings.kafka.client_config(),
-                "group.id": f"_mcq-applied-{uuid.uuid4().hex}",  # never commits: reads the whole topic
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        meta = self._consumer.list_topics(topic, timeout=15).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise ConsumerError(
-                f"applied positions topic {topic} is missing: {meta.error if meta else 'no such topic'}"
-            )
-        self._partitions = sorted(meta.partitions)
-        self._offsets = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
-        self._next: dict[int, int] = {}  # partition -> the next offset to read
+        try:
+            self._follower = TopicFollower(settings, [topic], self._fold_record, "applied", required=True)
+        except TopicReadError as exc:
+            raise ConsumerError(f"applied positions: {exc}") from None
+        self._partitions = [tp.partition for tp in self._follower.partitions]
+        self._offsets = self._follower.admin  # offsets without waiting behind a fetch
         self._snapshot = snapshot
         self._saved_at: float | None = None  # when the snapshot restored was saved
         self._read_since = 0  # records read or written since it
@@ -112,9 +102,7 @@ class AppliedPositions:
         self._ids = state_snapshot.topic_ids(self._offsets.client, [topic]) if snapshot is not None else None
         self.restored = self._restore() if snapshot is not None else "no snapshot kept"
         """Whether the positions started from a snapshot, or why not (for status lines and tests)."""
-        # from where the snapshot ends, else from the beginning (-2)
-        self._assigned = [TopicPartition(topic, p) for p in self._partitions]
-        self._consumer.assign([TopicPartition(topic, p, self._next.get(p, -2)) for p in self._partitions])
+        self._follower.start()  # from where the snapshot ends, else from the beginning
 
     def __len__(self) -> int:
         return len(self._applied)
@@ -235,17 +223,9 @@ class AppliedPositions:
 
     # ------------------------------------------------------------------ following the topic
 
-    def _take(self, timeout_s: float) -> bool:
-        """Fold in what the consumer has fetched; False if nothing came."""
-        try:
-            records = take_fetched(self._consumer, timeout_s)
-        except TopicReadError as exc:
-            raise ConsumerError(str(exc)) from None
-        self._read_since += len(records or ())
-        for msg in records or ():
-            self._next[msg.partition() or 0] = (msg.offset() or 0) + 1
-            self._fold((msg.key() or b"").decode(), msg.value())
-        return records is not None
+    def _fold_record(self, msg: Message) -> None:
+        self._read_since += 1
+        self._fold((msg.key() or b"").decode(), msg.value())
 
     def _fold(self, key: str, value: bytes | None) -> None:
         if fold_mark(self._exposed, key, value):
@@ -267,27 +247,21 @@ class AppliedPositions:
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read what the other instances (and earlier runs) wrote, up to the end as of now."""
-        marks = all_watermarks(self._offsets, [TopicPartition(self.topic, p) for p in self._partitions])
-        ends = {p: marks[(self.topic, p)][1] for p in self._partitions}
-        deadline = time.monotonic() + timeout_s
-        while True:
-            # the consumer's position passes records that are not data (transaction markers)
-            at = {tp.partition: tp.offset for tp in self._consumer.position(self._assigned)}
-            behind = [p for p in self._partitions if ends[p] > 0 and max(self._next.get(p, 0), at[p]) < ends[p]]
-            if not behind:
-                return
-            if time.monotonic() > deadline:
-                raise ConsumerError(f"reading {self.topic}: not caught up after {timeout_s:.0f} s")
-            self._take(0.5)
+        try:
+            self._follower.catch_up(timeout_s)
+        except TopicReadError as exc:
+            raise ConsumerError(f"applied positions: {exc}") from None
 
     def refresh(self) -> None:
         """Take in whatever has arrived, without waiting."""
-        while self._take(0):
-            pass
+        try:
+            self._follower.refresh()
+        except TopicReadError as exc:
+            raise ConsumerError(f"applied positions: {exc}") from None
 
     def positions(self) -> dict[int, int]:
         """The next offset to read per partition: every record before it is folded in."""
-        return dict(self._next)
+        return {p: offset for (_, p), offset in self._follower.next.items()}
 
     def close(self, save: bool = True) -> None:
         """Stop reading; with a snapshot path and ``save``, keep what is known for the next
@@ -309,7 +283,7 @@ class AppliedPositions:
                         self.catch_up(timeout_s=15.0)
                     self._save()
         finally:
-            self._consumer.close()
+            self._follower.close()
 
     def _past_own_writes(self) -> bool:
         """Move past what is left to read when all of it is this process's own writes
@@ -320,15 +294,16 @@ class AppliedPositions:
             return False
         marks = all_watermarks(self._offsets, [TopicPartition(self.topic, p) for p in self._partitions])
         ends = {}
+        done = self._follower.next
         for p in self._partitions:
             low, high = marks[(self.topic, p)]
-            start = max(self._next.get(p, low), low)
+            start = max(done.get((self.topic, p), low), low)
             unread = range(start, high)
             if sorted(o for o in self._own.get(p, ()) if o >= start) != list(unread):
                 return False
             if unread:
-                ends[p] = high
-        self._next.update(ends)
+                ends[(self.topic, p)] = high
+        done.update(ends)
         return True
 
     # ------------------------------------------------------------------ the snapshot
@@ -343,7 +318,7 @@ class AppliedPositions:
         self._marks = {name: Position(c, lsn) for name, (c, lsn) in st["marks"].items()}
         for key, value in st["exposed"].items():
             fold_mark(self._exposed, key, value.encode())
-        self._next = {p: offset for (_, p), offset in snap.next.items()}
+        self._follower.next.update(snap.next)
         self._saved_at = snap.saved_at
         return f"restored {len(self._applied)} keys from {self._snapshot}"
 
@@ -355,5 +330,5 @@ class AppliedPositions:
             "marks": {name: (p.last_commit_lsn, p.lsn) for name, p in self._marks.items()},
             "exposed": {mark.key: mark.text() for mark in self._exposed.values()},
         }
-        nxt = {(self.topic, p): offset for p, offset in self._next.items()}
+        nxt = dict(self._follower.next)
         state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._described, self._ids, nxt, state))

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_prefix
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from mcq.registry.store import registry_topic
 from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.plan import refresh_topic, withheld_topic
+from mcq.topics.plan import refresh_topic, registry_topic, withheld_topic
 
 SCRATCH_GROUPS = "_mcq-"
 """Group ids of mcq's assign-only readers (``_mcq-applied-<uuid>``, ``_mcq-reader-<uuid>``…):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from confluent_kafka import KafkaError, KafkaException
@@ -102,19 +102,24 @@ class McqGroup(click.Group):
             _err(f"{command}: {exc}")
             ctx.exit(exc.exit_code)
         except KafkaException as exc:
-            command = ctx.meta.get(_COMMAND, "mcq")
-            log.error("%s: Kafka failed", command, exc_info=True)
-            where = ctx.meta.get(_LOG_FILE)
-            details = f" (details: {where})" if where else ""
-            _err(f"{command}: {_kafka_line(exc, ctx.meta.get(_BOOTSTRAP))}{details}")
-            ctx.exit(EXIT_FAILED)
+            _failed(f"{ctx.meta.get(_COMMAND, 'mcq')}: {_kafka_line(exc, ctx.meta.get(_BOOTSTRAP))}")
         except Exception as exc:
-            command = ctx.meta.get(_COMMAND, "mcq")
-            log.error("%s: unexpected error", command, exc_info=True)
-            where = ctx.meta.get(_LOG_FILE)
-            details = f" (details: {where})" if where else ""
-            _err(f"{command}: unexpected {type(exc).__name__}: {first_line(exc)}{details}")
-            ctx.exit(EXIT_FAILED)
+            _failed(f"{ctx.meta.get(_COMMAND, 'mcq')}: unexpected {type(exc).__name__}: {first_line(exc)}")
+
+
+def _failed(line: str) -> NoReturn:
+    """End a command that failed in a way mcq does not know: the line on the terminal, the
+    traceback of the exception being handled in the log file the line names; exit 1."""
+    log.error("%s", line, exc_info=True)
+    where = click.get_current_context().meta.get(_LOG_FILE)
+    _err(line + (f" (details: {where})" if where else ""))
+    sys.exit(EXIT_FAILED)
+
+
+def _job_failed(command: str, exc: BaseException, after: str = "") -> NoReturn:
+    """A Spark or Kafka failure under a batch job: one line (not a JVM stack trace) naming
+    the log that holds it."""
+    _failed(f"{command}: the job failed: {first_line(exc)}{after}")
 
 
 @click.group(cls=McqGroup)

@@ -16,12 +16,12 @@ from mcq.cli.app import (
     MASTER,
     _current_registry,
     _err,
+    _job_failed,
     _moving_groups,
     _say,
     _settings,
     main,
 )
-from mcq.errors import first_line
 
 if TYPE_CHECKING:
     pass
@@ -89,9 +89,8 @@ def refresh(
     except (SparkSetupError, SourceReadError) as exc:
         _err(f"mcq refresh: {name}: {exc}")
         sys.exit(EXIT_FAILED)
-    except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
-        _err(f"mcq refresh: {name}: the job failed: {first_line(exc)}")
-        sys.exit(EXIT_FAILED)
+    except Exception as exc:
+        _job_failed(f"mcq refresh: {name}", exc)
     for line in summary.lines():
         _say(f"refresh {name}: {line}")
     if dry_run:
@@ -157,9 +156,8 @@ def reconcile(
     except TargetUnavailable as exc:
         _err(f"mcq reconcile: {name}: the target cannot be read: {exc}")
         sys.exit(EXIT_FAILED)
-    except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
-        _err(f"mcq reconcile: {name}: the job failed: {first_line(exc)}")
-        sys.exit(EXIT_FAILED)
+    except Exception as exc:
+        _job_failed(f"mcq reconcile: {name}", exc)
     if drift.total:
         sys.exit(EXIT_FAILED)
 
@@ -202,9 +200,8 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
     except SparkSetupError as exc:
         _err(f"mcq report: {exc}")
         sys.exit(EXIT_FAILED)
-    except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
-        _err(f"mcq report: the job failed: {first_line(exc)}")
-        sys.exit(EXIT_FAILED)
+    except Exception as exc:
+        _job_failed("mcq report", exc)
     total = sum(n for _, _, n in figures.changes)
     _say(f"report: {total:,} change(s) since {start:%Y-%m-%d %H:%M} UTC, in {figures.seconds:.1f} s")
     for path in written:
@@ -247,9 +244,8 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
             sys.exit(EXIT_FAILED)
         except ConsumerError:
             raise  # a running listener, a refused change...: said by _moving_groups
-        except Exception as exc:  # a Spark or Kafka failure: one line, not a JVM stack trace
-            _err(f"mcq rebuild: {name}: the job failed: {first_line(exc)}; the listener's offsets were not moved")
-            sys.exit(EXIT_FAILED)
+        except Exception as exc:
+            _job_failed(f"mcq rebuild: {name}", exc, "; the listener's offsets were not moved")
     for line in summary.lines():
         _say(f"rebuild {name}: {line}")
     if not dry_run:

@@ -14,25 +14,20 @@ records the first-seen origin of each table/subtype (the paper's call-stack colu
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
 from mcq.registry.exceptions import RegistryStoreError
 from mcq.registry.model import Interest, Listener, LogicalTable, Registry, Source
-
-
-def registry_topic(prefix: str) -> str:
-    """The store of the deployment whose topics start with ``prefix``."""
-    return f"{prefix}._registry"
-
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.follow import TopicFollower
+from mcq.topics.plan import registry_topic
 
 _KINDS: dict[str, type[Source] | type[LogicalTable] | type[Listener] | type[Interest]] = {
     "source": Source,
@@ -221,55 +216,37 @@ class RegistryReader:
     def __init__(self, settings: Settings, topic: str | None = None) -> None:
         self.topic = topic = topic or registry_topic(settings.topic_prefix)
         self.records: dict[str, dict[str, Any]] = {}
-        self._consumer = Consumer(
-            {
-                **settings.kafka.client_config(),
-                "group.id": f"_mcq-registry-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self._follower = TopicFollower(settings, [topic], self._fold, "registry-reader")
+        self._follower.start()
 
-    def _apply(self, timeout_s: float) -> bool:
-        msg = self._consumer.poll(timeout_s)
-        if msg is None:
-            return False
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return False
-            raise RegistryStoreError(f"reading {self.topic}: {err}")
+    def _fold(self, msg: Message) -> None:
         key = (msg.key() or b"").decode()
         value = msg.value()
         if value is None:
             self.records.pop(key, None)
         else:
             self.records[key] = json.loads(value)
-        return True
 
     def catch_up(self, timeout_s: float = 30.0) -> None:
         """Read up to the end of the topic as it is now."""
-        _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            position = self._consumer.position([TopicPartition(self.topic, 0)])[0].offset
-            if position >= high or (position < 0 and high == 0):
-                return
-            if time.monotonic() > deadline:
-                raise RegistryStoreError(f"reading {self.topic}: not at offset {high} after {timeout_s:.0f} s")
-            self._apply(0.5)
+        try:
+            self._follower.catch_up(timeout_s)
+        except TopicReadError as exc:
+            raise RegistryStoreError(str(exc)) from None
 
     def poll(self, timeout_s: float = 1.0) -> bool:
         """Apply whatever arrived; True when something changed."""
         changed = False
-        while self._apply(timeout_s):
-            changed = True
-            timeout_s = 0
+        try:
+            while self._follower.take(timeout_s):
+                changed = True
+                timeout_s = 0
+        except TopicReadError as exc:
+            raise RegistryStoreError(str(exc)) from None
         return changed
 
     def registry(self) -> Registry:
         return assemble(self.records)
 
     def close(self) -> None:
-        self._consumer.close()
+        self._follower.close()

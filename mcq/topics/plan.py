@@ -15,7 +15,6 @@ from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from mcq.registry.store import registry_topic
 from mcq.topics.exceptions import TopicSettingsError
 
 # Compaction keeps the last state per key; a tombstone must outlive a slow listener's
@@ -31,6 +30,11 @@ LOGICAL_CONFIG = {
 # a listener that is away longer would lose them silently (mcq/topics/listener.py).
 REFRESH_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 SYSTEM_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
+
+
+def registry_topic(prefix: str) -> str:
+    """The registry store of the deployment whose topics start with ``prefix``."""
+    return f"{prefix}._registry"
 
 
 def refresh_topic(prefix: str = "mcq") -> str:

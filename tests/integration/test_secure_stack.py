@@ -31,9 +31,9 @@ from mcq.capture.connector import raw_topic
 from mcq.change import ChangeKey
 from mcq.config import Settings, load_settings
 from mcq.registry import Registry, parse_registry
-from mcq.registry.store import registry_topic
 from mcq.stack.services import KAFKA_CONTROLLER
 from mcq.topics.listener import ListenerTopics
+from mcq.topics.plan import registry_topic
 from tests.integration.listeners import target_state
 from tests.integration.net import free_port
 from tests.integration.pgtext import rows_as_text
