@@ -39,12 +39,12 @@ from mcq.change import POSITION_HEADER, ChangeCodec
 from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
 from mcq.registry import parse_registry
+from mcq.testing.listeners import change, make_world, running
 from streams.rebuild import Rebuild
 from streams.reconcile import Reconcile
 from streams.refresh import Refresh
 from streams.selection import Selection
 from streams.session import spark_session
-from tests.integration.listeners import change, make_world, running
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -36,9 +36,9 @@ from ldap3 import Connection, Server
 from mcq.config import Settings
 from mcq.demo.checks import check_insite, check_ldap
 from mcq.registry import parse_registry
+from mcq.testing.worlds import captured_world
 from mcq.topics.read import all_watermarks
 from streams.plan import plan_normalize
-from tests.integration.worlds import captured_world
 
 from .table import print_table
 from .world import bench_run

@@ -27,7 +27,7 @@ import psycopg
 
 from mcq.config import load_settings
 from mcq.contract import register_topic, registry_client
-from tests.integration.listeners import change, make_world, produce, running
+from mcq.testing.listeners import change, make_world, produce, running
 
 
 def _applied(settings, table: str, key: str) -> bool:  # type: ignore[no-untyped-def]

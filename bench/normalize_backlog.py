@@ -24,8 +24,8 @@ import sys
 import time
 
 from mcq.registry import parse_registry
+from mcq.testing.worlds import captured_world
 from streams.plan import plan_normalize
-from tests.integration.worlds import captured_world
 
 from .listener_apply import raw_rows, wait_snapshot
 from .table import print_table

@@ -34,7 +34,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from mcq.config import load_settings
 from mcq.contract import registry_client
-from tests.integration.worlds import captured_world
+from mcq.testing.worlds import captured_world
 
 from .table import print_table
 

@@ -48,8 +48,8 @@ from mcq.config import Settings, load_settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry import parse_registry
 from mcq.stack.services import KAFKA_CONNECT
+from mcq.testing.worlds import captured_world, wait_raw_records
 from streams.plan import plan_normalize
-from tests.integration.worlds import captured_world, wait_raw_records
 
 from .listener_apply import raw_rows
 

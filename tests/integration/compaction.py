@@ -10,8 +10,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from mcq.config import Settings
+from mcq.testing.listeners import World, change, produce, wait_for
 from mcq.topics.read import read_to_end
-from tests.integration.listeners import World, change, produce, wait_for
 
 
 def compact_now(settings: Settings, topic: str) -> None:

@@ -30,7 +30,7 @@ from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
-from tests.integration.worlds import uncapture
+from mcq.testing.worlds import uncapture
 
 # the captured table (a format template: src, schema, slot), for registries of their own
 SOURCE = """

@@ -36,13 +36,13 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.stack.tls import stack_tls
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics, refresh_topic
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic
-from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 REGISTRY = """
 sources:

@@ -24,9 +24,9 @@ from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import World, caught_up, running, wait_for
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
-from tests.integration.listeners import World, caught_up, running, wait_for
 
 REGISTRY = """
 sources:

@@ -17,9 +17,9 @@ from consumers.runtime.listener import ListenerRuntime
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
 from mcq.stack import Stack
+from mcq.testing.listeners import World, change, expected_state, make_world, produce, target_state
 from mcq.topics.plan import apply_topics
 from mcq.topics.read import all_watermarks
-from tests.integration.listeners import World, change, expected_state, make_world, produce, target_state
 
 Write = tuple[str, ChangeKey, Position, bool]
 KEYS = [ChangeKey("PHONE", None, pid, None, None, tele) for pid in range(120) for tele in ("office", "home")]

@@ -18,7 +18,7 @@ from mcq.config import PROJECT_ROOT, Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry import parse_registry
 from mcq.stack import Stack
-from tests.integration.worlds import Captured, captured_world, read_json_events
+from mcq.testing.worlds import Captured, captured_world, read_json_events
 
 NEW_PERSON = 9_000_001
 

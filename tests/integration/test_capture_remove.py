@@ -13,7 +13,7 @@ from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.stack import Stack
-from tests.integration.worlds import captured_world
+from mcq.testing.worlds import captured_world
 
 
 def test_connect_remove_deletes_connector_slot_and_publication_and_a_second_remove_is_a_no_op(

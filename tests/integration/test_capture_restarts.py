@@ -23,10 +23,10 @@ from mcq.capture.apply import apply_capture
 from mcq.capture.connector import raw_topic
 from mcq.config import Settings
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state, wait_for
+from mcq.testing.worlds import read_topic_to_end, wait_raw_records, wait_slot_active
 from mcq.topics.read import all_watermarks
-from tests.integration.listeners import target_state, wait_for
 from tests.integration.pipeline import Accounts, accounts, kill_and_restart
-from tests.integration.worlds import read_topic_to_end, wait_raw_records, wait_slot_active
 
 pytestmark = pytest.mark.faults
 

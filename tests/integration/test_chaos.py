@@ -19,9 +19,9 @@ from mcq.capture.apply import apply_capture
 from mcq.config import Settings
 from mcq.registry import Registry
 from mcq.stack import Stack
-from tests.integration.listeners import target_state
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import wait_slot_active
 from tests.integration.pipeline import Proc, Workload, accounts, kill_and_restart
-from tests.integration.worlds import wait_slot_active
 
 pytestmark = pytest.mark.faults
 

@@ -31,15 +31,15 @@ from mcq.config import PROJECT_ROOT, Settings
 from mcq.console.auth import hash_password
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
-from tests.integration.listeners import World, change, make_world, produce, target_state, wait_for
+from mcq.testing.listeners import World, change, make_world, produce, target_state, wait_for
+from mcq.testing.worlds import read_topic_to_end
 from tests.integration.net import free_port
 from tests.integration.test_listener import _reject
-from tests.integration.worlds import read_topic_to_end
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = PROJECT_ROOT / "out" / "console-screenshots"
 PASSWORD = "a long console passphrase"
-HEARTBEAT_TIMEOUT_S = 5  # the world's listener (tests/integration/listeners.py)
+HEARTBEAT_TIMEOUT_S = 5  # the world's listener (mcq/testing/listeners.py)
 
 
 @dataclass

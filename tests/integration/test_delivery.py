@@ -22,8 +22,7 @@ from mcq.change import Change
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
-from tests.integration.compaction import compact_now, wait_compacted
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     World,
     change,
     expected_state,
@@ -33,6 +32,7 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
+from tests.integration.compaction import compact_now, wait_compacted
 from tests.integration.webhook_server import replay
 
 CAMPUS = "+1-518-"

@@ -25,11 +25,11 @@ from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.pipeline import SOURCE, STATUSES
 from tests.integration.webhook_server import receiving_webhook, replay
-from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 REGISTRY = (
     SOURCE

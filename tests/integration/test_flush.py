@@ -20,7 +20,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     caught_up,
     change,
     expected_state,

@@ -25,7 +25,7 @@ from consumers.runtime.status import status_report
 from mcq.change import Change
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import World, listen_process, make_world, produce, wait_for
+from mcq.testing.listeners import World, listen_process, make_world, produce, wait_for
 from tests.integration.test_listener import random_stream
 
 pytestmark = pytest.mark.faults

@@ -23,12 +23,12 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.worlds import uncapture, wait_raw_records, wait_slot_active
 
 pytestmark = pytest.mark.faults
 

@@ -17,11 +17,11 @@ from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import World, running, wait_for
+from mcq.testing.worlds import CAMPUS
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
-from tests.integration.listeners import World, running, wait_for
 from tests.integration.test_adapters import ch, send_changes
-from tests.integration.worlds import CAMPUS
 
 
 def ldap(settings: Settings) -> Connection:

@@ -16,11 +16,11 @@ from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.stack.services.ldap import second_directory
 from mcq.targets import LdapSettings, LdapTarget
+from mcq.testing.listeners import World, running, wait_for
+from mcq.testing.worlds import CAMPUS
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
-from tests.integration.listeners import World, running, wait_for
 from tests.integration.test_adapters import ch, listener, send_changes
-from tests.integration.worlds import CAMPUS
 
 
 def bind(directory: LdapSettings) -> Connection:

@@ -28,8 +28,7 @@ from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
-from mcq.topics.plan import apply_topics
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     change,
     expected_state,
     listen_process,
@@ -39,6 +38,7 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
+from mcq.topics.plan import apply_topics
 
 
 def random_stream(n: int, keys: int, seed: int) -> list:  # type: ignore[type-arg]

@@ -24,11 +24,11 @@ from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import KEY_FIELDS
 from mcq.stack import Stack
+from mcq.testing.worlds import Captured, captured_world, read_topic_to_end
 from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
 from streams.plan import FeedPlan, plan_normalize
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.worlds import Captured, captured_world, read_topic_to_end
 
 # changes the kill test makes at most (about 25/s): it must outlast a few micro-batches
 LIMIT = 3_000

@@ -36,16 +36,16 @@ from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import wait_raw_records
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
 from streams.normalize import POSITION_HEADER
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import COLUMNS, ROWS, TypedWorld, sql, typed_registry_yaml, typed_world
 from tests.integration.webhook_server import receiving_webhook, replay
-from tests.integration.worlds import wait_raw_records
 
 
 @pytest.fixture(scope="module")

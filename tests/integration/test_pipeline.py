@@ -25,9 +25,9 @@ from mcq.config import Settings
 from mcq.demo.checks import Check, check_insite, check_ldap
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.testing.worlds import Captured, captured_world
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.read import watermarks
-from tests.integration.worlds import Captured, captured_world
 
 PEOPLE = 10_000
 

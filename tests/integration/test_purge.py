@@ -22,10 +22,10 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import World, make_world, running, wait_for
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics
 from mcq.topics.read import read_to_end
-from tests.integration.listeners import World, make_world, running, wait_for
 
 DAY_MS = 86_400_000
 

@@ -29,7 +29,7 @@ from consumers.runtime.heartbeat import read_beats
 from mcq.change import Change
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     World,
     expected_state,
     listen_process,

@@ -17,9 +17,7 @@ from consumers.runtime.topics import live_members
 from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.stack import Stack
-from streams.rebuild import Rebuild
-from streams.session import spark_session
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     World,
     caught_up,
     change,
@@ -31,6 +29,8 @@ from tests.integration.listeners import (
     target_state,
     wait_for,
 )
+from streams.rebuild import Rebuild
+from streams.session import spark_session
 from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
 from tests.integration.test_reconcile import _people, _reconcile
 

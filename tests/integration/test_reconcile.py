@@ -17,7 +17,7 @@ from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import World, caught_up, change, expected_state, make_world, mcq, produce, target_state
+from mcq.testing.listeners import World, caught_up, change, expected_state, make_world, mcq, produce, target_state
 from tests.integration.test_adapters import ch, send_changes
 from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
 

@@ -21,8 +21,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
-from mcq.topics.read import all_watermarks
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     World,
     caught_up,
     change,
@@ -32,7 +31,8 @@ from tests.integration.listeners import (
     produce,
     target_state,
 )
-from tests.integration.worlds import read_topic_to_end
+from mcq.testing.worlds import read_topic_to_end
+from mcq.topics.read import all_watermarks
 
 
 def _refresh(w: World, *args: str) -> Result:

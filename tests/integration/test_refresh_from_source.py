@@ -26,13 +26,13 @@ from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import read_topic_to_end, wait_raw_records
 from mcq.topics.listener import ListenerTopics
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import ROWS, TypedWorld, sql, typed_world
-from tests.integration.worlds import read_topic_to_end, wait_raw_records
 
 LISTENERS = """
 listeners:

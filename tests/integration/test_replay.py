@@ -21,7 +21,7 @@ from mcq.change import Change
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import (
+from mcq.testing.listeners import (
     World,
     caught_up,
     change,

@@ -32,14 +32,14 @@ from mcq.change import ChangeKey
 from mcq.config import Settings, load_settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack.services import KAFKA_CONTROLLER
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import wait_raw_records
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import registry_topic
-from tests.integration.listeners import target_state
 from tests.integration.net import free_port
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_acl import _consume_error, _produce_error, _refused
 from tests.integration.webhook_server import receiving_webhook, replay
-from tests.integration.worlds import wait_raw_records
 
 MCQ = [sys.executable, "-m", "mcq.cli"]
 SERVICES = "postgres,kafka,registry,connect"

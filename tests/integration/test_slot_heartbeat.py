@@ -20,8 +20,8 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.stack import Stack
+from mcq.testing.worlds import wait_raw_records
 from tests.integration.typed import ROWS, typed_world
-from tests.integration.worlds import wait_raw_records
 
 pytestmark = pytest.mark.faults
 

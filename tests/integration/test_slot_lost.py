@@ -26,7 +26,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.stack import Stack
-from tests.integration.listeners import wait_for
+from mcq.testing.listeners import wait_for
 from tests.integration.typed import typed_world
 
 pytestmark = pytest.mark.faults

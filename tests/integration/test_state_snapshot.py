@@ -14,10 +14,10 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from consumers.projection import StateStore
 from mcq.config import Settings
 from mcq.stack import Stack
+from mcq.testing.listeners import World, change, expected_state, make_world, produce
 from mcq.topics import delete_topics
 from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.compaction import compact_now, wait_compacted
-from tests.integration.listeners import World, change, expected_state, make_world, produce
 
 
 def _workload(rnd: random.Random, people: range, n: int) -> list[Any]:

@@ -26,8 +26,8 @@ from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import World, change, expected_state, make_world, produce, target_state
 from mcq.topics.read import watermarks
-from tests.integration.listeners import World, change, expected_state, make_world, produce, target_state
 
 RETENTION_MS = 4000
 

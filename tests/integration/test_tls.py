@@ -22,7 +22,7 @@ from consumers.ldap.connection import LdapConnectError, connect
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.tls import make_ca, make_server_cert, stack_tls, write_pair
-from tests.integration.listeners import World, make_world, running, wait_for
+from mcq.testing.listeners import World, make_world, running, wait_for
 from tests.integration.test_adapters import ch, send_changes
 from tests.integration.test_ldap import ADA, entry, world  # noqa: F401 - the LDAP world fixture
 

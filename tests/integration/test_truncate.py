@@ -19,12 +19,12 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
-from tests.integration.listeners import target_state
 from tests.integration.test_normalize import decode_topic
 from tests.integration.typed import ROWS, sql, typed_world
-from tests.integration.worlds import wait_raw_records
 
 pytestmark = pytest.mark.faults
 

@@ -15,7 +15,7 @@ from mcq.capture.apply import apply_capture
 from mcq.capture.connector import raw_topic
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
-from tests.integration.worlds import uncapture, wait_slot_active
+from mcq.testing.worlds import uncapture, wait_slot_active
 
 COLUMNS = {
     "id": "integer PRIMARY KEY",

@@ -25,9 +25,9 @@ from mcq.capture.apply import apply_capture
 from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.stack import Stack
-from tests.integration.listeners import target_state
+from mcq.testing.listeners import target_state
+from mcq.testing.worlds import wait_slot_active
 from tests.integration.pipeline import Accounts, Proc, Workload, accounts, kill_and_restart
-from tests.integration.worlds import wait_slot_active
 
 MINUTES = float(os.environ.get("MCQ_SOAK_MINUTES", "30"))
 EVERY_S = tuple(float(x) for x in os.environ.get("MCQ_SOAK_FAULT_EVERY_S", "60-180").split("-"))

@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-SHELLS = ("mcq.cli", "mcq.console", "mcq.demo")
+SHELLS = ("mcq.cli", "mcq.console", "mcq.demo", "mcq.testing")
 ABOVE_THE_CORE = ("consumers", "streams", "pyspark", "ldap3", "tests", "bench", "uvicorn", "starlette")
 
 _PROBE = """
@@ -59,3 +59,15 @@ def test_the_shells_are_where_the_layers_meet() -> None:
         check=True,
     )
     assert "mcq" in run.stdout
+
+
+def test_the_benchmarks_import_nothing_of_the_tests() -> None:
+    """Worlds the benchmarks share with the tests live in ``mcq.testing``, not in ``tests/``."""
+    probe = (
+        "import importlib, pkgutil, sys, bench\n"
+        "for m in pkgutil.iter_modules(bench.__path__, 'bench.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(m for m in sys.modules if m == 'tests' or m.startswith('tests.')))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert run.stdout.strip().splitlines()[-1] == "[]"

@@ -152,7 +152,8 @@ def read_json_events(
             if msg is None or msg.error():
                 continue
             key = json.loads(msg.key() or b"null")
-            value = json.loads(msg.value()) if msg.value() is not None else None
+            raw = msg.value()
+            value = json.loads(raw) if raw is not None else None
             if isinstance(value, dict) and set(value) == {"schema", "payload"}:
                 value = value["payload"]  # JSON with its Connect schema (value.converter.schemas.enable)
             if want(key, value):

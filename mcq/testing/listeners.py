@@ -146,7 +146,7 @@ def produce(settings: Settings, topic: str, changes: list[Change], tombstones: b
     producer = Producer({**settings.kafka.client_config(), "linger.ms": 20, "enable.idempotence": True})
     for i, c in enumerate(changes):
         key, value = codec.encode(topic, c)
-        headers = [(POSITION_HEADER, str(c.position).encode())]
+        headers: list[tuple[str, str | bytes | None]] = [(POSITION_HEADER, str(c.position).encode())]
         producer.produce(topic, key=key, value=value, headers=headers)
         if c.change_type == "DELETE" and tombstones:
             producer.produce(topic, key=key, value=None, headers=headers)
