@@ -4,6 +4,10 @@ Everything is drawn from :class:`random.Random` instances seeded from ``seed`` a
 global random state, no clock), so ``generate(n, seed)`` is the same world on every
 machine and every run. Each part of the world (space, departments, people, ...) draws
 from its own stream, so growing one part does not reshuffle the others.
+
+Longer than 400 lines for a reason: most of it is the world's data -- each table's columns,
+the name lists and the weights of every distribution -- which reads best beside the one
+function that draws from it.
 """
 
 from __future__ import annotations

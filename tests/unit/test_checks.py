@@ -1,4 +1,4 @@
-"""Pure logic of the demo's oracle (mcq/demo/checks.py): what a listener sees of source rows,
+"""Pure logic of the demo's oracle (mcq/demo/checks/): what a listener sees of source rows,
 what the directory, the vendor table and a file target must then hold, and how the
 targets are compared with that."""
 
