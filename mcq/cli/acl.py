@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mcq.cli.app import (
-    EXIT_FAILED,
-    FROM_FILE,
-    _current_registry,
-    _say,
-    _settings,
-    main,
-)
+from mcq.cli.app import EXIT_FAILED, FROM_FILE, _current_registry, _say, _settings, main
 from mcq.config import Settings
 
 if TYPE_CHECKING:

@@ -64,6 +64,12 @@ def _err(line: object) -> None:
     log.warning("%s", line)
 
 
+def _stop(line: str, code: int = EXIT_FAILED) -> NoReturn:
+    """End the command with one line on stderr and ``code``."""
+    _err(line)
+    sys.exit(code)
+
+
 def _kafka_line(exc: KafkaException, bootstrap: str | None) -> str:
     """A Kafka client's failure in one line: what the broker (or the client) said, and
     whether trying again later can help."""
@@ -112,8 +118,7 @@ def _failed(line: str) -> NoReturn:
     traceback of the exception being handled in the log file the line names; exit 1."""
     log.error("%s", line, exc_info=True)
     where = click.get_current_context().meta.get(_LOG_FILE)
-    _err(line + (f" (details: {where})" if where else ""))
-    sys.exit(EXIT_FAILED)
+    _stop(line + (f" (details: {where})" if where else ""))
 
 
 def _job_failed(command: str, exc: BaseException, after: str = "") -> NoReturn:
@@ -145,8 +150,7 @@ def _check_login(command: str, settings: Settings) -> None:
     try:
         check_login(settings)
     except LoginRefused as exc:
-        _err(f"{command}: {exc}")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"{command}: {exc}", EXIT_CONFIG)
 
 
 # ------------------------------------------------------------------ the registry a command uses
@@ -159,8 +163,7 @@ def _load_registry_file(file: Path) -> Registry:
     try:
         return load_registry(file)
     except RegistryError as exc:
-        _err(str(exc))
-        sys.exit(EXIT_FAILED)
+        _stop(str(exc))
 
 
 def _store() -> RegistryStore:
@@ -181,8 +184,7 @@ def _current_registry(registry_file: Path | None) -> Registry:
     try:
         return _store().read()
     except RegistryError as exc:
-        _err(f"mcq: reading the registry store: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq: reading the registry store: {exc}")
 
 
 # ------------------------------------------------------------------ long-running commands
@@ -229,8 +231,7 @@ def _refuse_unknown(verb: str, registry: Registry, names: tuple[str, ...]) -> No
     """Exit 2 with one line when a listener named on the command line is not in the registry."""
     unknown = [n for n in names if registry.listener(n) is None]
     if unknown:
-        _err(f"mcq {verb}: no listener named {', '.join(unknown)} in the registry")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq {verb}: no listener named {', '.join(unknown)} in the registry", EXIT_CONFIG)
 
 
 @contextmanager
@@ -243,11 +244,9 @@ def _moving_groups(verb: str) -> Iterator[None]:
     try:
         yield
     except ListenerConfigError as exc:
-        _err(f"mcq {verb}: {exc}")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq {verb}: {exc}", EXIT_CONFIG)
     except ConsumerError as exc:
-        _err(f"mcq {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq {exc}")
 
 
 MASTER = click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
@@ -20,13 +19,11 @@ from mcq.cli.app import (
     _err,
     _say,
     _settings,
+    _stop,
     console,
     main,
 )
 from mcq.output import cell
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.group("connect")
@@ -146,6 +143,5 @@ def connect_remove(source: str | None, registry_file: Path | None) -> None:
     chosen = [s for s in reg.sources if source is None or s.name == source]
     if source is not None and not chosen:
         known = ", ".join(s.name for s in reg.sources) or "none"
-        _err(f"mcq connect remove: no source named {source} in the registry (known: {known})")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq connect remove: no source named {source} in the registry (known: {known})", EXIT_CONFIG)
     remove_capture(chosen, _settings(), report=_say)

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from contextlib import suppress
-from typing import TYPE_CHECKING
 
 import click
 
-from mcq.cli.app import (
-    EXIT_CONFIG,
-    EXIT_FAILED,
-    _err,
-    _say,
-    _settings,
-    main,
-)
-
-if TYPE_CHECKING:
-    pass
+from mcq.cli.app import EXIT_CONFIG, _say, _settings, _stop, main
 
 
 @main.command("console")
@@ -71,11 +59,11 @@ def console_command(
     if local_admin:
         settings = local.with_local_admin(settings)
     if not settings.console.users and not settings.console.trusted_user_header:
-        _err(
+        _stop(
             "mcq console: no one could log in: set MCQ_CONSOLE__USERS__<NAME>__PASSWORD_HASH (from "
-            "`mcq console --hash-password`) and __ROLE (read or admin), or console.trusted_user_header"
+            "`mcq console --hash-password`) and __ROLE (read or admin), or console.trusted_user_header",
+            EXIT_CONFIG,
         )
-        sys.exit(EXIT_CONFIG)
     host, _, port_text = (bind or settings.console.bind).rpartition(":")
     if not host or not port_text.isdigit():
         raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
@@ -83,8 +71,7 @@ def console_command(
         try:
             pid = local.start_background(settings, f"{host}:{port_text}")
         except RuntimeError as exc:
-            _err(f"mcq console: {exc}")
-            sys.exit(EXIT_FAILED)
+            _stop(f"mcq console: {exc}")
         who = f"log in as {local.LOCAL_ADMIN}, password in {local.password_file(settings)}" if local_admin else ""
         _say(f"mcq console at http://{host}:{port_text} (pid {pid}; {who or 'console.users log in'})")
         return

@@ -9,12 +9,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from mcq.cli.app import (
-    _say,
-    _settings,
-    console,
-    main,
-)
+from mcq.cli.app import _say, _settings, console, main
 from mcq.output import cell
 
 if TYPE_CHECKING:

@@ -5,22 +5,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
 import click
 
-from mcq.cli.app import (
-    EXIT_FAILED,
-    _current_registry,
-    _err,
-    _say,
-    _settings,
-    console,
-    main,
-)
-
-if TYPE_CHECKING:
-    pass
+from mcq.cli.app import _current_registry, _say, _settings, _stop, console, main
 
 
 @main.command("demo")
@@ -82,8 +70,7 @@ def world_load(people: int, seed: int, schema: str, replace: bool) -> None:
             else:
                 counts = load(conn, schema, world_rows, report=lambda line: _say(f"  {line}"))
     except (psycopg.Error, ValueError) as exc:
-        _err(f"mcq world load: {settings.source}: {exc}".strip())
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq world load: {settings.source}: {exc}".strip())
     _say(
         f"{schema}: loaded {sum(counts.values())} rows ({people} people, seed {seed}) "
         f"in {time.monotonic() - started:.1f} s"

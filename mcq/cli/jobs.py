@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -15,16 +14,13 @@ from mcq.cli.app import (
     FROM_FILE,
     MASTER,
     _current_registry,
-    _err,
     _job_failed,
     _moving_groups,
     _say,
     _settings,
+    _stop,
     main,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.command("refresh")
@@ -81,14 +77,12 @@ def refresh(
         chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file)
         job = Refresh(settings, registry, name, chosen, report=_say, from_source=origin == "source")
     except SelectionError as exc:
-        _err(f"mcq refresh: {name}: {exc}")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq refresh: {name}: {exc}", EXIT_CONFIG)
     try:
         spark = spark_session(settings, f"mcq-refresh-{name}", master)
         summary = job.run(spark, dry_run=dry_run)
     except (SparkSetupError, SourceReadError) as exc:
-        _err(f"mcq refresh: {name}: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq refresh: {name}: {exc}")
     except Exception as exc:
         _job_failed(f"mcq refresh: {name}", exc)
     for line in summary.lines():
@@ -133,8 +127,7 @@ def reconcile(
     try:
         job = Reconcile(settings, registry, name, report=_say)
     except (SelectionError, ListenerConfigError) as exc:
-        _err(f"mcq reconcile: {name}: {exc}")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq reconcile: {name}: {exc}", EXIT_CONFIG)
     try:
         spark = spark_session(settings, f"mcq-reconcile-{name}", master)
         drift = job.run(spark)
@@ -151,11 +144,9 @@ def reconcile(
             )
             return
     except SparkSetupError as exc:
-        _err(f"mcq reconcile: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq reconcile: {exc}")
     except TargetUnavailable as exc:
-        _err(f"mcq reconcile: {name}: the target cannot be read: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq reconcile: {name}: the target cannot be read: {exc}")
     except Exception as exc:
         _job_failed(f"mcq reconcile: {name}", exc)
     if drift.total:
@@ -198,8 +189,7 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
             figures = compute(spark, settings, registry, start, _say)
         written = write(figures, target)
     except SparkSetupError as exc:
-        _err(f"mcq report: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq report: {exc}")
     except Exception as exc:
         _job_failed("mcq report", exc)
     total = sum(n for _, _, n in figures.changes)
@@ -240,8 +230,7 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
             spark = spark_session(settings, f"mcq-rebuild-{name}", master)
             summary = job.run(spark, dry_run=dry_run)
         except (SparkSetupError, TargetUnavailable) as exc:
-            _err(f"mcq rebuild: {name}: {exc}")
-            sys.exit(EXIT_FAILED)
+            _stop(f"mcq rebuild: {name}: {exc}")
         except ConsumerError:
             raise  # a running listener, a refused change...: said by _moving_groups
         except Exception as exc:

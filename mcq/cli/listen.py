@@ -7,7 +7,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
@@ -25,6 +24,7 @@ from mcq.cli.app import (
     _refuse_unknown,
     _say,
     _settings,
+    _stop,
     console,
     health_options,
     main,
@@ -32,9 +32,6 @@ from mcq.cli.app import (
 from mcq.config import Settings
 from mcq.output import cell
 from mcq.registry import Registry
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.command("listen")
@@ -73,8 +70,9 @@ def listen(
         with stop_on_signals(runtime):
             sys.exit(runtime.run(until_caught_up=until_caught_up))
     except HealthAddressTaken as exc:
-        _err(f"mcq listen: {name}: {exc}; choose another with --http-port (0: any free port) or --no-http")
-        sys.exit(EXIT_CONFIG)
+        _stop(
+            f"mcq listen: {name}: {exc}; choose another with --http-port (0: any free port) or --no-http", EXIT_CONFIG
+        )
 
 
 @main.command("status")

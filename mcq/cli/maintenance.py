@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -19,11 +18,9 @@ from mcq.cli.app import (
     _refuse_unknown,
     _say,
     _settings,
+    _stop,
     main,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def _replay_point(value: str) -> str | int | Path:
@@ -129,10 +126,10 @@ def flush(
         if not plan.moves:
             return
         if not yes:
-            _err(
-                f"mcq flush: {name}: {plan.pending:,} pending record(s) would never be applied; add --yes to skip them"
+            _stop(
+                f"mcq flush: {name}: {plan.pending:,} pending record(s) would never be applied; add --yes to skip them",
+                EXIT_CONFIG,
             )
-            sys.exit(EXIT_CONFIG)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         target = out or settings.stack.home / "flushed" / f"{settings.topic_prefix}.{name}.{stamp}.jsonl"
         written = job.apply(plan, target)

@@ -3,9 +3,7 @@ logical topics."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -16,17 +14,14 @@ from mcq.cli.app import (
     NORMALIZE_HTTP_PORT,
     _check_login,
     _current_registry,
-    _err,
     _health_port,
     _say,
     _settings,
+    _stop,
     health_options,
     main,
 )
 from streams.catchup import CATCH_UP_ABOVE
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.group()
@@ -126,7 +121,9 @@ def streams_normalize(
             catch_up_above=catch_up_above,
         )
     except HealthAddressTaken as exc:
-        _err(f"mcq streams normalize: {exc}; choose another with --http-port (0: any free port) or --no-http")
-        sys.exit(EXIT_CONFIG)
+        _stop(
+            f"mcq streams normalize: {exc}; choose another with --http-port (0: any free port) or --no-http",
+            EXIT_CONFIG,
+        )
     except KeyboardInterrupt:
         _say("normalize: stopped")

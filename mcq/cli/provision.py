@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -18,11 +17,9 @@ from mcq.cli.app import (
     _load_registry_file,
     _say,
     _settings,
+    _stop,
     main,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.group("helm")
@@ -68,8 +65,7 @@ def topics_apply(registry_file: Path | None) -> None:
     try:
         result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
     except TopicSettingsError as exc:
-        _err(f"mcq topics apply: {exc}")
-        sys.exit(EXIT_FAILED)
+        _stop(f"mcq topics apply: {exc}")
     _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
     if result.drift:
         sys.exit(EXIT_DOWN)

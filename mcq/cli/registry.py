@@ -4,25 +4,12 @@ interests)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from mcq.cli.app import (
-    REGISTRY_FILE,
-    _err,
-    _load_registry_file,
-    _say,
-    _settings,
-    _store,
-    console,
-    main,
-)
+from mcq.cli.app import REGISTRY_FILE, _err, _load_registry_file, _say, _settings, _store, console, main
 from mcq.output import cell
 from mcq.registry.model import Interest
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.group()

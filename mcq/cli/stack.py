@@ -13,15 +13,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from mcq.cli.app import (
-    EXIT_CONFIG,
-    EXIT_DOWN,
-    _err,
-    _say,
-    _settings,
-    console,
-    main,
-)
+from mcq.cli.app import EXIT_CONFIG, EXIT_DOWN, _say, _settings, _stop, console, main
 from mcq.output import cell
 
 if TYPE_CHECKING:
@@ -83,8 +75,7 @@ def _switch_mode(secure: bool) -> None:
     kafka = Stack(settings).service("kafka")
     if kafka.handle.pid() is not None:
         mode = "plaintext" if secure else "secure"
-        _err(f"mcq stack up: the {mode} stack's Kafka is running; stop it first with `mcq stack down`")
-        sys.exit(EXIT_CONFIG)
+        _stop(f"mcq stack up: the {mode} stack's Kafka is running; stop it first with `mcq stack down`", EXIT_CONFIG)
     settings.stack.set_secure(secure)
 
 
