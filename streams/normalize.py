@@ -39,6 +39,7 @@ job as its argument. Running it as a service is ``streams/runner.py``.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -53,6 +54,8 @@ from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
 from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -154,7 +157,7 @@ class NormalizeJob:
     settings: Settings
     registry: Registry
     checkpoint: Path
-    report: Report = print
+    report: Report = log.info
     max_offsets_per_trigger: int | None = None
     accept_lost_raw: bool = False
     """Go on past raw records deleted before they were read (Spark's failOnDataLoss off):

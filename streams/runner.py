@@ -9,6 +9,7 @@ each failure it knows (raw records lost to retention, a fresh start over full to
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     pass
 
 from streams.normalize import NormalizeJob, Report
+
+log = logging.getLogger(__name__)
 
 
 def lag_line(progress: dict[str, Any]) -> str | None:
@@ -139,7 +142,7 @@ def run_normalize(
     checkpoint: Path | None = None,
     master: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    report: Report = print,
+    report: Report = log.info,
     mode: str = "microbatch",
     checkpoint_interval: str = "5 minutes",
     accept_lost_raw: bool = False,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.groups import ListenerGroups
 from mcq.change import BadChange, ChangeCodec
 from mcq.contract import registry_client
+
+log = logging.getLogger(__name__)
 
 GTP = tuple[str, str, int]  # (group, topic, partition)
 
@@ -62,7 +65,7 @@ class FlushPlan:
 
 @dataclass
 class Flush(ListenerGroups):
-    report: Callable[[str], None] = print
+    report: Callable[[str], None] = log.info
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -39,6 +39,7 @@ best in one place, in the order it runs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import signal
 import threading
 import time
@@ -79,6 +80,8 @@ from mcq.topics.listener import ListenerTopics, interest_topics
 from mcq.topics.plan import apply_topics, plan_topics
 from mcq.topics.read import RenewingAdmin
 
+log = logging.getLogger(__name__)
+
 Report = Callable[[str], None]
 TP = tuple[str, int]
 _T = TypeVar("_T")
@@ -97,7 +100,7 @@ class ListenerRuntime:
         adapter: Adapter | None = None,
         http_host: str = "127.0.0.1",
         http_port: int | None = 0,
-        report: Report = print,
+        report: Report = log.info,
     ) -> None:
         self.settings = settings
         self.name = name

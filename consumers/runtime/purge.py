@@ -20,6 +20,7 @@ heartbeats of its own, and an entry removed beside its write could take a live k
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from consumers.runtime.topics import tombstone_retention
 from mcq.change import ChangeKey
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.read import read_to_end
+
+log = logging.getLogger(__name__)
 
 DAY_S = 86_400.0
 
@@ -75,7 +78,7 @@ class PurgePlan:
 
 @dataclass
 class Purge(ListenerGroups):
-    report: Callable[[str], None] = print
+    report: Callable[[str], None] = log.info
     gone_after_s: float = DAY_S
 
     def plan(self, now: float | None = None) -> PurgePlan:

@@ -23,6 +23,7 @@ the instances. ``dry_run`` computes and returns the same plan without writing an
 from __future__ import annotations
 
 import csv
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.applied import AppliedPositions, applied_text
 from consumers.runtime.groups import TP, ListenerGroups
 from mcq.change import ChangeKey
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,7 +93,7 @@ def read_offsets_file(path: Path, topics: set[str]) -> dict[TP, int]:
 class Replay(ListenerGroups):
     """One listener's replay (see the module's docstring)."""
 
-    report: Callable[[str], None] = print
+    report: Callable[[str], None] = log.info
 
     def __post_init__(self) -> None:
         super().__post_init__()

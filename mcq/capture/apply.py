@@ -12,6 +12,7 @@ table's owner, not a table), capture is refused with the statement the owner mus
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Registry
+
+log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]
 
@@ -37,7 +40,7 @@ def replica_identity_statement(table: str) -> str:
     return f'ALTER TABLE "{schema}"."{name}" REPLICA IDENTITY FULL;'
 
 
-def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str], report: Report = print) -> None:
+def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str], report: Report = log.info) -> None:
     """Set ``REPLICA IDENTITY FULL`` on each table that lacks it; refuse, naming every table
     it could not set and the exact statement to run, with one :class:`CaptureError`."""
     refused: list[tuple[str, str]] = []
@@ -71,7 +74,7 @@ _IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
 
 
 def apply_capture(
-    registry: Registry, settings: Settings, report: Report = print, *, connectors: bool = True
+    registry: Registry, settings: Settings, report: Report = log.info, *, connectors: bool = True
 ) -> list[str]:
     """Install the outbox, set replica identity, put every source connector; wait until each is
     RUNNING. ``connectors=False`` prepares the source only (another manager owns the connectors)."""

@@ -14,6 +14,7 @@ are left alone: they hold data other sources or listeners may still read.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Source
+
+log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]
 
@@ -97,7 +100,7 @@ def _drop_publication(conn: psycopg.Connection[Any], publication: str) -> bool:
 
 
 def remove_capture(
-    sources: list[Source], settings: Settings, report: Report = print, slot_timeout_s: float = 60.0
+    sources: list[Source], settings: Settings, report: Report = log.info, slot_timeout_s: float = 60.0
 ) -> list[Removed]:
     """Remove the connector, slot and publication of each source; one report line each."""
     out = []

@@ -14,6 +14,7 @@ and the vendor trigger's refusal in Insite's dead-letter topic.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -30,6 +31,8 @@ from mcq.config import PROJECT_ROOT, Settings
 from mcq.demo.checks import Check, check_files, check_insite, check_ldap
 from mcq.registry.model import Registry
 from mcq.topics.listener import ListenerTopics
+
+log = logging.getLogger(__name__)
 
 Say = Callable[[str], None]
 REALTIME = ("LDAP", "BEST")
@@ -128,7 +131,7 @@ def _status_lines(settings: Settings, registry: Registry, names: list[str]) -> l
     return out
 
 
-def run_demo(settings: Settings, registry: Registry, say: Say = print, timeout_s: float = 900.0) -> int:
+def run_demo(settings: Settings, registry: Registry, say: Say = log.info, timeout_s: float = 900.0) -> int:
     logs = settings.stack.home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs: dict[str, subprocess.Popen[bytes]] = {}

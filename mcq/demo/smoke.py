@@ -15,6 +15,7 @@ so it can run beside anything else on the same cluster, and cleans up after itse
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,8 @@ from mcq.config import Settings
 from mcq.connect_rest import ConnectClient, ConnectError, debezium_postgres_source
 from mcq.errors import McqError
 from mcq.topics.plan import delete_topics
+
+log = logging.getLogger(__name__)
 
 Report = Callable[[str], None]
 
@@ -340,7 +343,7 @@ def spark_read(settings: Settings, cdc_topic: str, avro_topic: str, report: Repo
 # ------------------------------------------------------------------ the whole pipeline
 
 
-def run_smoke(settings: Settings, report: Report = print, names: SmokeNames | None = None) -> SparkRead:
+def run_smoke(settings: Settings, report: Report = log.info, names: SmokeNames | None = None) -> SparkRead:
     """Run all three steps; raise :class:`SmokeFailed` naming the first that fails."""
     names = names or SmokeNames()
     started = time.monotonic()

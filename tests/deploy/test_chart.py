@@ -163,6 +163,17 @@ def test_no_container_runs_as_root_or_may_gain_privileges(render: Render, genera
             assert sc.get("runAsUser", pod["runAsUser"]) != 0
 
 
+def test_every_mcq_container_logs_json_lines_for_the_cluster_log_collector(render: Render, generated: Path) -> None:
+    checked = 0
+    for where, spec in _pod_specs(render(generated)):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if "MCQ_TOPIC_PREFIX" in env:  # an mcq process
+                assert env.get("MCQ_LOG__FORMAT") == "json", (where, container["name"])
+                checked += 1
+    assert checked >= 5
+
+
 def test_every_container_has_resources_and_every_mcq_service_probes(
     render: Render, generated: Path, mine: Path
 ) -> None:

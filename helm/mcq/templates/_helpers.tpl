@@ -42,6 +42,8 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 - {name: MCQ_STATE_DIR, value: /var/lib/mcq/state}
 - {name: HOME, value: /tmp}
 - {name: MCQ_TOPIC_PREFIX, value: {{ $s.topicPrefix | quote }}}
+- {name: MCQ_LOG__FORMAT, value: {{ $s.log.format | default "json" | quote }}}
+- {name: MCQ_LOG__LEVEL, value: {{ $s.log.level | default "INFO" | quote }}}
 - {name: MCQ_KAFKA__BOOTSTRAP_SERVERS, value: {{ $s.kafka.bootstrapServers | quote }}}
 - {name: MCQ_KAFKA__SECURITY_PROTOCOL, value: {{ $s.kafka.securityProtocol | quote }}}
 {{- with $s.kafka.saslMechanism }}
