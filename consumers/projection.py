@@ -24,9 +24,10 @@ from confluent_kafka import Message
 
 from consumers import state_snapshot
 from consumers.exceptions import ConsumerError
-from mcq.change import KEY_FIELDS, BadChange, Change, ChangeCodec, ChangeKey, Position
+from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import registry_client
+from mcq.refs import KEY_FIELDS, parse_ref
 from mcq.registry.model import Registry
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.follow import TopicFollower
@@ -128,8 +129,7 @@ class StateStore(IndexedState):
         self.refs = sorted(set(refs))
         self._topics: dict[str, str] = {}
         for ref in self.refs:
-            tname, _, subtype = ref.partition("/")
-            table = registry.table(tname, subtype or None)
+            table = registry.table(*parse_ref(ref))
             if table is None:
                 raise ConsumerError(f"projection: no logical table {ref} in the registry")
             self._topics[table.topic(prefix)] = ref
@@ -218,8 +218,7 @@ class SourceState:
 
         self._feeds = {}
         for ref in refs:
-            tname, _, subtype = ref.partition("/")
-            table = registry.table(tname, subtype or None)
+            table = registry.table(*parse_ref(ref))
             if table is None or not table.feeds:
                 raise ConsumerError(f"projection: no captured logical table {ref} in the registry")
             self._feeds[ref] = table.feeds

@@ -27,6 +27,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext, Se
 
 from mcq.contract import SchemaRegistryUnavailable, schema_text
 from mcq.errors import McqError
+from mcq.refs import KEY_FIELDS, table_ref
 
 ChangeType = Literal["INSERT", "UPDATE", "DELETE"]
 Cause = Literal["source", "entered-view", "left-view", "tombstone", "refresh"]
@@ -37,7 +38,6 @@ a refresh request resolved to the key's current state."""
 POSITION_HEADER = "mcq.position"
 """Kafka header of every record the normaliser writes: its source position (``commit/lsn``);
 the only place a tombstone carries one."""
-KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
 
 
 class BadChange(McqError):
@@ -90,7 +90,7 @@ class ChangeKey:
 
     @property
     def ref(self) -> str:
-        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+        return table_ref(self.tname, self.subtype)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from mcq.change import KEY_FIELDS, POSITION_HEADER, Change, ChangeKey, Position
+from mcq.change import POSITION_HEADER, Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import schema_text
+from mcq.refs import KEY_FIELDS
 from mcq.registry.model import LogicalTable
 
 if TYPE_CHECKING:

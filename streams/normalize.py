@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
+from mcq.refs import table_ref
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
@@ -627,7 +628,7 @@ class NormalizeJob:
     def _record_provenance(self, seen: list[tuple[str, str | None, str]]) -> None:
         """First-seen provenance of each table/subtype (the paper's call-stack column):
         (tname, subtype, the origin of its first record in source order) of a batch."""
-        origins = {f"{tname}/{subtype}" if subtype else tname: origin for tname, subtype, origin in seen}
+        origins = {table_ref(tname, subtype): origin for tname, subtype, origin in seen}
         origins = {ref: origin for ref, origin in origins.items() if ref not in self._known_refs}
         if not origins:
             return

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcq.capture.connector import OUTBOX_TABLE, raw_topic
-from mcq.registry.model import KEY_FIELDS, Registry
+from mcq.refs import KEY_FIELDS, table_ref
+from mcq.registry.model import Registry
 from mcq.topics.plan import refresh_topic, withheld_topic
 
 
@@ -31,7 +32,7 @@ class FeedPlan:
 
     @property
     def ref(self) -> str:
-        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+        return table_ref(self.tname, self.subtype)
 
     def key_column(self, field: str) -> str | None:
         return dict(self.keys).get(field)

@@ -35,6 +35,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from mcq.refs import table_ref
 from streams.catchup import Offsets, starting_offsets
 from streams.plan import NormalizePlan
 
@@ -251,7 +252,7 @@ def record_first_seen(job: NormalizeJob) -> None:
 
     topics = {f.ref: f.topic for f in job.plan.feeds if f.ref not in job._known_refs}
     for tname, subtype, topic in job.plan.explicit_topics:
-        ref = f"{tname}/{subtype}" if subtype else tname
+        ref = table_ref(tname, subtype)
         if ref not in job._known_refs:
             topics[ref] = topic
     found = first_records(job.settings, topics)

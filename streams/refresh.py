@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka.admin import AdminClient
 
 from consumers.runtime.acks import EXPOSED
-from mcq.change import KEY_FIELDS, POSITION_HEADER
+from mcq.change import POSITION_HEADER
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
+from mcq.refs import KEY_FIELDS
 from mcq.registry.model import LogicalTable, Registry
 from mcq.topics.listener import ListenerTopics
 from streams.exceptions import RefreshError, SelectionError

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcq.change import KEY_FIELDS, ChangeKey
+from mcq.change import ChangeKey
+from mcq.refs import KEY_FIELDS, table_ref
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.model import LogicalTable
 from mcq.registry.rules import Rule, parse_rule
@@ -69,7 +70,7 @@ def selection(
         raise SelectionError("--subtype needs --tname")
     if tname is not None and not any(t.tname == tname and subtype in (None, t.subtype) for t in tables):
         known = ", ".join(sorted({t.ref for t in tables})) or "none"
-        what = f"{tname}/{subtype}" if subtype else tname
+        what = table_ref(tname, subtype)
         raise SelectionError(f"{what} is not among the listener's tables ({known})")
     rule = None
     if where is not None:
@@ -162,7 +163,7 @@ def _key(
         raise SelectionError(f"{where}: {key_tname} is outside the selected {tname}{'/' + subtype if subtype else ''}")
     if not any(t.tname == key_tname and key_subtype in (None, t.subtype) for t in tables):
         known = ", ".join(sorted({t.ref for t in tables})) or "none"
-        what = f"{key_tname}/{key_subtype}" if key_subtype else key_tname
+        what = table_ref(key_tname, key_subtype)
         raise SelectionError(f"{where}: {what} is not among the listener's tables ({known})")
     if not any(f in values for f in KEY_FIELDS):
         raise SelectionError(f"{where}: names no key field ({', '.join(KEY_FIELDS)}); to select a table use --tname")

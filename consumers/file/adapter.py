@@ -21,8 +21,9 @@ from consumers.adapter import Adapter, ReadBack, rows_in_view
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.file.names import FileNamer
 from consumers.file.settings import FileSettings
-from mcq.change import KEY_FIELDS, Change, ChangeKey
+from mcq.change import Change, ChangeKey
 from mcq.config import Settings
+from mcq.refs import KEY_FIELDS
 from mcq.registry.model import Listener
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 from consumers.projection import IndexedState
 from consumers.runtime.view import ListenerView
-from mcq.change import KEY_FIELDS, Change, ChangeKey
+from mcq.change import Change, ChangeKey
+from mcq.refs import KEY_FIELDS, parse_ref
 from mcq.registry.model import LogicalTable, Registry
 
 StoreFactory = Callable[[list[str]], IndexedState]
@@ -103,8 +104,8 @@ class RefreshResolver:
 
     def _whole_key(self, ref: str, request: ChangeKey) -> ChangeKey | None:
         """The key of ``ref`` a request names whole (every key field its feeds map), if it does."""
-        tname, _, subtype = ref.partition("/")
-        table = self.registry.table(tname, subtype or None)
+        tname, subtype = parse_ref(ref)
+        table = self.registry.table(tname, subtype)
         if table is None or not table.feeds:
             return None
         fields = {f for feed in table.feeds for f in feed.keys}
@@ -112,7 +113,7 @@ class RefreshResolver:
             getattr(request, f) is not None for f in KEY_FIELDS if f not in fields
         ):
             return None
-        return dataclasses.replace(request, subtype=subtype or None)
+        return dataclasses.replace(request, subtype=subtype)
 
     def close(self) -> None:
         if self._store is not None:

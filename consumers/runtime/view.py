@@ -29,6 +29,7 @@ from typing import Any
 
 from consumers.projection import Row, SourceState, StateStore
 from mcq.change import Change, ChangeKey
+from mcq.refs import parse_ref
 from mcq.registry.model import Interest, Registry
 
 
@@ -157,8 +158,8 @@ class ViewState:
         return self.inner.positions()
 
     def _filter(self, ref: str, rows: list[Row]) -> list[Row]:
-        tname, _, subtype = ref.partition("/")
-        interests = self.view.interests_for(tname, subtype or None)
+        tname, subtype = parse_ref(ref)
+        interests = self.view.interests_for(tname, subtype)
         if not interests:
             return []
         if all(i.parsed_rule() is None for i in interests):  # every row admitted: only columns to cut
@@ -166,7 +167,7 @@ class ViewState:
             return [row if columns is None else project(row, columns) or {} for row in rows]
         out: list[Row] = []
         for row in rows:
-            values = {**row, "tname": tname, "subtype": subtype or None}
+            values = {**row, "tname": tname, "subtype": subtype}
             admitting = [i for i in interests if (r := i.parsed_rule()) is None or r.matches(values)]
             if admitting:
                 out.append(project(row, Verdict(tuple(admitting)).columns) or {})

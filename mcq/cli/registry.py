@@ -9,6 +9,7 @@ from rich.table import Table
 
 from mcq.cli.app import REGISTRY_FILE, _err, _load_registry_file, _say, _settings, _store, console, main
 from mcq.output import cell
+from mcq.refs import table_ref
 from mcq.registry.model import Interest
 
 
@@ -82,7 +83,7 @@ def registry_show() -> None:
 
 def _interest_line(i: Interest) -> str:
     """One interest as ``registry show`` prints it: table/subtype, rule, allow-list, delay, expiry."""
-    parts = [i.tname if i.subtype is None else f"{i.tname}/{i.subtype}"]
+    parts = [table_ref(i.tname, i.subtype)]
     if i.rule:
         parts.append(f"[{i.rule}]")
     if i.columns is not None:

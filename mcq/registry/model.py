@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from mcq.refs import KEY_FIELDS, table_ref
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import Rule, parse_rule
 from mcq.secrets import literal_secrets
 
-KEY_FIELDS = ("person_id", "pkey_string", "pkey_number", "aux_string")
 """The key fields of a change record (the paper's Table 1)."""
 
 CHANGE_FIELDS = ("tname", "subtype", "change_type", *KEY_FIELDS)
@@ -101,7 +101,7 @@ class LogicalTable(_Model):
     @property
     def ref(self) -> str:
         """``TNAME`` or ``TNAME/Subtype``."""
-        return f"{self.tname}/{self.subtype}" if self.subtype else self.tname
+        return table_ref(self.tname, self.subtype)
 
     def topic(self, prefix: str = "mcq") -> str:
         """The compacted logical topic of this table/subtype (``<prefix>.person.telephone``)."""
@@ -278,11 +278,7 @@ class Registry(_Model):
                 out.append(((*here, "listener"), f"unknown listener {interest.listener!r}"))
             covered = [t for t in self.tables if interest.covers(t)]
             if not covered:
-                what = (
-                    interest.tname
-                    if interest.subtype in (None, ALL_SUBTYPES)
-                    else f"{interest.tname}/{interest.subtype}"
-                )
+                what = table_ref(interest.tname, None if interest.subtype == ALL_SUBTYPES else interest.subtype)
                 out.append(((*here, "tname"), f"unknown table {what}; define it under tables:"))
             rule = interest.parsed_rule()
             if rule and covered:

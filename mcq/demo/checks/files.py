@@ -11,6 +11,7 @@ from typing import Any
 from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.demo.checks.view import Check, Row, View, read_view
+from mcq.refs import parse_ref
 from mcq.registry.model import Registry
 
 # ------------------------------------------------------------------ a file listener's batch files
@@ -74,8 +75,7 @@ def compare_files(registry: Registry, view: View, have: Mapping[ChangeKey, Row])
     hold an older value."""
     wanted: dict[ChangeKey, tuple[Row, frozenset[str]]] = {}
     for ref, seen in view.items():
-        tname, _, subtype = ref.partition("/")
-        table = registry.table(tname, subtype or None)
+        table = registry.table(*parse_ref(ref))
         watched = frozenset(c for f in table.feeds for c in f.watched) if table else frozenset()
         for key, row in seen:
             wanted[key] = (row, watched)

@@ -13,6 +13,7 @@ from psycopg import sql
 
 from mcq.change import ChangeKey
 from mcq.config import Settings
+from mcq.refs import parse_ref
 from mcq.registry.model import Feed, Interest, LogicalTable, Registry
 
 Row = dict[str, str | None]
@@ -99,8 +100,7 @@ def read_view(settings: Settings, registry: Registry, listener: str, refs: Itera
     view: View = {}
     with psycopg.connect(settings.source.dsn()) as conn:
         for ref in refs:
-            tname, _, subtype = ref.partition("/")
-            table = registry.table(tname, subtype or None)
+            table = registry.table(*parse_ref(ref))
             view[ref] = []
             if table is None or not any(i.covers(table) for i in interests):
                 continue
