@@ -112,14 +112,20 @@ def make_world(
         timeout = f"statement_timeout_ms: {statement_timeout_ms}"
         adapter = f"{{type: table, settings: {{table: {table}, {timeout} {dsn_line}}}}}"
     text = REGISTRY.format(name=name, park=park, extra=extra, delivery=delivery, adapter=adapter)
-    path = tmp / "registry.yaml"
+    return registry_world(s, text, tmp / "registry.yaml", name, table)
+
+
+def registry_world(settings: Settings, text: str, path: Path, listener: str, table: str) -> World:
+    """A world for LISTENER of the registry TEXT (written to PATH): its logical topics made
+    and their schemas registered under ``settings.topic_prefix``."""
     path.write_text(text)
     registry = parse_registry(text, str(path))
-    apply_topics(s, plan_topics(registry, prefix))
-    client = registry_client(s)
+    prefix = settings.topic_prefix
+    apply_topics(settings, plan_topics(registry, prefix))
+    client = registry_client(settings)
     for t in registry.tables:
         register_topic(client, t.topic(prefix))
-    return World(s, name, table, registry, path, ListenerTopics(prefix, name))
+    return World(settings, listener, table, registry, path, ListenerTopics(prefix, listener))
 
 
 _lsn = [1_000_000]

@@ -21,12 +21,10 @@ from consumers.adapter import make_adapter
 from consumers.runtime.dlq import DeadLetters
 from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
-from mcq.registry import parse_registry
+from mcq.contract import registry_client
 from mcq.stack import Stack
-from mcq.testing.listeners import World, caught_up, running, wait_for
+from mcq.testing.listeners import World, caught_up, registry_world, running, wait_for
 from mcq.topics.listener import ListenerTopics
-from mcq.topics.plan import apply_topics, plan_topics
 
 REGISTRY = """
 sources:
@@ -128,14 +126,7 @@ def world(stack: Stack, settings: Settings, token: str, tmp_path: Path, receiver
     s = settings.model_copy(update={"topic_prefix": prefix})
     vendor = f"v_{token}"
     text = REGISTRY.format(vendor=vendor, url=receiver.url, out=tmp_path)
-    path = tmp_path / "registry.yaml"
-    path.write_text(text)
-    registry = parse_registry(text, str(path))
-    apply_topics(s, plan_topics(registry, prefix))
-    client = registry_client(s)
-    for t in registry.tables:
-        register_topic(client, t.topic(prefix))
-    yield World(s, "Insite", f"{vendor}.sa_person", registry, path, ListenerTopics(prefix, "Insite"))
+    yield registry_world(s, text, tmp_path / "registry.yaml", "Insite", f"{vendor}.sa_person")
     with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {vendor} CASCADE")
 

@@ -14,13 +14,9 @@ from ldap3 import BASE, LEVEL, Connection, Server
 from consumers.adapter import make_adapter
 from mcq.change import Change
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
-from mcq.registry import parse_registry
 from mcq.stack import Stack
-from mcq.testing.listeners import World, running, wait_for
+from mcq.testing.listeners import World, registry_world, running, wait_for
 from mcq.testing.worlds import CAMPUS
-from mcq.topics.listener import ListenerTopics
-from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.test_adapters import ch, send_changes
 
 
@@ -44,14 +40,7 @@ def world(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Itera
     )
     prefix = f"tq{token}"
     s = settings.model_copy(update={"topic_prefix": prefix})
-    path = tmp_path / "campus.yaml"
-    path.write_text(text)
-    registry = parse_registry(text, str(path))
-    apply_topics(s, plan_topics(registry, prefix))
-    client = registry_client(s)
-    for t in registry.tables:
-        register_topic(client, t.topic(prefix))
-    yield World(s, "LDAP", base, registry, path, ListenerTopics(prefix, "LDAP"))
+    yield registry_world(s, text, tmp_path / "campus.yaml", "LDAP", base)
     # remove the test's subtree, leaves first (a new connection: a test may have restarted the server)
     conn = ldap(settings)
     found = conn.extend.standard.paged_search(base, "(objectClass=*)", attributes=["1.1"], paged_size=1000,

@@ -11,15 +11,11 @@ import pytest
 from ldap3 import LEVEL, Connection, Server
 
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
-from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.stack.services.ldap import second_directory
 from mcq.targets import LdapSettings, LdapTarget
-from mcq.testing.listeners import World, running, wait_for
+from mcq.testing.listeners import World, registry_world, running, wait_for
 from mcq.testing.worlds import CAMPUS
-from mcq.topics.listener import ListenerTopics
-from mcq.topics.plan import apply_topics, plan_topics
 from tests.integration.test_adapters import ch, listener, send_changes
 
 
@@ -72,14 +68,7 @@ def two(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Iterato
             f'people_dn: "ou=people,{second_base}", groups_dn: "ou=groups,{second_base}"}}}}',
         )
     )
-    path = tmp_path / "campus.yaml"
-    path.write_text(text)
-    registry = parse_registry(text, str(path))
-    apply_topics(s, plan_topics(registry, s.topic_prefix))
-    client = registry_client(s)
-    for t in registry.tables:
-        register_topic(client, t.topic(s.topic_prefix))
-    ldap_world = World(s, "LDAP", first_base, registry, path, ListenerTopics(s.topic_prefix, "LDAP"))
+    ldap_world = registry_world(s, text, tmp_path / "campus.yaml", "LDAP", first_base)
     yield ldap_world, listener(ldap_world, "ADSI")
     subtree(settings.ldap, first_base, make=False)
     subtree(second, second_base, make=False)

@@ -21,8 +21,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from mcq.config import Settings
 from mcq.contract import registry_client
-from mcq.registry import Registry, parse_registry
 from mcq.refs import KEY_FIELDS
+from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world, read_topic_to_end
 from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
