@@ -249,4 +249,17 @@ def _moving_groups(verb: str) -> Iterator[None]:
         _stop(f"mcq {exc}")
 
 
+def dry_run(effect: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--dry-run``: show what the command would do (``effect``), change nothing."""
+    return click.option("--dry-run", is_flag=True, help=f"{effect}; change nothing.")
+
+
+def path_option(
+    name: str, help: str, *, directory: bool = False
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """An option naming a file (or a directory) to write."""
+    kind = click.Path(file_okay=not directory, dir_okay=directory, path_type=Path)
+    return click.option(name, type=kind, help=help)
+
+
 MASTER = click.option("--master", help="Spark master (default: MCQ_SPARK_MASTER, spark-submit's, or local[*]).")

@@ -19,6 +19,7 @@ from mcq.cli.app import (
     _say,
     _settings,
     _stop,
+    dry_run,
     main,
 )
 
@@ -205,7 +206,7 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
 )
 @FROM_FILE
 @MASTER
-@click.option("--dry-run", is_flag=True, help="Count the live states that would be loaded; change nothing.")
+@dry_run("Count the live states that would be loaded")
 def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str | None, dry_run: bool) -> None:
     """Rebuild stopped listener NAME's target from the compacted logical topics in a Spark
     job, without consuming them through Kafka: a table target by COPY in one transaction,

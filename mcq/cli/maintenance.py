@@ -19,7 +19,9 @@ from mcq.cli.app import (
     _say,
     _settings,
     _stop,
+    dry_run,
     main,
+    path_option,
 )
 
 
@@ -53,7 +55,7 @@ def _replay_point(value: str) -> str | int | Path:
     "names a zone), or from the offsets a file names (topic,partition,offset per line).",
 )
 @FROM_FILE
-@click.option("--dry-run", is_flag=True, help="Show what would be moved and reset; change nothing.")
+@dry_run("Show what would be moved and reset")
 def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> None:
     """Apply again what listener NAME applied from a point on (after a target was restored
     from a backup, say): move its real-time consumer group back on its logical topics and
@@ -87,13 +89,9 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
     metavar="TIME",
     help="Skip only what was written before this ISO 8601 time (UTC unless it names a zone); all pending when omitted.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="File of the skipped records (JSON Lines); default $MCQ_HOME/flushed/<prefix>.NAME.<time>.jsonl.",
-)
+@path_option("--out", "File of the skipped records (JSON Lines); default $MCQ_HOME/flushed/<prefix>.NAME.<time>.jsonl.")
 @FROM_FILE
-@click.option("--dry-run", is_flag=True, help="Show what would be skipped; change nothing.")
+@dry_run("Show what would be skipped")
 @click.option("--yes", is_flag=True, help="Skip them: the listener never applies them (their keys' next changes are).")
 def flush(
     name: str, before: str | None, out: Path | None, registry_file: Path | None, dry_run: bool, yes: bool
@@ -145,13 +143,11 @@ def flush(
     show_default=True,
     help="Hours since an instance's last heartbeat before it counts as gone.",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory of the files of what is removed (JSON Lines); default $MCQ_HOME/purged.",
+@path_option(
+    "--out", "Directory of the files of what is removed (JSON Lines); default $MCQ_HOME/purged.", directory=True
 )
 @FROM_FILE
-@click.option("--dry-run", is_flag=True, help="Show what would be removed; remove nothing.")
+@dry_run("Show what would be removed")
 def purge(
     names: tuple[str, ...], gone_after: float, out: Path | None, registry_file: Path | None, dry_run: bool
 ) -> None:

@@ -20,6 +20,7 @@ from mcq.cli.app import (
     _stop,
     health_options,
     main,
+    path_option,
 )
 from streams.catchup import CATCH_UP_ABOVE
 
@@ -51,11 +52,7 @@ def streams() -> None:
     show_default=True,
     help="Realtime mode: how often progress is checkpointed (not a latency; BENCHMARKS.md).",
 )
-@click.option(
-    "--checkpoint",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Checkpoint directory (default MCQ_HOME/checkpoints/normalize-<prefix>).",
-)
+@path_option("--checkpoint", "Checkpoint directory (default MCQ_HOME/checkpoints/normalize-<prefix>).", directory=True)
 @click.option(
     "--catch-up-above",
     type=click.IntRange(min=0),
