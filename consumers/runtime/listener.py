@@ -167,8 +167,7 @@ class ListenerRuntime:
             return
         self.registry, self.listener, self.delivery = registry, listener, listener.delivery
         self.view = ListenerView(registry, self.name)
-        if hasattr(self, "_deliver"):
-            self._deliver.policy, self._deliver.view = listener.delivery, self.view
+        self._deliver.policy, self._deliver.view = listener.delivery, self.view  # (the loop runs: run() made it)
         self.refresher.close()
         self.refresher = RefreshResolver(registry, self.view, self._open_store)
         self.adapter.bind(registry)

@@ -80,11 +80,16 @@ def _kafka_line(exc: KafkaException, bootstrap: str | None) -> str:
     return f"{where}: {said}{hint}"
 
 
+def _name(ctx: click.Context) -> None:
+    """Tell the root which command runs (for its error lines): ``mcq <path>``."""
+    ctx.meta[_COMMAND] = " ".join(["mcq", *ctx.command_path.split()[1:]])
+
+
 class McqCommand(click.Command):
-    """A command that tells the root which command runs (for its error lines)."""
+    """A command that tells the root which command runs."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        ctx.meta[_COMMAND] = " ".join(["mcq", *ctx.command_path.split()[1:]])
+        _name(ctx)
         return super().invoke(ctx)
 
 
@@ -96,7 +101,7 @@ class McqGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         if ctx.parent is not None:
-            ctx.meta[_COMMAND] = " ".join(["mcq", *ctx.command_path.split()[1:]])
+            _name(ctx)
             return super().invoke(ctx)
         try:
             return super().invoke(ctx)
@@ -116,9 +121,12 @@ class McqGroup(click.Group):
 def _failed(line: str) -> NoReturn:
     """End a command that failed in a way mcq does not know: the line on the terminal, the
     traceback of the exception being handled in the log file the line names; exit 1."""
-    log.error("%s", line, exc_info=True)
     where = click.get_current_context().meta.get(_LOG_FILE)
-    _stop(line + (f" (details: {where})" if where else ""))
+    line += f" (details: {where})" if where else ""
+    log.error("%s", line, exc_info=True)  # one record, with the traceback
+    if _plain[0]:
+        say(err_console, line)
+    sys.exit(EXIT_FAILED)
 
 
 def _job_failed(command: str, exc: BaseException, after: str = "") -> NoReturn:
