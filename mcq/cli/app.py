@@ -40,10 +40,20 @@ EXIT_DOWN = 3
 _COMMAND = "mcq.command"  # ctx.meta: the command path of the command that runs
 _LOG_FILE = "mcq.log_file"
 _BOOTSTRAP = "mcq.bootstrap"
+_SETTINGS = "mcq.settings"
 
 
 def _settings() -> Settings:
-    return load_settings()  # a ConfigError ends the command as one line, exit 2 (McqGroup)
+    """This command's settings: read once, by the root group (frozen, so shared safely); a
+    ConfigError ends the command as one line, exit 2 (McqGroup)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return load_settings()
+    root = ctx.find_root()
+    if _SETTINGS not in root.meta:
+        root.meta[_SETTINGS] = load_settings()
+    settings: Settings = root.meta[_SETTINGS]
+    return settings
 
 
 _plain = [True]  # False under log.format json: every line is a JSON log record on stderr
