@@ -31,6 +31,7 @@ resolves it into ``.cache/jvm/connect-plugins``). Prints a Markdown table for BE
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -51,6 +52,7 @@ from mcq.stack.services import KAFKA_CONNECT
 from mcq.testing.worlds import captured_world, wait_raw_records
 from streams.plan import plan_normalize
 
+from .hops import HopTap, hop_rows
 from .listener_apply import raw_rows
 
 MIRROR = """
@@ -134,6 +136,7 @@ def main() -> int:
     ap.add_argument("--people", type=int, default=5000)
     ap.add_argument("--rate", type=int, default=100, help="updates per second in the latency run")
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     token = uuid.uuid4().hex[:6]
@@ -200,7 +203,8 @@ def main() -> int:
             # the telephone rows are in, other tables' backlogs may still be read in real time
             # (a query per raw topic on the same cores): latency is measured once all are through
             registry = parse_registry(registry_file.read_text(), str(registry_file))
-            wait_settled(settings, plan_normalize(registry, settings.topic_prefix).logical_topics)
+            logical = plan_normalize(registry, settings.topic_prefix).logical_topics
+            wait_settled(settings, logical)
 
             # 2. latency, both running
             seen: dict[str, dict[str, float]] = {"peer": {}, "mcq": {}}
@@ -222,7 +226,8 @@ def main() -> int:
             poller = threading.Thread(target=poll, daemon=True)
             poller.start()
             committed: dict[str, float] = {}
-            with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+            tap = HopTap(settings, {"raw": [raw], "logical": logical}, rb"B-\d+")
+            with tap, psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
                 keys = conn.execute(
                     f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2"
                 ).fetchall()
@@ -236,10 +241,14 @@ def main() -> int:
                     conn.execute(f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s "
                                  "AND tele_type = %s", (number, *keys[i % len(keys)]))  # fmt: skip
                     committed[number] = time.time()
-            deadline = time.time() + 120
-            while time.time() < deadline and not all(len(seen[x]) >= len(committed) for x in seen):
-                time.sleep(0.5)
+                deadline = time.time() + 120
+                while time.time() < deadline and not all(len(seen[x]) >= len(committed) for x in seen):
+                    time.sleep(0.5)
             stop.set()
+            stages = [("raw", tap.seen["raw"]), ("logical", tap.seen["logical"]), ("row", seen["mcq"])]
+            hops = hop_rows(committed, stages)
+            if args.dump:
+                args.dump.write_text(json.dumps({"committed": committed, **dict(stages)}))
             for who in ("peer", "mcq"):
                 lat = [seen[who][k] - t for k, t in committed.items() if k in seen[who]]
                 rows.append(f"| commit -> row in the target at {args.rate}/s, {who} | {len(lat):,} of {n:,} | "
@@ -267,6 +276,9 @@ def main() -> int:
     peer, ours = ([c.strip(" |") for c in row.split(" | ")] for row in rows[1:3])
     print(f"| commit -> row in the target at {args.rate}/s ({peer[1]} / {ours[1]} arrived) | {n:,} updates | "
           f"{peer[2]}, {peer[3]} | {ours[2]}, {ours[3]} |")  # fmt: skip
+    print("\nmcq's samples hop by hop (a tap reading the raw and logical topics; row: the 50 ms poller):\n")
+    for row in hops:
+        print(row)
     return 0
 
 

@@ -298,15 +298,20 @@ def _run_queries(
             for topic in rt.ensure_raw_topics(job.settings, realtime_part.raw_topics):
                 report(f"normalize: created raw topic {topic} (no change captured in it yet)")
             catching: list[Any] = []
+            begun = time.monotonic()
             offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
             queries.extend(catching)  # stopped with the others if it is still running
             if stopping.requested:
                 return
             queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
+            caught_up = time.monotonic()
             started = rt.start_realtime(now, fresh, interval, offsets)
             queries.extend(started)
-            report(f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval}")
+            report(
+                f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval} "
+                f"(catch-up {caught_up - begun:.1f} s, queries started in {time.monotonic() - caught_up:.1f} s)"
+            )
         if "realtime" in jobs:
             fresh.streams.addListener(listener)
         try:
