@@ -20,7 +20,13 @@ sink needs; mcq's default connector writes the smaller schemaless form instead.
 2. Latency, both running, once the normaliser is through the other tables' backlogs too
    (the logical topics stopped growing): one telephone-number update per transaction at ``--rate`` for
    ``--seconds``; a poller reads both targets every 50 ms and notes when each new number
-   appears. Latency = first seen in the target - commit.
+   appears. Latency = first seen in the target - commit. A tap (``bench/hops.py``) reads
+   the raw and the logical topic meanwhile, so each of mcq's samples is split into its
+   hops: commit -> raw (Debezium), raw -> logical (the normaliser), logical -> row (the
+   listener).
+3. Throughput, both warm: ``--bursts`` transactions, each updating every telephone row,
+   committed one after the other; the time until each target holds every row's last
+   value, and until the raw and the logical topic hold every change.
 
     .venv/bin/python -m bench.peer_jdbc_sink --people 5000 --rate 100 --seconds 30
 
@@ -102,13 +108,23 @@ def count(settings: Settings, query: str) -> int:
         return 0
 
 
-def wait_loaded(settings: Settings, what: str, query: str, expected: int, started: float, timeout_s: float) -> float:
-    """Seconds from ``started`` until ``query`` counts ``expected`` rows, with progress."""
+def wait_loaded(
+    settings: Settings,
+    what: str,
+    query: str,
+    expected: int,
+    started: float,
+    timeout_s: float,
+    upstream: list[str] | None = None,
+) -> float:
+    """Seconds from ``started`` until ``query`` counts ``expected`` rows, with progress (and
+    how many records the ``upstream`` topics hold by then)."""
     last = -1
     while time.monotonic() - started < timeout_s:
         n = count(settings, query)
         if n != last:
-            print(f"  {what}: {n:,} / {expected:,} rows", flush=True)
+            also = f", {raw_rows(settings, upstream):,} in {', '.join(upstream)}" if upstream else ""
+            print(f"  {what}: {n:,} / {expected:,} rows at {time.monotonic() - started:.1f} s{also}", flush=True)
             last = n
         if n >= expected:
             return time.monotonic() - started
@@ -136,6 +152,7 @@ def main() -> int:
     ap.add_argument("--people", type=int, default=5000)
     ap.add_argument("--rate", type=int, default=100, help="updates per second in the latency run")
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--bursts", type=int, default=5, help="transactions that each update every row, both warm")
     ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -195,15 +212,16 @@ def main() -> int:
                     )
                 )
             mirror_count = f"SELECT count(*) FROM {mirror_table} WHERE tname = 'PERSON' AND subtype = 'Telephone'"
-            mcq_load = wait_loaded(settings, "mcq", mirror_count, expected, started, 900)
+            registry = parse_registry(registry_file.read_text(), str(registry_file))
+            logical = plan_normalize(registry, settings.topic_prefix).logical_topics
+            telephone = [t for t in logical if t.endswith(".telephone")]
+            mcq_load = wait_loaded(settings, "mcq", mirror_count, expected, started, 900, telephone)
             rows.append(f"| initial load, start-up included | {expected:,} rows | peer {peer_load:.1f} s, "
                         f"{expected / peer_load:,.0f} rows/s | "
                         f"mcq {mcq_load:.1f} s, {expected / mcq_load:,.0f} rows/s |")  # fmt: skip
             print(rows[-1], flush=True)
             # the telephone rows are in, other tables' backlogs may still be read in real time
             # (a query per raw topic on the same cores): latency is measured once all are through
-            registry = parse_registry(registry_file.read_text(), str(registry_file))
-            logical = plan_normalize(registry, settings.topic_prefix).logical_topics
             wait_settled(settings, logical)
 
             # 2. latency, both running
@@ -255,6 +273,10 @@ def main() -> int:
                             f"p50 {percentile(lat, 50):.2f} s | "
                             f"p99 {percentile(lat, 99):.2f} s (max {max(lat or [0]):.2f} s) |")  # fmt: skip
                 print(rows[-1], flush=True)
+            # 3. throughput, both warm: --bursts transactions, each updating every row
+            hop_topics = {"raw": raw, "logical": telephone[0]}
+            rows.append(burst(settings, s, peer_table, mirror_table, expected, args.bursts, hop_topics))
+            print(rows[-1], flush=True)
         finally:
             connect.delete(connector)
             for proc in procs:
@@ -276,10 +298,56 @@ def main() -> int:
     peer, ours = ([c.strip(" |") for c in row.split(" | ")] for row in rows[1:3])
     print(f"| commit -> row in the target at {args.rate}/s ({peer[1]} / {ours[1]} arrived) | {n:,} updates | "
           f"{peer[2]}, {peer[3]} | {ours[2]}, {ours[3]} |")  # fmt: skip
+    print(rows[3])
     print("\nmcq's samples hop by hop (a tap reading the raw and logical topics; row: the 50 ms poller):\n")
     for row in hops:
         print(row)
     return 0
+
+
+def burst(
+    settings: Settings, schema: str, peer_table: str, mirror_table: str, rows: int, bursts: int, hops: dict[str, str]
+) -> str:
+    """Commit ``bursts`` transactions that each update all ``rows`` telephone rows, one after
+    the other, and time until each target holds every row's value of the last one (and
+    until each topic of ``hops``, name -> topic, has every change)."""
+    last = f"C{bursts}-%%"
+    queries = {
+        "peer": f"SELECT count(*) FROM {peer_table} WHERE phone_number LIKE '{last}'",
+        "mcq": f"SELECT count(*) FROM {mirror_table} WHERE state->>'phone_number' LIKE '{last}'",
+    }
+    done: dict[str, float] = {}
+    n = rows * bursts
+    before = {name: raw_rows(settings, [topic]) for name, topic in hops.items()}
+    print(f"throughput: {bursts} transaction(s) of {rows:,} updates each", flush=True)
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        begin = time.monotonic()
+        for r in range(1, bursts + 1):
+            conn.execute(
+                f"UPDATE {schema}.directory_telephone SET phone_number = 'C{r}-' || person_id || '-' || tele_type"
+            )
+        committed = time.monotonic() - begin
+    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
+        while len(done) < len(queries) + len(hops) and time.monotonic() - begin < 900:
+            for name, topic in hops.items():
+                if name not in done and raw_rows(settings, [topic]) - before[name] >= n:
+                    done[name] = time.monotonic() - begin
+                    print(f"  {name} topic: all {n:,} changes in {done[name]:.1f} s", flush=True)
+            for who, query in queries.items():
+                if who not in done and int(db.execute(query).fetchone()[0]) >= rows:  # type: ignore[index]
+                    done[who] = time.monotonic() - begin
+                    print(f"  {who}: all {rows * bursts:,} changes in {done[who]:.1f} s", flush=True)
+            time.sleep(0.1)
+
+    def cell(who: str) -> str:
+        return f"{who} {done[who]:.1f} s, {n / done[who]:,.0f} changes/s" if who in done else f"{who}: not done"
+
+    reached = ", ".join(f"{name} topic {done[name]:.1f} s" for name in hops if name in done)
+    return (
+        f"| throughput, both warm: {bursts} transactions each updating every row (committed in {committed:.1f} s; "
+        f"every change in the {reached}) | "
+        f"{n:,} changes | {cell('peer')} | {cell('mcq')} |"
+    )
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ def _run_queries(
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from streams import realtime as rt
-    from streams.session import spark_session
+    from streams.session import silence_jvm_log, spark_session
 
     report = job.report
     realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
@@ -336,7 +336,7 @@ def _run_queries(
             with _unless_jvm_gone(stopping, report):
                 if interval:
                     # interrupted real-time tasks log their aborted writes: expected, not news
-                    spark.sparkContext.setLogLevel("OFF")
+                    silence_jvm_log(spark)
                 for query in queries:
                     if query.isActive:
                         try:

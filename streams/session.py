@@ -85,3 +85,14 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         "org.apache.spark.sql.avro.AvroSerializer", jvm.org.apache.logging.log4j.Level.ERROR
     )
     return spark
+
+
+def silence_jvm_log(spark: SparkSession) -> None:
+    """No more of Spark's JVM log, from any logger: stopping interrupts real-time tasks,
+    which log their aborted writes as errors with a stack trace (expected, not news).
+    ``setLogLevel`` alone changes only the root logger, not those our log4j2.properties
+    sets a level of (``org.apache.spark.util.Utils``, which logs "Aborting task")."""
+    jvm = spark._jvm
+    assert jvm is not None
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setAllLevels(log4j.LogManager.ROOT_LOGGER_NAME, log4j.Level.OFF)
