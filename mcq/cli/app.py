@@ -56,6 +56,14 @@ def _settings() -> Settings:
     return settings
 
 
+def _forget_settings() -> None:
+    """After a command changed what the settings are read from (``mcq stack up --secure``
+    marks the stack secure: its broker's port and login follow): read them again next."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.find_root().meta.pop(_SETTINGS, None)
+
+
 _plain = [True]  # False under log.format json: every line is a JSON log record on stderr
 
 

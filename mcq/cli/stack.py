@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from mcq.cli.app import EXIT_CONFIG, EXIT_DOWN, _say, _settings, _stop, console, main
+from mcq.cli.app import EXIT_CONFIG, EXIT_DOWN, _forget_settings, _say, _settings, _stop, console, main
 from mcq.output import cell
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ def _switch_mode(secure: bool) -> None:
         mode = "plaintext" if secure else "secure"
         _stop(f"mcq stack up: the {mode} stack's Kafka is running; stop it first with `mcq stack down`", EXIT_CONFIG)
     settings.stack.set_secure(secure)
+    _forget_settings()  # the stack's mode decides the broker's port and the login
 
 
 @stack.command()
