@@ -22,7 +22,7 @@ from mcq.config import Settings
 from mcq.health import HealthServer
 from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
-from streams.checkpoint import clear_torn_writes, lost_raw_reason, started
+from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, started
 from streams.exceptions import NormalizeError
 from streams.metrics import NormalizeMetrics, behind
 
@@ -113,9 +113,12 @@ def fresh_start_line(job: NormalizeJob, mode: str) -> str | None:
     held = records_held(job.settings, job.plan.logical_topics)
     if not held:
         return None
+    why = "a checkpoint deleted or moved, another --checkpoint, or a switch of mode"
+    if mode == "realtime" and any((job.checkpoint / "realtime").glob("*/metadata")):
+        why = "the last run stopped before its first real-time checkpoint"
     return (
         f"normalize: no {mode} checkpoint at {job.checkpoint}, but the logical topics already hold {held} records "
-        "(a checkpoint deleted or moved, another --checkpoint, or a switch of mode): re-deriving them from the "
+        f"({why}): re-deriving them from the "
         "raw topics' beginning. Safe: every record carries its source position, so the topics end with the "
         "same last states and a listener skips what it applied (counted as skipped); a raw record already "
         "deleted by retention is not read again, and its last state stays in the compacted topic"
@@ -190,7 +193,13 @@ def run_normalize(
                     interval=checkpoint_interval if realtime else None, health=health,
                     catch_up_above=catch_up_above)  # fmt: skip
         if stopping.requested:
-            report("normalize: stopped; a restart resumes after the last finished batch")
+            if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
+                report(
+                    f"normalize: stopped before its first real-time checkpoint (one every {checkpoint_interval}): "
+                    "a restart reads again what this run read in real time"
+                )
+            else:
+                report("normalize: stopped; a restart resumes after the last finished batch")
     return job
 
 
