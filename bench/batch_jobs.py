@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from confluent_kafka import Producer
 
-from bench.listener_lanes import _latencies, _pct
+from bench.listener_lanes import _latencies
+from bench.stats import percentile
 from mcq.change import POSITION_HEADER, ChangeCodec
 from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
@@ -189,8 +190,9 @@ def main() -> int:
           f"| {n / source_s:,.0f} | a date, a timestamptz, a boolean, text |")  # fmt: skip
     print(
         f"\nreal-time latency while the listener applies the refresh (bulk lane {depth:,} deep): "
-        f"p50 {_pct(loaded, 50):.3f} s, p99 {_pct(loaded, 99):.3f} s (idle: p50 {_pct(idle, 50):.3f} s, "
-        f"p99 {_pct(idle, 99):.3f} s, mean {statistics.mean(idle):.3f} s; target p99 ≤ 1.5 x idle); "
+        f"p50 {percentile(loaded, 50):.3f} s, p99 {percentile(loaded, 99):.3f} s "
+        f"(idle: p50 {percentile(idle, 50):.3f} s, p99 {percentile(idle, 99):.3f} s, "
+        f"mean {statistics.mean(idle):.3f} s; target p99 ≤ 1.5 x idle); "
         f"bulk lane {bulk_rate:,.0f} changes/s"
     )
     return 0

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, TopicPartition
 
+from .stats import percentile
+
 if TYPE_CHECKING:
     from mcq.config import Settings
 
@@ -80,8 +82,6 @@ class HopTap:
 def hop_rows(committed: dict[str, float], hops: list[tuple[str, dict[str, float]]], worst: float = 0.01) -> list[str]:
     """Markdown list items: each hop's p50/p99/max over the samples seen at every stage, and, of the
     slowest ``worst`` share of them (commit -> last stage), the mean share of each hop."""
-    from .peer_jdbc_sink import percentile
-
     full = [k for k in committed if all(k in times for _, times in hops)]
     if not full:
         return ["- no sample was seen at every stage"]

@@ -29,6 +29,8 @@ from mcq.config import load_settings
 from mcq.contract import register_topic, registry_client
 from mcq.testing.listeners import change, make_world, produce, running
 
+from .stats import percentile
+
 
 def _applied(settings, table: str, key: str) -> bool:  # type: ignore[no-untyped-def]
     with psycopg.connect(settings.vendor.dsn()) as conn:
@@ -45,11 +47,6 @@ def _latencies(w, samples: int) -> list[float]:  # type: ignore[no-untyped-def]
             time.sleep(0.005)
         out.append(time.monotonic() - sent)
     return out
-
-
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> int:
@@ -86,7 +83,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for name, lat in rows:
         print(
-            f"| {name} | {len(lat)} | {_pct(lat, 50):.3f} | {_pct(lat, 99):.3f} | {max(lat):.3f} | "
+            f"| {name} | {len(lat)} | {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | {max(lat):.3f} | "
             f"{statistics.mean(lat):.3f} |"
         )
     print(

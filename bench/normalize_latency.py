@@ -36,12 +36,8 @@ from mcq.config import load_settings
 from mcq.contract import registry_client
 from mcq.testing.worlds import captured_world
 
+from .stats import percentile
 from .table import print_table
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> int:

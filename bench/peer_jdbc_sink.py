@@ -60,6 +60,7 @@ from streams.plan import plan_normalize
 
 from .hops import HopTap, hop_rows
 from .listener_apply import raw_rows
+from .stats import percentile
 
 MIRROR = """
   - name: Mirror
@@ -69,13 +70,6 @@ MIRROR = """
     adapter: {type: table, settings: {table: TABLE}}
 """
 MIRROR_INTEREST = '  - {listener: Mirror, tname: PERSON, subtype: "Telephone"}\n'
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def peer_config(settings: Settings, topic: str, table: str) -> dict[str, str]:
