@@ -32,7 +32,6 @@ key is still the newest and a listener skips what it already applied.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,7 @@ from streams.catchup import Offsets, starting_offsets
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from mcq.config import Settings
     from streams.normalize import NormalizeJob
@@ -139,11 +138,9 @@ def _source(job: NormalizeJob, spark: SparkSession, topics: list[str], offsets: 
 
 def realtime_records(
     job: NormalizeJob, spark: SparkSession, offsets: Offsets | None = None
-) -> list[tuple[str, Callable[[], DataFrame]]]:
-    """(raw topic, what builds its query's records: topic, key, value, headers) for every raw
-    topic (the outbox topics together), each from a Kafka source of its own, built when
-    called: a few eager analyses of a large plan on the driver (~0.5 s each), which run
-    slower side by side than one after the other (:func:`start_realtime`)."""
+) -> list[tuple[str, DataFrame]]:
+    """(raw topic, its query's records: topic, key, value, headers) for every raw topic
+    (the outbox topics together), each from a Kafka source of its own."""
     from pyspark.sql import functions as F
 
     from streams.normalize import position_headers
@@ -153,20 +150,21 @@ def realtime_records(
         topics_of.append(list(job.plan.outbox_topics))
     key_bytes, value_bytes = job._wire_columns()
     headers = position_headers()
-    projections = job._projections()  # ~5 s for the campus: thousands of py4j calls
-
-    def build(topics: list[str], records: Column) -> Callable[[], DataFrame]:
-        return lambda: (
+    return [
+        (
+            topics[0] if len(topics) == 1 else "outbox",
             job.parse(_source(job, spark, topics, offsets))
             .select("*", records.alias("pos", "r"))
             .where(F.col("r").isNotNull())
-            .select(F.col("r.topic").alias("topic"), key_bytes.alias("key"), value_bytes.alias("value"),
-                    headers.alias("headers"))
-        )  # fmt: skip
-
-    return [
-        (topics[0] if len(topics) == 1 else "outbox", build(topics, records))
-        for topics, (_, _, records) in zip(topics_of, projections, strict=True)
+            .select(
+                F.col("r.topic").alias("topic"),
+                key_bytes.alias("key"),
+                value_bytes.alias("value"),
+                headers.alias("headers"),
+            ),
+        )
+        # the projections' columns: ~5 s of py4j calls for the campus
+        for topics, (_, _, records) in zip(topics_of, job._projections(), strict=True)
     ]
 
 
@@ -205,7 +203,7 @@ def start_realtime(job: NormalizeJob, spark: SparkSession, interval: str, offset
         out._jwrite = out._jwrite.trigger(realtime_trigger(spark, base + stagger))
         return out
 
-    writers = [writer(i, raw, build()) for i, (raw, build) in enumerate(realtime_records(job, spark, offsets))]
+    writers = [writer(i, raw, records) for i, (raw, records) in enumerate(realtime_records(job, spark, offsets))]
     with ThreadPoolExecutor(START_THREADS, thread_name_prefix="start-realtime") as pool:
         return list(pool.map(lambda w: w.start(), writers))
 
