@@ -22,7 +22,14 @@ if TYPE_CHECKING:
 
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
-REQUIRED_JARS = ("spark-sql-kafka-0-10_", "spark-avro_", "spark-token-provider-kafka-0-10_", "kafka-clients-")
+REQUIRED_JARS = (
+    "spark-sql-kafka-0-10_",
+    "spark-avro_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "mcq-spark-localfs",  # jvm/spark-localfs
+)
+LOCAL_FS_JAR = "mcq-spark-localfs"
 
 
 def connector_jars(settings: Settings) -> list[Path]:
@@ -33,6 +40,27 @@ def connector_jars(settings: Settings) -> list[Path]:
     if missing:
         raise SparkSetupError(f"{directory}: missing {', '.join(p.rstrip('_-') for p in missing)}; run `make install`")
     return jars
+
+
+def _no_fork_files(builder: SparkSession.Builder, jar: list[Path]) -> SparkSession.Builder:
+    """Local files without forked processes, for a driver JVM this process launches.
+
+    Without Hadoop's native library, its local file system forks `chmod` for every file it
+    creates and, through FileContext (Spark's default for checkpoints), `readlink` for every
+    rename: ~440 processes forked from the driver's JVM of several GB while a normaliser
+    started 17 queries (strace). jvm/spark-localfs sets permissions through java.nio; the
+    FileSystem-based checkpoint manager renames without FileContext. The jar goes on the
+    JVM's own class path: spark-submit reads ``spark.jars`` through the file system first.
+    Under spark-submit (the JVM is running already) or another master, Hadoop's defaults stay.
+    """
+    return (
+        builder.config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jar))
+        .config("spark.hadoop.fs.file.impl", "mcq.spark.NoForkLocalFileSystem")
+        .config(
+            "spark.sql.streaming.checkpointFileManagerClass",
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        )
+    )
 
 
 def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
@@ -49,10 +77,10 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
     if chosen is None or chosen.startswith("local"):
         # in-process Spark talks to itself: no host-name lookup (and no notice about it)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    jars = ",".join(str(j) for j in connector_jars(settings))
+    jars = connector_jars(settings)
     builder = (
         SparkSession.builder.appName(app_name)
-        .config("spark.jars", jars)
+        .config("spark.jars", ",".join(str(j) for j in jars))
         .config("spark.sql.shuffle.partitions", os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # our jobs log a line per batch instead
@@ -65,11 +93,17 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         # batch was cut short: its progress metrics read offsets that a re-run batch never
         # fetched (NPE in KafkaMicroBatchStream.metrics, SPARK-55271 / SPARK-57438). The V1
         # source reads the same topics with the same checkpoint semantics and has no such path.
+        # upper() through ICU builds its case tables in a class initialiser the first time a
+        # query runs it (2.7 s of CPU while the normaliser's queries start: JFR); the names
+        # upper-cased here (an explicit log's TNAME and change type) are ASCII
+        .config("spark.sql.icu.caseMappings.enabled", "false")
         .config(
             "spark.sql.streaming.disabledV2MicroBatchReaders",
             "org.apache.spark.sql.kafka010.KafkaSourceProvider",
         )
     )
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and (chosen is None or chosen.startswith("local")):
+        builder = _no_fork_files(builder, [j for j in jars if j.name.startswith(LOCAL_FS_JAR)])
     if chosen:
         builder = builder.master(chosen)
     spark = builder.getOrCreate()
