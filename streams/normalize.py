@@ -53,8 +53,10 @@ from mcq.refs import table_ref
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
+from streams import sqltext as S
 from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
+from streams.sqltext import Sql
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +104,21 @@ def position_headers() -> Column:
     return F.array(F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")))
 
 
-def feed_key(feed: FeedPlan, row: Column) -> Column:
+def feed_key(feed: FeedPlan, row: Sql) -> Sql:
     """The logical key (a ``KEY_TYPE`` struct) of one row image of a feed (a
-    ``map<string,string>`` column -> text): the key fields from the columns the feed maps."""
-    from pyspark.sql import functions as F
+    ``map<string,string>`` column -> text): the key fields from the columns the feed maps
+    (SQL text: ``streams.sqltext``)."""
 
-    def field_(name: str, typ: str) -> Column:
+    def field_(name: str, typ: str) -> Sql:
         column = feed.key_column(name)
-        value = row.getItem(column) if column else F.lit(None)
+        value = row.getItem(column) if column else S.lit(None)
         if typ == "long":  # numeric keys may arrive as "42" or "42.0" (decimal.handling.mode=string)
             value = value.cast("decimal(38,0)").cast("long")
         return value.cast(typ).alias(name)
 
-    return F.struct(
-        F.lit(feed.tname).alias("tname"),
-        F.lit(feed.subtype).cast("string").alias("subtype"),
+    return S.struct(
+        S.lit(feed.tname).alias("tname"),
+        S.lit(feed.subtype).cast("string").alias("subtype"),
         field_("person_id", "long"),
         field_("pkey_string", "string"),
         field_("pkey_number", "long"),
@@ -246,220 +248,208 @@ class NormalizeJob:
 
     def _record(
         self,
-        topic: Column,
-        key: Column,
-        change_type: str,
-        after: Column,
-        before: Column,
-        origin: Column,
-        call_stack: Column,
+        topic: Sql,
+        key: Sql,
+        change_type: str | Sql,
+        after: Sql,
+        before: Sql,
+        origin: Sql,
+        call_stack: Sql,
         tombstone: bool,
-    ) -> Column:
-        from pyspark.sql import functions as F
-
-        return F.struct(
+    ) -> Sql:
+        return S.struct(
             topic.alias("topic"),
             key.alias("key"),
-            F.lit(change_type).alias("change_type"),
+            S.lit_or(change_type).alias("change_type"),
             after.alias("after"),
             before.alias("before"),
             origin.alias("origin"),
             call_stack.alias("call_stack"),
-            F.lit(tombstone).alias("tombstone"),
+            S.lit(tombstone).alias("tombstone"),
         )
 
-    def project_feed(self, feed: FeedPlan) -> tuple[Column, Column]:
+    def project_feed(self, feed: FeedPlan) -> tuple[Sql, Sql]:
         """One feed's logical records of a raw row (several where a key moved, or a delete),
         and whether the row is a housekeeping-only update; empty for other raw topics."""
-        from pyspark.sql import functions as F
-
-        before, after, op = F.col("e.before"), F.col("e.after"), F.col("e.op")
-        null_map = F.lit(None).cast("map<string,string>")
-        origin = F.lit(f"table {feed.source_table}")
-        no_stack = F.lit(None).cast("string")
+        before, after, op = S.col("e.before"), S.col("e.after"), S.col("e.op")
+        null_map = S.lit(None).cast("map<string,string>")
+        origin = S.lit(f"table {feed.source_table}")
+        no_stack = S.lit(None).cast("string")
         old_key, new_key = feed_key(feed, before), feed_key(feed, after)
-        touches = F.lit(True) if not feed.watch else F.lit(False)
+        touches = S.lit(True) if not feed.watch else S.lit(False)
         for column in feed.watch:
             touches = touches | ~before.getItem(column).eqNullSafe(after.getItem(column))
         touches = before.isNull() | touches  # without a before-image every update counts
 
-        def rec(key: Column, change_type: str, a: Column, b: Column, tomb: bool = False) -> Column:
-            return self._record(F.lit(feed.topic), key, change_type, a, b, origin, no_stack, tomb)
+        def rec(key: Sql, change_type: str, a: Sql, b: Sql, tomb: bool = False) -> Sql:
+            return self._record(S.lit(feed.topic), key, change_type, a, b, origin, no_stack, tomb)
 
         moved = before.isNotNull() & ~old_key.eqNullSafe(new_key)
-        mine = F.col("raw_topic") == feed.raw_topic
+        mine = S.col("raw_topic") == feed.raw_topic
         withheld = self._record(
-            F.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._withheld_reason(), no_stack, False
+            S.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._withheld_reason(), no_stack, False
         )
-        image = F.when(op == "d", before).otherwise(after)
-        lacking = [F.when(~F.map_contains_key(image, column), F.lit(column)) for _, column in feed.keys]
-        missing = F.concat_ws(", ", *lacking) if lacking else F.lit("")
+        image = S.when(op == "d", before).otherwise(after)
+        lacking = [S.when(~S.map_contains_key(image, column), S.lit(column)) for _, column in feed.keys]
+        missing = S.concat_ws(", ", *lacking) if lacking else S.lit("")
         keyless = self._record(
-            F.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", after, before,
+            S.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", after, before,
             self._quarantine_reason(
-                F.concat(F.lit(f"the row has no column(s) {feed.ref}'s key is read from: "), missing)
+                S.concat(S.lit(f"the row has no column(s) {feed.ref}'s key is read from: "), missing)
             ),
             no_stack, False,
         )  # fmt: skip
         outputs = (
-            F.when(~mine, F.array().cast(RECORDS_TYPE))
-            .when(image.isNotNull() & (missing != ""), F.array(keyless))
-            .when(op.isin("c", "r"), F.array(rec(new_key, "INSERT", after, null_map)))
-            .when((op == "u") & F.col("unavailable") & (moved | touches), F.array(withheld))
+            S.when(~mine, S.array().cast(RECORDS_TYPE))
+            .when(image.isNotNull() & (missing != ""), S.array(keyless))
+            .when(op.isin("c", "r"), S.array(rec(new_key, "INSERT", after, null_map)))
+            .when((op == "u") & S.col("unavailable") & (moved | touches), S.array(withheld))
             .when(
                 op == "d",
-                F.array(rec(old_key, "DELETE", null_map, before), rec(old_key, "DELETE", null_map, before, True)),
+                S.array(rec(old_key, "DELETE", null_map, before), rec(old_key, "DELETE", null_map, before, True)),
             )
             .when(
                 (op == "u") & moved,
-                F.array(
+                S.array(
                     rec(old_key, "DELETE", null_map, before),
                     rec(old_key, "DELETE", null_map, before, True),
                     rec(new_key, "INSERT", after, null_map),
                 ),
             )
-            .when((op == "u") & touches, F.array(rec(new_key, "UPDATE", after, before)))
-            .otherwise(F.array().cast(RECORDS_TYPE))
+            .when((op == "u") & touches, S.array(rec(new_key, "UPDATE", after, before)))
+            .otherwise(S.array().cast(RECORDS_TYPE))
         )
         housekeeping = mine & (op == "u") & ~moved & ~touches
         return outputs, housekeeping
 
     @staticmethod
-    def _no_key() -> Column:
+    def _no_key() -> Sql:
         """The key of a withheld record that has none."""
-        from pyspark.sql import functions as F
-
-        return F.struct(
-            F.lit("?").alias("tname"),
-            *(F.lit(None).cast(t).alias(f) for f, t in (("subtype", "string"), ("person_id", "long"),
+        return S.struct(
+            S.lit("?").alias("tname"),
+            *(S.lit(None).cast(t).alias(f) for f, t in (("subtype", "string"), ("person_id", "long"),
               ("pkey_string", "string"), ("pkey_number", "long"), ("aux_string", "string"))),
         )  # fmt: skip
 
     @staticmethod
-    def _quarantine_reason(why: Column) -> Column:
+    def _quarantine_reason(why: Sql) -> Sql:
         """``withheld: <raw topic> partition P offset O: <why>``."""
-        from pyspark.sql import functions as F
-
-        return F.concat(
-            F.lit("withheld: "),
-            F.col("raw_topic"),
-            F.lit(" partition "),
-            F.col("raw_partition").cast("string"),
-            F.lit(" offset "),
-            F.col("raw_offset").cast("string"),
-            F.lit(": "),
+        return S.concat(
+            S.lit("withheld: "),
+            S.col("raw_topic"),
+            S.lit(" partition "),
+            S.col("raw_partition").cast("string"),
+            S.lit(" offset "),
+            S.col("raw_offset").cast("string"),
+            S.lit(": "),
             why,
         )
 
-    def _poison(self) -> Column:
+    def _poison(self) -> Sql:
         """A raw record the normaliser cannot read: the reason, else null."""
-        from pyspark.sql import functions as F
-
-        op = F.col("e.op")
+        op = S.col("e.op")
         return (
-            F.when(
+            S.when(
                 op.isNull(),
-                F.lit(
+                S.lit(
                     "not a Debezium JSON change event (is the connector's value.converter "
                     "org.apache.kafka.connect.json.JsonConverter? `mcq connect apply` sets it)"
                 ),
             )
             .when(
                 op == "t",
-                F.lit(
+                S.lit(
                     "a TRUNCATE of the table: every row deleted at once, and no change names their keys; repair: "
                     "mcq refresh LISTENER --from source (it deletes at the target what the source no longer holds)"
                 ),
             )
-            .when(~op.isin("c", "r", "u", "d"), F.concat(F.lit("an operation mcq does not know: "), op))
+            .when(~op.isin("c", "r", "u", "d"), S.concat(S.lit("an operation mcq does not know: "), op))
         )
 
     @staticmethod
-    def _withheld_reason() -> Column:
+    def _withheld_reason() -> Sql:
         """Why a change was withheld, where its raw record is, and what repairs its targets."""
-        from pyspark.sql import functions as F
-
-        columns = F.array_join(F.map_keys(F.map_filter(F.col("e.after"), lambda _, v: v.contains(UNAVAILABLE))), ", ")
+        columns = S.array_join(S.map_keys(S.map_filter(S.col("e.after"), lambda _, v: v.contains(UNAVAILABLE))), ", ")
         return NormalizeJob._quarantine_reason(
-            F.concat(
-                F.lit("the update left large value(s) of column(s) "),
+            S.concat(
+                S.lit("the update left large value(s) of column(s) "),
                 columns,
-                F.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
+                S.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
                       "ALTER TABLE ... REPLICA IDENTITY FULL, then mcq refresh LISTENER --from source"),
             )
         )  # fmt: skip
 
-    def project_outbox(self) -> Column:
+    def project_outbox(self) -> Sql:
         """Explicit log entries: their own logical topic, or the refresh topic."""
-        from pyspark.sql import functions as F
-
-        row = F.col("e.after")
-        key = F.struct(
-            F.upper(row.getItem("tname")).alias("tname"),
+        row = S.col("e.after")
+        key = S.struct(
+            S.upper(row.getItem("tname")).alias("tname"),
             row.getItem("subtype").alias("subtype"),
             row.getItem("person_id").cast("long").alias("person_id"),
             row.getItem("pkey_string").alias("pkey_string"),
             row.getItem("pkey_number").cast("decimal(38,0)").cast("long").alias("pkey_number"),
             row.getItem("aux_string").alias("aux_string"),
         )
-        topic = F.lit(self.plan.refresh_topic)
+        topic = S.lit(self.plan.refresh_topic)
         for tname, subtype, logical in self.plan.explicit_topics:
             same_subtype = row.getItem("subtype").isNull() if subtype is None else row.getItem("subtype") == subtype
-            topic = F.when((F.upper(row.getItem("tname")) == tname) & same_subtype, F.lit(logical)).otherwise(topic)
-        change_type = F.upper(row.getItem("change_type"))
-        null_map = F.lit(None).cast("map<string,string>")
-        origin = F.concat(F.lit("explicit mcq_log_"), row.getItem("change_type"))
+            topic = S.when((S.upper(row.getItem("tname")) == tname) & same_subtype, S.lit(logical)).otherwise(topic)
+        change_type = S.upper(row.getItem("change_type"))
+        null_map = S.lit(None).cast("map<string,string>")
+        origin = S.concat(S.lit("explicit mcq_log_"), row.getItem("change_type"))
         stack = row.getItem("call_stack")
-        plain = self._record(topic, key, "X", null_map, null_map, origin, stack, False).withField(
-            "change_type", change_type
-        )
+        plain = self._record(topic, key, change_type, null_map, null_map, origin, stack, False)
+        tombstone = self._record(topic, key, change_type, null_map, null_map, origin, stack, True)
         scope = row.getItem("source")
-        in_scope: Column = F.lit(False)
+        in_scope: Sql = S.lit(False)
         for topic_name, source in self.plan.outbox_sources:  # an entry for another source is not ours
-            in_scope = in_scope | ((F.col("raw_topic") == topic_name) & (scope.isNull() | (scope == source)))
-        mine = in_scope & F.col("e.op").isin("c", "r")
+            in_scope = in_scope | ((S.col("raw_topic") == topic_name) & (scope.isNull() | (scope == source)))
+        mine = in_scope & S.col("e.op").isin("c", "r")
         return (
-            F.when(~mine, F.array().cast(RECORDS_TYPE))
+            S.when(~mine, S.array().cast(RECORDS_TYPE))
             .when(
                 # an explicit-only table's delete ends in a tombstone; a refresh request never does
-                (change_type == "DELETE") & (topic != F.lit(self.plan.refresh_topic))
+                (change_type == "DELETE") & (topic != S.lit(self.plan.refresh_topic))
                 if self.plan.explicit_topics
-                else F.lit(False),
-                F.array(plain, plain.withField("tombstone", F.lit(True))),
+                else S.lit(False),
+                S.array(plain, tombstone),
             )
-            .otherwise(F.array(plain))
+            .otherwise(S.array(plain))
         )
 
     def _projections(self) -> list[tuple[Column, Column, Column]]:
-        """(which raw rows, housekeeping flag, exploded records) of each raw topic and the outbox."""
+        """(which raw rows, housekeeping flag, exploded records) of each raw topic and the outbox.
+
+        Written as SQL text and parsed once per raw topic (``streams.sqltext``): built with
+        pyspark's column calls, the campus registry's took 6 s of py4j round trips."""
         from pyspark.sql import functions as F
 
         by_topic: dict[str, list[FeedPlan]] = {}
         for feed in self.plan.feeds:
             by_topic.setdefault(feed.raw_topic, []).append(feed)
         poison = self._poison()
-        null_map = F.lit(None).cast("map<string,string>")
+        null_map = S.lit(None).cast("map<string,string>")
         unreadable = self._record(
-            F.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", null_map, null_map,
-            self._quarantine_reason(poison), F.lit(None).cast("string"), False,
+            S.lit(self.plan.withheld_topic), self._no_key(), "UPDATE", null_map, null_map,
+            self._quarantine_reason(poison), S.lit(None).cast("string"), False,
         )  # fmt: skip
 
-        def records(projected: Column) -> Column:  # a record the normaliser cannot read is withheld, by name
-            return F.posexplode_outer(F.when(poison.isNotNull(), F.array(unreadable)).otherwise(projected))
+        def part(where: Sql, housekeeping: Sql, projected: Sql) -> tuple[Column, Column, Column]:
+            # a record the normaliser cannot read is withheld, by name
+            records = S.when(poison.isNotNull(), S.array(unreadable)).otherwise(projected)
+            return S.to_column(where), S.to_column(housekeeping), F.posexplode_outer(S.to_column(records))
 
         out: list[tuple[Column, Column, Column]] = []
         for raw_topic, feeds in sorted(by_topic.items()):
-            outputs: list[Column] = []
-            housekeeping: Column = F.lit(False)
+            outputs: list[Sql] = []
+            housekeeping: Sql = S.lit(False)
             for feed in feeds:
                 projected, hk = self.project_feed(feed)
                 outputs.append(projected)
                 housekeeping = housekeeping | hk
-            out.append((F.col("raw_topic") == raw_topic, housekeeping, records(F.concat(*outputs))))
+            out.append(part(S.col("raw_topic") == raw_topic, housekeeping, S.concat(*outputs)))
         if self.plan.outbox_topics:
-            out.append(
-                (F.col("raw_topic").isin(*self.plan.outbox_topics), F.lit(False), records(self.project_outbox()))
-            )
+            out.append(part(S.col("raw_topic").isin(*self.plan.outbox_topics), S.lit(False), self.project_outbox()))
         return out
 
     def transform(self, parsed: DataFrame) -> DataFrame:

@@ -35,6 +35,7 @@ from streams.exceptions import SourceReadError
 from streams.laststate import FIELDS
 from streams.normalize import feed_key
 from streams.plan import FeedPlan, plan_normalize
+from streams.sqltext import col, to_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -159,7 +160,7 @@ class SourceReader:
             part = (
                 reads[feed.source_table]
                 .select(after.alias("after"))
-                .select(feed_key(feed, F.col("after")).alias("k"), "after")
+                .select(to_column(feed_key(feed, col("after"))).alias("k"), "after")
                 .select(*(F.col(f"k.{f}").alias(f) for f in FIELDS), "after", F.lit(rank).alias("rank"))
             )
             rows = part if rows is None else rows.unionByName(part)
