@@ -6,11 +6,12 @@
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
 
-# 1. The JVM artifacts: Spark's Kafka/Avro/JDBC jars and the Connect transform, from Maven Central.
+# 1. The JVM artifacts: Spark's Kafka/Avro/JDBC jars, mcq's local file system for Spark and the Connect
+#    transform, from Maven Central.
 FROM ${MAVEN_IMAGE} AS jvm
 WORKDIR /build
 COPY jvm/ jvm/
-RUN mvn -q -f jvm/pom.xml -pl spark,connect-transforms -am package -Dmcq.cache=/build/cache \
+RUN mvn -q -f jvm/pom.xml -pl spark,spark-localfs,connect-transforms -am package -Dmcq.cache=/build/cache \
     && rm -rf /build/cache/*/target
 
 # 2. The Python environment: mcq and its dependencies in a virtualenv.

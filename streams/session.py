@@ -2,7 +2,8 @@
 
 pyspark's wheel has no Kafka source/sink and no spark-avro; ``jvm/spark`` resolves them
 from Maven Central (matching pyspark's Spark and Scala versions) into the JVM cache,
-and they are handed to Spark as ``spark.jars``. Nothing else is assumed about the
+and they are handed to Spark as ``spark.jars`` (with ``jvm/spark-localfs``, mcq's local
+file system that forks no process, see ``_no_fork_files``). Nothing else is assumed about the
 driver's machine: the master comes from ``MCQ_SPARK_MASTER`` or the caller
 (Spark's ``local[*]`` by default), so the same job runs under ``spark-submit`` on a cluster.
 """
@@ -22,18 +23,19 @@ if TYPE_CHECKING:
 
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+LOCAL_FS_JAR = "mcq-spark-localfs"
+"""mcq's local file system for Spark (jvm/spark-localfs): see ``_no_fork_files``."""
 REQUIRED_JARS = (
     "spark-sql-kafka-0-10_",
     "spark-avro_",
     "spark-token-provider-kafka-0-10_",
     "kafka-clients-",
-    "mcq-spark-localfs",  # jvm/spark-localfs
+    LOCAL_FS_JAR,
 )
-LOCAL_FS_JAR = "mcq-spark-localfs"
 
 
 def connector_jars(settings: Settings) -> list[Path]:
-    """The jars Spark needs for Kafka and Avro, from the Maven-resolved cache."""
+    """The jars Spark needs for Kafka, Avro and local files, from the Maven-resolved cache."""
     directory = settings.stack.jvm_cache / "spark"
     jars = sorted(directory.glob("*.jar"))
     missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
