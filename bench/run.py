@@ -35,6 +35,7 @@ SUITE: dict[str, tuple[list[str], list[str]]] = {
         ["--rates", "100", "--seconds", "15"],
     ),
     "normalize_backlog": (["--people", "112000"], ["--people", "5000"]),
+    "normalize_start": (["--runs", "3"], ["--runs", "1", "--people", "200"]),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
     "peer_jdbc_sink": (
         ["--people", "5000", "--rate", "1000", "--seconds", "60"],
