@@ -172,8 +172,8 @@ class NormalizeJob:
     history: list[BatchStats] = field(init=False, default_factory=list)
     _known_refs: set[str] = field(init=False, default_factory=set)
     _built: dict[str, Any] = field(init=False, default_factory=dict)
-    """Column expressions built once and applied to every micro-batch: building them is
-    tens of thousands of py4j calls (seconds), applying them is not."""
+    """Column expressions built once and applied to every micro-batch: the parse's and the
+    wire format's are py4j calls, the projections' an SQL parse per raw topic."""
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         if name not in self._built:
