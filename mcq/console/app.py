@@ -1,6 +1,6 @@
 """The console's web application: sessions, roles, CSRF, the pages' routes.
 
-Every page needs a login (``/healthz`` alone answers anyone); an action needs the admin
+Every page needs a login (``/healthz`` and ``/metrics`` alone answer anyone); an action needs the admin
 role and a form token bound to the session, and is written to the audit log whatever
 its outcome.
 """
@@ -29,6 +29,7 @@ from mcq.config import Settings
 from mcq.console.audit import AuditLog
 from mcq.console.auth import Authenticator, User
 from mcq.console.jobs import Jobs
+from mcq.console.metrics import ConsoleMetrics
 from mcq.console.state import ConsoleState
 
 HERE = Path(__file__).parent
@@ -104,13 +105,15 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
     audit_path = console_settings.audit_log or settings.stack.home / "logs" / "console-audit.log"
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["quote"] = lambda s: quote(str(s), safe="")
+    started = Jobs(settings.stack.home / "logs" / "console-jobs")
+    metrics = ConsoleMetrics(started)
     ctx = Console(
         settings,
         state or ConsoleState(settings),
         Authenticator(console_settings),
-        AuditLog(audit_path),
+        AuditLog(audit_path, counted=metrics.audit),
         templates,
-        Jobs(settings.stack.home / "logs" / "console-jobs"),
+        started,
     )
 
     async def health(request: Request) -> Response:
@@ -152,6 +155,7 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
 
     routes: list[Route | Mount] = [
         Route("/healthz", health),
+        Route("/metrics", metrics.endpoint),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
@@ -160,13 +164,14 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         routes += page.routes(ctx)
     secret = console_settings.session_secret
     middleware = [
+        Middleware(metrics.middleware),
         Middleware(
             SessionMiddleware,
             secret_key=secret.get_secret_value() if secret else secrets.token_urlsafe(32),
             session_cookie=SESSION_COOKIE,
             same_site="strict",
             max_age=12 * 3600,
-        )
+        ),
     ]
     handlers: Mapping[Any, Any] = {LoginRequired: login_required, HTTPException: http_error, Exception: server_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)

@@ -80,6 +80,10 @@ class Jobs:
         with self._lock:
             return self._jobs.get(job_id)
 
+    def all(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
     def of(self, listener: str) -> list[Job]:
         with self._lock:
             return sorted((j for j in self._jobs.values() if j.listener == listener), key=lambda j: -j.started)

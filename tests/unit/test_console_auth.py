@@ -114,3 +114,20 @@ def test_the_login_page_token_and_logout(client: TestClient) -> None:
     response = client.post("/logout", data={"csrf": token.group(1)})
     assert response.status_code == 303 and response.headers["location"] == "/login"
     assert client.get("/interests").status_code == 303  # logged out
+
+
+def test_metrics_answer_anyone_and_count_requests_by_route_template_and_audit_outcomes(client: TestClient) -> None:
+    client.get("/listeners/LDAP")  # anonymous: redirected to the login page
+    client.post("/login", data={"username": "ann", "password": "wrong", "next": "/"})
+    _log_in(client, "rob")
+    client.post("/listeners/LDAP/dead-letters-requeue", data={"csrf": "x"})  # read-only: refused
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    # a page's series carry its route template, never the listener's name
+    assert 'mcq_console_requests_total{method="GET",route="/listeners/{name}",status="303"} 1.0' in text
+    assert "LDAP" not in text and "rob" not in text and "ann" not in text
+    assert 'mcq_console_audited_total{action="login",outcome="refused"} 1.0' in text
+    assert 'mcq_console_audited_total{action="login",outcome="ok"} 1.0' in text
+    assert 'mcq_console_audited_total{action="page action",outcome="refused"} 1.0' in text
+    assert 'mcq_console_request_seconds_count{route="/login"} 2.0' in text

@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 
 from mcq.console.jobs import Jobs
+from mcq.console.metrics import ConsoleMetrics
 from mcq.console.pages.jobs import command
 
 
@@ -53,3 +55,6 @@ def test_a_job_runs_the_command_and_keeps_its_output_and_exit(tmp_path: Path) ->
     while failed.returncode is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert failed.state == "failed (exit 2)" and "--from" in failed.output()
+    metrics = generate_latest(ConsoleMetrics(jobs).registry).decode()
+    assert 'mcq_console_jobs{action="refresh",state="done"} 1.0' in metrics
+    assert 'mcq_console_jobs{action="replay",state="failed"} 1.0' in metrics
