@@ -77,7 +77,7 @@ from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.exceptions import TopicSettingsError
 from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.plan import apply_topics, plan_topics
+from mcq.topics.plan import apply_topics, plan_topics, prefixes_holding
 from mcq.topics.read import RenewingAdmin
 
 log = logging.getLogger(__name__)
@@ -221,9 +221,31 @@ class ListenerRuntime:
             raise ListenerConfigError(f"listener {self.name}: {exc}") from None
         for line in report.drift:
             self.report(f"listener {self.name}: topic drift (left as it is): {line}")
+        names = sorted(s.name for s in logical)
+        if names and set(names) <= set(report.created):
+            self.report(self._nothing_normalised(names, report.existing))
         # bulk work is written as change records: its subjects exist before anyone writes
         # (parked and dead changes keep their original bytes and schema ids)
         register_topic(registry_client(self.settings), self.topics.bulk)
+
+    def _nothing_normalised(self, names: list[str], existing: frozenset[str]) -> str:
+        """What to say when none of the listener's logical topics existed: nothing was ever
+        normalised under its prefix (the normaliser has not run yet, or they differ)."""
+        prefix = self.settings.topic_prefix
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        line = (
+            f"listener {self.name}: none of its logical topics existed under the topic prefix {prefix!r} "
+            f"(created them empty: {shown}); it has nothing to apply until `mcq streams normalize` writes "
+            f"under {prefix!r}"
+        )
+        elsewhere = prefixes_holding(names, prefix, existing)
+        if elsewhere:
+            more = f" (and {len(elsewhere) - 3} other prefixes)" if len(elsewhere) > 3 else ""
+            line += (
+                f". They exist under {', '.join(repr(p) for p in elsewhere[:3])}{more}: is MCQ_TOPIC_PREFIX "
+                "(topic_prefix) set as the normaliser's?"
+            )
+        return line
 
     def _consumer(self, group: str, extra: dict[str, Any] | None = None) -> Consumer:
         return Consumer(

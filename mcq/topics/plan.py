@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -61,6 +62,21 @@ class TopicReport:
     unchanged: list[str]
     drift: list[str]
     """One line per difference: topic, setting, registry value, cluster value."""
+    existing: frozenset[str] = frozenset()
+    """Every topic the cluster had before these were created."""
+
+
+def prefixes_holding(names: list[str], prefix: str, existing: frozenset[str]) -> list[str]:
+    """The topic prefixes other than PREFIX under which every one of NAMES (topics under
+    PREFIX) exists, the most like PREFIX first (a typo's intended prefix leads): where the
+    normaliser writes when a listener finds none of its topics."""
+    suffixes = {n[len(prefix) :] for n in names if n.startswith(prefix + ".")}
+    if not suffixes:
+        return []
+    first, *rest = sorted(suffixes, key=len)
+    candidates = {t[: -len(first)] for t in existing if t.endswith(first) and len(t) > len(first)}
+    found = sorted(p for p in candidates - {prefix} if p and all(p + s in existing for s in rest))
+    return sorted(found, key=lambda p: -SequenceMatcher(None, prefix, p).ratio())
 
 
 def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
@@ -139,7 +155,7 @@ def apply_topics(
                 unchanged.append(spec.name)
         for line in drift:
             report(f"drift {line}")
-    return TopicReport(created=created, unchanged=unchanged, drift=drift)
+    return TopicReport(created=created, unchanged=unchanged, drift=drift, existing=frozenset(existing))
 
 
 def _wait_usable(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:

@@ -379,3 +379,18 @@ def test_listen_on_a_taken_port_fails_in_one_line_and_a_catch_up_run_serves_no_h
     caught_up = CliRunner().invoke(cli, [*listen, "--until-caught-up"], env=env)
     assert caught_up.exit_code == 0, caught_up.output
     assert "caught up" in caught_up.output and "health" not in caught_up.output, caught_up.output
+
+
+def test_a_listener_under_a_prefix_nothing_was_normalised_to_says_which_prefix_holds_its_tables(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path)
+    real = w.settings.topic_prefix
+    listen = ["listen", w.name, "--registry", str(w.registry_file), "--until-caught-up"]
+    wrong = CliRunner().invoke(cli, listen, env={"MCQ_TOPIC_PREFIX": f"{real}x"})
+    assert wrong.exit_code == 0, wrong.output
+    assert f"none of its logical topics existed under the topic prefix '{real}x'" in wrong.output, wrong.output
+    # other tests' prefixes hold a PHONE topic too: the one most like the listener's comes first
+    assert f"They exist under '{real}'" in wrong.output and "set as the normaliser's?" in wrong.output
+    right = CliRunner().invoke(cli, listen, env={"MCQ_TOPIC_PREFIX": real})
+    assert right.exit_code == 0 and "none of its logical topics" not in right.output, right.output
