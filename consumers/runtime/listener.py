@@ -221,9 +221,8 @@ class ListenerRuntime:
             raise ListenerConfigError(f"listener {self.name}: {exc}") from None
         for line in report.drift:
             self.report(f"listener {self.name}: topic drift (left as it is): {line}")
-        names = sorted(s.name for s in logical)
-        if names and set(names) <= set(report.created):
-            self.report(self._nothing_normalised(names, report.existing))
+        if names and names <= set(report.created):
+            self.report(self._nothing_normalised(sorted(names), report.existing))
         # bulk work is written as change records: its subjects exist before anyone writes
         # (parked and dead changes keep their original bytes and schema ids)
         register_topic(registry_client(self.settings), self.topics.bulk)
