@@ -13,7 +13,9 @@ Per batch: decode, keep the changes an interest (and its rule) selects, skip tho
 newer than what was applied for their key, apply the rest through the adapter, then
 flush what the batch produced (parked changes, dead letters, applied positions) and
 only then commit the offsets: the commit is the acknowledgement, and a change is never
-acknowledged before the target, the retry lane or the dead-letter topic holds it. Each
+acknowledged before the target, the retry lane or the dead-letter topic holds it. A batch
+cut short by an unexpected error (not the target's refusal or outage, which delivery
+handles) is not acknowledged at all: the error ends the run and the batch is read again. Each
 commit carries when it was made and how old what is left after it is (its offset
 metadata, consumers/runtime/acks.py), so ``mcq status`` can tell a listener that stayed
 behind longer than a topic keeps its tombstones. The listener judges the same when it
@@ -505,23 +507,27 @@ class ListenerRuntime:
                 assert request.change is not None
                 for change in self.refresher.resolve(request.change, present):
                     self._deliver.candidate(Item(request.msg, request.origin, change, request.retry_lane), todo)
+        outcome = "failed"  # an unexpected error: nothing of this batch is acknowledged, it is read again
         try:
             self._deliver.apply_in_rounds(todo, lane)
             self._clear_exposures(requests)
+            outcome = "handled"
         except Abandon:
             # stopping while the target is down: acknowledge only what was handled
             for item in self._deliver.undone:
                 tp = (item.msg.topic() or "", item.msg.partition() or 0)
                 last[tp] = min(last[tp], (item.msg.offset() or 0) - 1)
                 stamps[tp] = min(stamps[tp], item.msg.timestamp()[1])  # what is left starts here
+            outcome = "stopped"
             raise
         finally:
-            self._flush()
-            now = time.time()
-            for tp, offset in last.items():
-                self._offsets.handled(tp, offset, AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None))
-            taken = self._offsets.commit(consumer, self._offsets.commit_of(list(last)), lane)
-            self._paced(lane, taken, time.monotonic() - started, self.target.waited_s - waited)
+            if outcome != "failed":
+                self._flush()
+                now = time.time()
+                for tp, offset in last.items():
+                    self._offsets.handled(tp, offset, AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None))
+                taken = self._offsets.commit(consumer, self._offsets.commit_of(list(last)), lane)
+                self._paced(lane, taken, time.monotonic() - started, self.target.waited_s - waited)
 
     def _paced(self, lane: str, taken: bool, took_s: float, waited_s: float) -> None:
         """Judge the batch's length against the poll interval once its commit is answered."""

@@ -17,11 +17,14 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
+from consumers.adapter import make_adapter
+from consumers.exceptions import AdapterError
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.heartbeat import Counters, Heartbeat, read_beats
+from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.parking import Origin, failure_headers
 from consumers.runtime.status import listener_status, status_report
-from mcq.change import ChangeCodec
+from mcq.change import Change, ChangeCodec
 from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
@@ -29,6 +32,7 @@ from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from mcq.testing.listeners import (
+    caught_up,
     change,
     expected_state,
     listen_process,
@@ -394,3 +398,31 @@ def test_a_listener_under_a_prefix_nothing_was_normalised_to_says_which_prefix_h
     assert f"They exist under '{real}'" in wrong.output and "set as the normaliser's?" in wrong.output
     right = CliRunner().invoke(cli, listen, env={"MCQ_TOPIC_PREFIX": real})
     assert right.exit_code == 0 and "none of its logical topics" not in right.output, right.output
+
+
+def test_a_batch_cut_short_by_an_unexpected_error_is_read_again_not_acknowledged(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path, delivery="      batch_size: 40")
+    # one change per key: a change whose acknowledgement ran ahead of the target is never repaired later
+    changes = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(400)]
+    produce(w.settings, w.phone_topic, changes)
+    listener = w.registry.listener(w.name)
+    assert listener is not None
+    adapter = make_adapter(listener, w.settings)  # the real table adapter, with a bug on its fourth batch
+    real, calls = adapter.apply_batch, [0]
+
+    def buggy(batch: list[Change]) -> list[AdapterError | None]:
+        calls[0] += 1
+        if calls[0] == 4:
+            real(batch[: len(batch) // 2])  # half of it reached the target, then the bug
+            raise RuntimeError("a bug in the adapter")
+        return real(batch)
+
+    adapter.apply_batch = buggy  # type: ignore[method-assign]
+    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, adapter=adapter, http_port=None, report=print)
+    with pytest.raises(RuntimeError, match="a bug in the adapter"):
+        runtime.run(until_caught_up=True)
+    assert 0 < len(target_state(w.settings, w.table)) < len(changes)
+    caught_up(w)  # the next run, without the bug, reads the cut-short batch again
+    assert target_state(w.settings, w.table) == expected_state(changes)
