@@ -88,6 +88,7 @@ class AppliedPositions:
         self._exposed: dict[str, ExposureMark] = {}  # exposed:<topic>, by topic
         self._undelivered = 0  # writes Kafka refused for good (delivery reports)
         self._own: dict[int, array[int]] = {}  # partition -> offsets of this process's writes (delivery reports)
+        self._own_at: dict[int, int] = {}  # partition -> index in _own of the first write not passed over yet
         self._undelivered_offsets = False  # more own writes than remembered
         try:
             self._follower = TopicFollower(settings, [topic], self._fold_record, "applied", required=True)
@@ -253,11 +254,34 @@ class AppliedPositions:
             raise ConsumerError(f"applied positions: {exc}") from None
 
     def refresh(self) -> None:
-        """Take in whatever has arrived, without waiting."""
+        """Take in whatever has arrived, without waiting; a partition's unread records that
+        are all this process's own writes are passed over (memory holds them already)."""
+        self._pass_own_writes()
         try:
             self._follower.refresh()
         except TopicReadError as exc:
             raise ConsumerError(f"applied positions: {exc}") from None
+
+    def _pass_own_writes(self) -> None:
+        """Skip what is unread of a partition when every offset of it is one of this
+        process's own writes, as their delivery reports name them (in order, per partition).
+        A listener alone in its group otherwise read back every position it wrote, one
+        record at a time, before every batch; another instance's write among them, or an
+        offset not reported, and the partition is read as before."""
+        for partition in self._partitions:
+            own = self._own.get(partition)
+            unread = self._follower.unread((self.topic, partition)) if own else None
+            if not own or not unread:
+                continue
+            at = self._own_at.get(partition, 0)
+            while at < len(own) and own[at] < unread.start:
+                at += 1
+            self._own_at[partition] = at
+            last = at + len(unread) - 1
+            # own offsets rise one by one: the first and the last at the range's ends means all of it
+            mine = last < len(own) and own[at] == unread.start and own[last] == unread.stop - 1
+            if mine and self._follower.skip_to((self.topic, partition), unread.stop):
+                self._own_at[partition] = last + 1
 
     def positions(self) -> dict[int, int]:
         """The next offset to read per partition: every record before it is folded in."""

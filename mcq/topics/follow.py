@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from mcq.config import Settings
 from mcq.topics.exceptions import TopicReadError
@@ -71,6 +71,29 @@ class TopicFollower:
 
     def _keys(self) -> list[TP]:
         return [(tp.topic, tp.partition) for tp in self.partitions]
+
+    def unread(self, key: TP) -> range | None:
+        """The offsets of ``key`` not read yet, as far as the consumer's last fetch knows
+        (no broker round trip); None when it has fetched nothing of it yet."""
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+        if high < 0:
+            return None
+        start = self.next.get(key)
+        if start is None:  # nothing read yet: it reads from the beginning (start() without a snapshot end)
+            if low < 0:
+                return None
+            start = low
+        return range(start, high)
+
+    def skip_to(self, key: TP, offset: int) -> bool:
+        """Go on reading ``key`` at ``offset``, the records before it not read: for a caller
+        that knows them already. False (nothing changed) when the consumer cannot seek yet."""
+        try:
+            self._consumer.seek(TopicPartition(key[0], key[1], offset))
+        except KafkaException:
+            return False
+        self.next[key] = offset
+        return True
 
     def take(self, timeout_s: float) -> bool:
         """Fold in what the consumer has fetched (waiting up to ``timeout_s`` for the
