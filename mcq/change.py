@@ -59,6 +59,13 @@ class Position:
     def __str__(self) -> str:
         return f"{self.last_commit_lsn}/{self.lsn}"
 
+    @property
+    def of_a_read(self) -> bool:
+        """Whether this is a source read's position (``mcq refresh --from source``: the
+        database's WAL position taken before the read, LSN 0), not a change's: it is newer
+        than every change the read saw, whichever of them the topics hold."""
+        return self.lsn == 0 and self.last_commit_lsn > 0
+
     @classmethod
     def parse(cls, text: str) -> Position:
         """``commit/lsn`` back into a position; ValueError when it is not one."""

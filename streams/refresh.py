@@ -12,7 +12,8 @@ A Spark batch job over the compacted logical topics of the listener's tables:
 3. a key with a live state -> that record as it is (its source position included), into
    the listener's bulk topic; the listener re-applies it even when it applied that very
    change (a refresh repairs a target that lost it) and skips it when it has applied a
-   newer one since;
+   newer change since (a key last refreshed ``--from source`` holds the read's position,
+   newer than the topics' changes of it: their state is applied at that position);
 4. a key with no live state -> a DELETE, for each key the listener's applied positions
    say is at its target (a whole-table selection, or a key list that covers it) and each
    key named whole in a key list: a refresh of a key that no longer exists is a delete.

@@ -18,6 +18,7 @@ commits the batch's offsets (the acknowledgement).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -118,6 +119,8 @@ class Delivery:
         applied = self.applied.get(key)
         # a refresh repairs: it re-applies the state the listener already applied
         lenient = change.cause in ("refresh", "tombstone")
+        if lenient and applied is not None and _repairs_a_read(change, applied):
+            change = item.change = dataclasses.replace(change, position=applied)
         if applied is not None and (change.position < applied or (change.position == applied and not lenient)):
             self._tally.count("superseded" if item.retry_lane else "skipped")
             return
@@ -322,6 +325,17 @@ class Delivery:
             f"listener {self.name}: dead-lettered {what} from {item.origin.where} ({kind}) "
             f"after {attempts} attempt(s): {error}"
         )
+
+
+def _repairs_a_read(change: Change, applied: Position) -> bool:
+    """A refresh from the topics of a key last refreshed from the source: the key holds the
+    read's position, newer than any the topics had for it then, so the topics' state
+    (a repair: ``mcq reconcile --repair``, ``mcq refresh``) would be skipped, and refused by
+    a target that keeps positions, for ever. It takes the read's position instead: the
+    topics' last state is what a listener's target mirrors."""
+    return (
+        change.cause == "refresh" and applied.of_a_read and not change.position.of_a_read and change.position < applied
+    )
 
 
 def _due_at(change: Change, seconds: float | None) -> float | None:

@@ -3,6 +3,7 @@ Kafka, no target): what becomes of each change of a batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -214,6 +215,27 @@ def test_a_change_not_newer_than_what_was_applied_is_skipped() -> None:
     rig.applied.record(ChangeKey("PERSON", "Telephone", 1), Position(30, 30))
     rig.run(change(1, "stale", 20))
     assert rig.took() == [] and rig.tally.counters.skipped == 1
+
+
+def test_a_repair_from_the_topics_takes_over_a_key_last_refreshed_from_the_source() -> None:
+    """A source read stamps its states with the WAL position before the read (LSN 0), newer
+    than the change the topics hold for the key: their state, sent to repair the target,
+    is applied at the read's position, not skipped for ever."""
+    rig = Rig(Target({}))
+    key = ChangeKey("PERSON", "Telephone", 1)
+    read = Position(5_000, 0)  # mcq refresh --from source
+    rig.applied.record(key, read)
+    repair = dataclasses.replace(change(1, "from the topics", 20), cause="refresh")
+    rig.run(repair)
+    assert rig.took() == [("1", "from the topics")]
+    assert [c.position for c in rig.target.took] == [read] and rig.applied.get(key) == read
+    # an older source read, or a change that is no refresh, is still skipped
+    rig.run(dataclasses.replace(repair, position=Position(4_000, 0)), change(1, "late change", 30))
+    assert rig.took() == [("1", "from the topics")] and rig.tally.counters.skipped == 2
+    # and after a real change newer than the read, a refresh older than it is skipped as before
+    rig.run(change(1, "newer change", 6_000))
+    rig.run(dataclasses.replace(repair, position=Position(5_500, 7)))
+    assert rig.took()[-1] == ("1", "newer change") and rig.tally.counters.skipped == 3
 
 
 def test_an_unavailable_target_is_waited_for_said_once_and_its_return_said_once() -> None:
