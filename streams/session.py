@@ -10,8 +10,10 @@ driver's machine: the master comes from ``MCQ_SPARK_MASTER`` or the caller
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,7 @@ def connector_jars(settings: Settings) -> list[Path]:
     return jars
 
 
-def _no_fork_files(builder: SparkSession.Builder, jar: list[Path]) -> SparkSession.Builder:
+def _no_fork_files(jar: list[Path]) -> dict[str, str]:
     """Local files without forked processes, for a driver JVM this process launches.
 
     Without Hadoop's native library, its local file system forks `chmod` for every file it
@@ -55,14 +57,47 @@ def _no_fork_files(builder: SparkSession.Builder, jar: list[Path]) -> SparkSessi
     JVM's own class path: spark-submit reads ``spark.jars`` through the file system first.
     Under spark-submit (the JVM is running already) or another master, Hadoop's defaults stay.
     """
-    return (
-        builder.config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in jar))
-        .config("spark.hadoop.fs.file.impl", "mcq.spark.NoForkLocalFileSystem")
-        .config(
-            "spark.sql.streaming.checkpointFileManagerClass",
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-        )
-    )
+    return {
+        "spark.driver.extraClassPath": os.pathsep.join(str(j) for j in jar),
+        "spark.hadoop.fs.file.impl": "mcq.spark.NoForkLocalFileSystem",
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+        ),
+    }
+
+
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules:"
+"""What the JVM says at every start because Spark's launcher adds ``jdk.incubator.vector``
+(for MLlib's BLAS, which mcq does not use): not news for a user's terminal."""
+
+
+def _launch_driver_jvm(options: dict[str, str]) -> None:
+    """Launch the driver's JVM as pyspark would, its stderr passed on to ours less the
+    incubator notice. The pipe is read from before the JVM starts: a JVM that says much
+    while it starts never waits on a full pipe. A JVM running already is left as it is."""
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    read_end, write_end = os.pipe()
+    threading.Thread(target=_pass_on, args=(read_end,), name="spark-jvm-stderr", daemon=True).start()
+    try:
+        conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})  # type: ignore[no-untyped-call]
+    finally:
+        os.close(write_end)  # the JVM holds its own: the reader ends when the JVM does
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
+
+
+def _pass_on(fd: int) -> None:
+    with os.fdopen(fd, "rb") as jvm_stderr:
+        for line in jvm_stderr:
+            if not line.startswith(INCUBATOR_NOTICE):
+                with contextlib.suppress(OSError):
+                    os.write(2, line)
 
 
 def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
@@ -80,17 +115,17 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         # in-process Spark talks to itself: no host-name lookup (and no notice about it)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     jars = connector_jars(settings)
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.sql.shuffle.partitions", os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")  # our jobs log a line per batch instead
-        .config("spark.sql.session.timeZone", "UTC")
+    options = {
+        "spark.app.name": app_name,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.sql.shuffle.partitions": os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # our jobs log a line per batch instead
+        "spark.sql.session.timeZone": "UTC",
         # errors only on the user's terminal, from the first line (streams/log4j2.properties)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}")
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
         # the batch jobs stream a million states to the driver; Spark's 1g heap is too small for that
-        .config("spark.driver.memory", os.environ.get("MCQ_SPARK_DRIVER_MEMORY", "4g"))
+        "spark.driver.memory": os.environ.get("MCQ_SPARK_DRIVER_MEMORY", "4g"),
         # Spark 4.1's micro-batch Kafka source (V2) fails a restarted query whose last
         # batch was cut short: its progress metrics read offsets that a re-run batch never
         # fetched (NPE in KafkaMicroBatchStream.metrics, SPARK-55271 / SPARK-57438). The V1
@@ -98,16 +133,19 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
         # upper() through ICU builds its case tables in a class initialiser the first time a
         # query runs it (2.7 s of CPU while the normaliser's queries start: JFR); the names
         # upper-cased here (an explicit log's TNAME and change type) are ASCII
-        .config("spark.sql.icu.caseMappings.enabled", "false")
-        .config(
-            "spark.sql.streaming.disabledV2MicroBatchReaders",
-            "org.apache.spark.sql.kafka010.KafkaSourceProvider",
-        )
-    )
-    if "PYSPARK_GATEWAY_PORT" not in os.environ and (chosen is None or chosen.startswith("local")):
-        builder = _no_fork_files(builder, [j for j in jars if j.name.startswith(LOCAL_FS_JAR)])
+        "spark.sql.icu.caseMappings.enabled": "false",
+        "spark.sql.streaming.disabledV2MicroBatchReaders": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    }
+    launching = "PYSPARK_GATEWAY_PORT" not in os.environ  # not under spark-submit: the JVM is ours to start
+    if launching and (chosen is None or chosen.startswith("local")):
+        options.update(_no_fork_files([j for j in jars if j.name.startswith(LOCAL_FS_JAR)]))
     if chosen:
-        builder = builder.master(chosen)
+        options["spark.master"] = chosen
+    if launching:
+        _launch_driver_jvm(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MCQ_SPARK_LOG_LEVEL", "ERROR"))
     # pyspark logs every analysis error it raises, as JSON with the JVM's stack trace, to

@@ -715,3 +715,5 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(60)
+    # the driver JVM's start-up notice of Spark's incubator module is not passed on to the terminal
+    assert "incubator" not in log_path.read_text(), log_path.read_text()[:2000]
