@@ -38,6 +38,8 @@ def registry_apply(file: Path) -> None:
     change = _store().apply(reg)
     for line in change.lines() or ["no change"]:
         _say(line)
+    for line in change.view_notes():
+        _say(line)
 
 
 @registry.command("diff")
@@ -46,6 +48,8 @@ def registry_diff(file: Path) -> None:
     """Show what `apply FILE` would change (exit 0 either way)."""
     change = _store().diff(_load_registry_file(file))
     for line in change.lines() or ["no change"]:
+        _say(line)
+    for line in change.view_notes():
         _say(line)
 
 

@@ -24,7 +24,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
 from mcq.registry.exceptions import RegistryStoreError
-from mcq.registry.model import Interest, Listener, LogicalTable, Registry, Source
+from mcq.registry.model import ALL_SUBTYPES, Interest, Listener, LogicalTable, Registry, Source
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.follow import TopicFollower
 from mcq.topics.plan import registry_topic
@@ -72,6 +72,8 @@ class RegistryDiff:
     added: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    views_changed: list[str] = field(default_factory=list)
+    """Interests (of ``changed``) whose rule or columns changed: their listener's view."""
 
     @property
     def empty(self) -> bool:
@@ -80,12 +82,40 @@ class RegistryDiff:
     def lines(self) -> list[str]:
         return [f"+ {k}" for k in self.added] + [f"~ {k}" for k in self.changed] + [f"- {k}" for k in self.removed]
 
+    def view_notes(self) -> list[str]:
+        """What an interest changed or removed means for its listener's target, which mirrors
+        the listener's view: rows already in the topics enter or leave it only as each one
+        changes, unless the listener is refreshed. (An interest added reads its topic from
+        the beginning: nothing to say.)"""
+        out = []
+        for key in self.views_changed + [k for k in self.removed if k.startswith("interest/")]:
+            listener, tname, subtype = key.removeprefix("interest/").split("|")
+            one = subtype not in ("", ALL_SUBTYPES)
+            what = f"{tname}/{subtype}" if one else tname
+            if key in self.removed:
+                out.append(f"note: {listener} no longer takes {what}: its target keeps the rows it has of it")
+                continue
+            refresh = f"mcq refresh {listener} --tname {tname}" + (f" --subtype {subtype}" if one else "")
+            out.append(
+                f"note: {listener} sees {what} through another rule or columns: its target takes the new view's "
+                f"rows (and drops the old one's) as each row changes; `{refresh}` or `mcq reconcile {listener} "
+                "--repair` brings it to the new view now"
+            )
+        return out
+
 
 def diff_definitions(current: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> RegistryDiff:
     return RegistryDiff(
         added=sorted(k for k in wanted if k not in current),
         changed=sorted(k for k in wanted if k in current and current[k] != wanted[k]),
         removed=sorted(k for k in current if k not in wanted),
+        views_changed=sorted(
+            k
+            for k in wanted
+            if k.startswith("interest/")
+            and k in current
+            and any(current[k].get(f) != wanted[k].get(f) for f in ("rule", "columns"))
+        ),
     )
 
 

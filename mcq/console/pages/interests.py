@@ -132,7 +132,8 @@ def routes(ctx: Console) -> list[Route]:
             ctx.audit.record(user.name, user.role, action, target, "refused: invalid", errors=errors)
             return page(request, 422, form=values, errors=errors, editing=editing)
         try:
-            lines = ctx.state.store.apply(wanted).lines()
+            applied = ctx.state.store.apply(wanted)
+            lines = applied.lines() + applied.view_notes()
         except RegistryError as exc:
             ctx.audit.record(user.name, user.role, action, target, f"failed: {exc}")
             return page(request, 503, form=values, errors={"listener": str(exc)}, editing=editing)
@@ -149,7 +150,8 @@ def routes(ctx: Console) -> list[Route]:
         if len(kept) == len(registry.interests):
             raise HTTPException(404, f"no interest {gone!r} (it was removed meanwhile?)")
         wanted = Registry.model_validate({**registry.model_dump(), "interests": [i.model_dump() for i in kept]})
-        lines = ctx.state.store.apply(wanted).lines()
+        applied = ctx.state.store.apply(wanted)
+        lines = applied.lines() + applied.view_notes()
         ctx.audit.record(user.name, user.role, "remove interest", gone, "ok", changes=lines)
         ctx.flash(request, "; ".join(lines) or "no change")
         return RedirectResponse("/interests", 303)
