@@ -11,7 +11,9 @@ printed with markup, highlighting and emoji codes off.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 from rich.console import Console
 from rich.text import Text
@@ -36,6 +38,18 @@ def plain(text: object) -> str:
 def cell(text: object) -> Text:
     """A table cell holding foreign text: a :class:`rich.text.Text`, never parsed as markup."""
     return Text(plain(text))
+
+
+PIPED_WIDTH = 240
+"""Columns of the CLI's output written to a pipe or a file (a cron mail, grep, a log):
+rich's 80 would cut a status table's cells to ``…``."""
+
+
+def cli_console(stderr: bool = False) -> Console:
+    """The CLI's console: a terminal's own width (or ``COLUMNS``), else ``PIPED_WIDTH``."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = "COLUMNS" not in os.environ and not (hasattr(stream, "isatty") and stream.isatty())
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=PIPED_WIDTH if piped else None)
 
 
 def say(console: Console, line: object) -> None:

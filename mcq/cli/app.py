@@ -19,12 +19,11 @@ from typing import Any, NoReturn
 
 import click
 from confluent_kafka import KafkaError, KafkaException
-from rich.console import Console
 
 from mcq.config import Settings, load_settings
 from mcq.errors import EXIT_CONFIG, EXIT_FAILED, McqError, first_line
 from mcq.logs import configure
-from mcq.output import say
+from mcq.output import cli_console, say
 from mcq.registry import Registry, RegistryError, load_registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.read import transient
@@ -33,8 +32,8 @@ __all__ = ["EXIT_CONFIG", "EXIT_DOWN", "EXIT_FAILED", "main"]
 
 log = logging.getLogger("mcq.cli")
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = cli_console()
+err_console = cli_console(stderr=True)
 
 EXIT_DOWN = 3
 _COMMAND = "mcq.command"  # ctx.meta: the command path of the command that runs

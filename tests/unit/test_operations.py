@@ -76,3 +76,12 @@ def test_listen_binds_the_health_endpoint_to_loopback_by_default() -> None:
 
     [host] = [p for p in listen.params if p.name == "http_host"]
     assert host.default == "127.0.0.1"
+
+
+def test_cli_output_to_a_pipe_is_not_cut_to_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcq.output import PIPED_WIDTH, cli_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli_console().width == PIPED_WIDTH  # pytest's captured stdout is no terminal
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli_console().width == 100  # what the user asked for
