@@ -98,6 +98,11 @@ class ConnectClient:
         """Create or update a connector (idempotent)."""
         return dict(self._request("PUT", f"/connectors/{name}/config", json=config).json())
 
+    def config(self, name: str) -> dict[str, str] | None:
+        """A connector's config; None when there is no such connector."""
+        resp = self._request("GET", f"/connectors/{name}/config")
+        return None if resp.status_code == 404 else dict(resp.json())
+
     def status(self, name: str) -> dict[str, Any] | None:
         resp = self._request("GET", f"/connectors/{name}/status")
         return None if resp.status_code == 404 else dict(resp.json())

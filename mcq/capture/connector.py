@@ -43,6 +43,30 @@ def connector_name(source: Source) -> str:
     return f"mcq-source-{source.name}"
 
 
+OWNER = "mcq.topic.prefix"
+"""A key of mcq's connector configs (Connect passes keys it does not know to the
+connector, which ignores them): the topic prefix of the deployment that applied it.
+Connector and raw topics are named after the source alone, so two deployments of one
+cluster that name a source alike would otherwise replace (or remove) each other's capture."""
+
+
+def owner_conflict(existing: dict[str, str] | None, source: Source, prefix: str, doing: str) -> str | None:
+    """Why ``doing`` (``connect apply``, ``connect remove``) must not touch the connector of
+    ``source``: another deployment (topic prefix) applied it. None when it is this
+    deployment's, or records no owner (applied before owners were recorded)."""
+    owner = (existing or {}).get(OWNER)
+    if owner is None or owner == prefix:
+        return None
+    return (
+        f"connector {connector_name(source)} belongs to the deployment of topic prefix {owner!r}, not {prefix!r} "
+        f"(it captures database {(existing or {}).get('database.dbname', '?')} into {raw_topic_prefix(source)}.*): "
+        f"`mcq {doing}` under {prefix!r} would change that deployment's capture. Give this registry's source "
+        f"another name than {source.name!r}"
+        + (f", or run `mcq connect apply --prepare-only` if {prefix!r} shares that capture on purpose"
+           if doing == "connect apply" else "")
+    )  # fmt: skip
+
+
 RAW_TOPIC_ROOT = "mcq.raw"
 """Every raw CDC topic starts with this (what the Connect worker's ACLs allow it to write)."""
 
@@ -115,6 +139,7 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
             **raw_topic_durability(settings),
             **settings.source.debezium_config(),
             **value_encoding(settings),
+            OWNER: settings.topic_prefix,
         },
     )
 

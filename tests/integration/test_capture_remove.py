@@ -47,3 +47,29 @@ def test_connect_remove_deletes_connector_slot_and_publication_and_a_second_remo
 
         unknown = CliRunner().invoke(cli, ["connect", "remove", "nosuch", "--registry", str(registry_file)])
         assert unknown.exit_code == 2 and "no source named nosuch" in unknown.output, unknown.output
+
+
+def test_another_deployments_connector_of_a_source_named_alike_is_neither_replaced_nor_removed(
+    stack: Stack, settings: Settings, tmp_path: Path
+) -> None:
+    """Connector and raw topics are named after the source: a second deployment (another
+    topic prefix) whose registry names its source alike is refused, and the first keeps
+    capturing."""
+    with captured_world(settings, people=5) as cap:
+        registry_file = tmp_path / "registry.yaml"
+        registry_file.write_text(cap.registry_yaml)
+        name = connector_name(cap.source)
+        with ConnectClient(settings.connect) as client:
+            before = client.config(name)
+        assert before is not None and before["mcq.topic.prefix"] == settings.topic_prefix
+        other = {"MCQ_TOPIC_PREFIX": f"{settings.topic_prefix}-other"}
+        for args in (["connect", "apply"], ["connect", "remove", cap.source.name]):
+            refused = CliRunner().invoke(cli, [*args, "--registry", str(registry_file)], env=other)
+            assert refused.exit_code != 0, refused.output
+            assert f"connector {name} belongs to the deployment of topic prefix '{settings.topic_prefix}'" in (
+                refused.output
+            ), refused.output
+        with ConnectClient(settings.connect) as client:
+            assert client.config(name) == before
+            status = client.status(name)
+            assert status is not None and status["connector"]["state"] == "RUNNING"
