@@ -332,7 +332,9 @@ def _repairs_a_read(change: Change, applied: Position) -> bool:
     read's position, newer than any the topics had for it then, so the topics' state
     (a repair: ``mcq reconcile --repair``, ``mcq refresh``) would be skipped, and refused by
     a target that keeps positions, for ever. It takes the read's position instead: the
-    topics' last state is what a listener's target mirrors."""
+    topics' last state is what a listener's target mirrors. (While the normaliser lags
+    behind the read, the topics' state may be older than the read's; the change it lacks
+    is then skipped as older than the read, and the next reconcile repairs the key.)"""
     return (
         change.cause == "refresh" and applied.of_a_read and not change.position.of_a_read and change.position < applied
     )
