@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from mcq.capture.connector import connector_name, install_outbox, owner_conflict, render_source
+from mcq.capture.connector import connector_name, install_outbox, refuse_other_owners, render_source
 from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
@@ -90,13 +90,7 @@ def apply_capture(
         report("connectors left to their manager (--prepare-only)")
         return names
     with ConnectClient(settings.connect) as client:
-        # another deployment's connector of a source named alike is refused before any is touched
-        for source in registry.sources:
-            conflict = owner_conflict(
-                client.config(connector_name(source)), source, settings.topic_prefix, "connect apply"
-            )
-            if conflict:
-                raise CaptureError(conflict)
+        refuse_other_owners(client, registry.sources, settings.topic_prefix, "connect apply")
         for source in registry.sources:
             name = connector_name(source)
             config = render_source(registry, source, settings)

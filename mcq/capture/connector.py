@@ -20,11 +20,13 @@ on the connector, never left to the worker's defaults.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
+from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
-from mcq.connect_rest import debezium_postgres_source
+from mcq.connect_rest import ConnectClient, debezium_postgres_source
 from mcq.registry.model import Registry, Source
 
 OUTBOX_TABLE = "mcq.change_log"
@@ -50,21 +52,23 @@ Connector and raw topics are named after the source alone, so two deployments of
 cluster that name a source alike would otherwise replace (or remove) each other's capture."""
 
 
-def owner_conflict(existing: dict[str, str] | None, source: Source, prefix: str, doing: str) -> str | None:
-    """Why ``doing`` (``connect apply``, ``connect remove``) must not touch the connector of
-    ``source``: another deployment (topic prefix) applied it. None when it is this
-    deployment's, or records no owner (applied before owners were recorded)."""
-    owner = (existing or {}).get(OWNER)
-    if owner is None or owner == prefix:
-        return None
-    return (
-        f"connector {connector_name(source)} belongs to the deployment of topic prefix {owner!r}, not {prefix!r} "
-        f"(it captures database {(existing or {}).get('database.dbname', '?')} into {raw_topic_prefix(source)}.*): "
-        f"`mcq {doing}` under {prefix!r} would change that deployment's capture. Give this registry's source "
-        f"another name than {source.name!r}"
-        + (f", or run `mcq connect apply --prepare-only` if {prefix!r} shares that capture on purpose"
-           if doing == "connect apply" else "")
-    )  # fmt: skip
+def refuse_other_owners(client: ConnectClient, sources: Iterable[Source], prefix: str, doing: str) -> None:
+    """Raise :class:`CaptureError` before ``doing`` (``connect apply``, ``connect remove``)
+    touches anything, when a connector of ``sources`` was applied by another deployment
+    (topic prefix). One with no owner recorded (applied before owners were) is this one's."""
+    for source in sources:
+        existing = client.config(connector_name(source)) or {}
+        owner = existing.get(OWNER)
+        if owner is None or owner == prefix:
+            continue
+        raise CaptureError(
+            f"connector {connector_name(source)} belongs to the deployment of topic prefix {owner!r}, not {prefix!r} "
+            f"(it captures database {existing.get('database.dbname', '?')} into {raw_topic_prefix(source)}.*): "
+            f"`mcq {doing}` under {prefix!r} would change that deployment's capture. Give this registry's source "
+            f"another name than {source.name!r}"
+            + (f", or run `mcq connect apply --prepare-only` if {prefix!r} shares that capture on purpose"
+               if doing == "connect apply" else "")
+        )  # fmt: skip
 
 
 RAW_TOPIC_ROOT = "mcq.raw"

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from mcq.capture.connector import connector_name, owner_conflict
+from mcq.capture.connector import connector_name, refuse_other_owners
 from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
@@ -105,12 +105,7 @@ def remove_capture(
     """Remove the connector, slot and publication of each source; one report line each."""
     out = []
     with ConnectClient(settings.connect) as client:
-        for source in sources:  # another deployment's capture is refused before anything is removed
-            conflict = owner_conflict(
-                client.config(connector_name(source)), source, settings.topic_prefix, "connect remove"
-            )
-            if conflict:
-                raise CaptureError(conflict)
+        refuse_other_owners(client, sources, settings.topic_prefix, "connect remove")
         for source in sources:
             name = connector_name(source)
             connector = _remove_connector(client, name)
