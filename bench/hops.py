@@ -106,6 +106,12 @@ def hop_rows(committed: dict[str, float], hops: list[tuple[str, dict[str, float]
             f"- {label}: p50 {percentile(v, 50):.3f} s, p99 {percentile(v, 99):.3f} s, max {max(v):.3f} s "
             f"(committed {committed[worst_key] - start:.1f} s into the run; {len(v):,} samples)"
         )
+    for i in range(1, len(hops) - 1):  # commit -> an inner stage, whole (the normaliser's output: commit -> logical)
+        v = [sum(per_key[k][: i + 1]) for k in full]
+        rows.append(
+            f"- commit -> {names[i + 1]}, whole: p50 {percentile(v, 50):.3f} s, p99 {percentile(v, 99):.3f} s, "
+            f"max {max(v):.3f} s"
+        )
     slow = sorted(full, key=lambda k: sum(per_key[k]), reverse=True)[: max(1, int(len(full) * worst))]
     share = [sum(per_key[k][i] for k in slow) / max(1e-9, sum(sum(per_key[k]) for k in slow)) for i in range(len(hops))]
     rows.append(

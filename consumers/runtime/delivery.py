@@ -162,7 +162,7 @@ class Delivery:
         present = self.applied.present(key) or (change.cause == "refresh" and change.change_type == "DELETE")
         seen, verdict = self.view.see(change, present)
         if seen is None:
-            self._tally.count("filtered")
+            self._tally.count("absent_deletes" if change.state is None else "filtered")
             return None
         item = Item(item.msg, item.origin, seen, item.retry_lane, verdict)
         due = _due_at(seen, verdict.delay_s)

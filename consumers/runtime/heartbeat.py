@@ -26,7 +26,13 @@ class Counters:
     skipped: int = 0
     """Not newer than what was already applied for the key (duplicate, replay)."""
     filtered: int = 0
-    """No interest rule matched."""
+    """Of a row outside the listener's view (no interest, or no interest's rule admits its
+    state) that the target does not hold either: nothing to do."""
+    absent_deletes: int = 0
+    """A delete (or tombstone) of a key the target does not hold: one it never held (added
+    and removed between two runs, or while the listener was offline) or one that had left
+    its view already. Nothing to do; counted apart from ``filtered`` so that a listener
+    without a rule does not seem to filter."""
     failed: int = 0
     """Failed attempts (each in-place retry counts)."""
     parked: int = 0

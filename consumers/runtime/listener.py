@@ -610,6 +610,7 @@ class ListenerRuntime:
         c = self.counters
         return (
             f"applied {c.applied} ({c.bulk_applied} bulk), skipped {c.skipped}, filtered {c.filtered}, "
+            f"deletes of keys not held {c.absent_deletes}, "
             f"failed attempts {c.failed}, parked {c.parked}, queued {c.queued}, superseded {c.superseded}, "
             f"dead-lettered {c.dead_lettered}"
         )

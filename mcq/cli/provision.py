@@ -71,6 +71,66 @@ def topics_apply(registry_file: Path | None) -> None:
         sys.exit(EXIT_DOWN)
 
 
+@topics.command("remove")
+@click.option("--yes", is_flag=True, help="Remove them; without it, only list what would be removed.")
+def topics_remove(yes: bool) -> None:
+    """Remove this deployment (the topic prefix, MCQ_TOPIC_PREFIX) from Kafka and the schema
+    registry: every topic named <prefix>.* (logical topics, the registry store, heartbeats,
+    each listener's applied positions, lanes and dead letters), its listeners' consumer
+    groups, and the Avro subjects of those topics. Nothing is removed without --yes.
+
+    \b
+    Never touched: the raw topics of a capture (mcq.raw.*; `mcq connect remove` retires the
+    capture), and another deployment whose prefix starts with this one (it has its own
+    <prefix>._registry). Refused while a listener instance of the deployment is alive or a
+    consumer group of it has members; stop the normaliser first (it would write on).
+    Exit 0 when removed (or a list only), 1 when refused or something could not be removed.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    from consumers.runtime.heartbeat import read_beats
+    from mcq.contract import registry_client
+    from mcq.topics import TopicError
+    from mcq.topics.listener import heartbeat_topic
+    from mcq.topics.remove import busy_groups, holdings, remove
+
+    settings = _settings()
+    prefix = settings.topic_prefix
+    admin = AdminClient(settings.kafka.client_config())
+    registry = registry_client(settings)
+    try:
+        held = holdings(admin, registry, prefix)
+        if held.empty:
+            _say(f"nothing under topic prefix {prefix!r} (raw topics of a capture are never removed here)")
+            return
+        for kind, names in (("topic", held.topics), ("consumer group", held.groups), ("subject", held.subjects)):
+            for name in names:
+                _say(f"{kind} {name}")
+        counts = f"{len(held.topics)} topic(s), {len(held.groups)} consumer group(s), {len(held.subjects)} subject(s)"
+        alive = []
+        if heartbeat_topic(prefix) in held.topics:
+            alive = [f"{b.listener} {b.instance} on {b.host}" for b in read_beats(settings, heartbeat_topic(prefix))
+                     if b.alive()]  # fmt: skip
+        busy = busy_groups(admin, held.groups)
+    except TopicError as exc:
+        _stop(f"mcq topics remove: {exc}")
+    if alive or busy:
+        _stop(
+            f"mcq topics remove: refused, deployment {prefix!r} is running: "
+            + "; ".join([*(f"listener instance {a} is alive" for a in alive), *(f"group {b}" for b in busy)])
+            + ". Stop its listeners (and its normaliser), then run this again"
+        )
+    if not yes:
+        _say(f"would remove {counts} of deployment {prefix!r}; nothing removed: run again with --yes")
+        return
+    errors = remove(admin, registry, held)
+    for line in errors:
+        _err(f"mcq topics remove: {line}")
+    if errors:
+        _stop(f"mcq topics remove: {len(errors)} of them could not be removed (above); run again to retry")
+    _say(f"removed {counts} of deployment {prefix!r}")
+
+
 # ------------------------------------------------------------------ schemas
 
 

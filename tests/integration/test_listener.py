@@ -307,6 +307,24 @@ def test_content_rule_selects_which_changes_a_listener_gets(
         assert home.key.text() not in target_state(w.settings, w.table)
 
 
+def test_a_delete_of_a_key_the_target_never_held_is_counted_as_such_not_as_filtered(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A listener without a rule filters nothing: a delete of a key it never applied (added
+    and removed while it was offline, compaction leaving only the delete) does nothing and
+    is counted as what it is."""
+    w = make_world(settings, token, tmp_path)
+    gone = change("PHONE", 5, None, "DELETE")
+    kept = change("PHONE", 6, "666", "INSERT")
+    produce(w.settings, w.phone_topic, [gone, kept], tombstones=False)
+    with running(w) as rt:
+        wait_for("the kept phone", lambda: kept.key.text() in target_state(w.settings, w.table), 60)
+        wait_for("the delete judged", lambda: rt.counters.absent_deletes == 1, 30)
+        assert rt.counters.filtered == 0
+        assert "deletes of keys not held 1" in rt.summary()
+    assert set(target_state(w.settings, w.table)) == {kept.key.text()}
+
+
 def test_status_shows_dead_letter_depth_and_failed_count_and_exits_1_at_the_threshold(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:
