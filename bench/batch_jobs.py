@@ -8,7 +8,8 @@ with ``--truncate`` (Spark reads the topic, writes CSV, one COPY transaction, ap
 positions written, group moved): keys/s over its whole run, Spark session already up.
 Beside it, the same rows exported and COPY'd into an empty table of the same shape: what
 PostgreSQL alone takes. (2) ``Reconcile`` of the rebuilt target: must find no drift.
-(3) The listener runs; real-time latency idle (a change produced -> its row visible),
+(3) The listener runs (``mcq listen`` in a process of its own, as a deployment runs it:
+``bench/listener_process.py``); real-time latency idle (a change produced -> its row visible),
 then a whole-table ``Refresh`` (its job time) and the same latency while the listener
 applies the refresh from its bulk lane, and the bulk lane's rate. (4) A source table of
 ``--keys`` rows (never captured) and a whole-table ``Refresh --from source`` of it (its
@@ -35,12 +36,13 @@ import psycopg
 from confluent_kafka import Producer
 
 from bench.listener_lanes import _latencies
+from bench.listener_process import bulk_pending, bulk_rate, listener_process, wait_bulk_started
 from bench.stats import percentile
 from mcq.change import POSITION_HEADER, ChangeCodec
 from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
 from mcq.registry import parse_registry
-from mcq.testing.listeners import change, make_world, running
+from mcq.testing.listeners import change, make_world
 from streams.rebuild import Rebuild
 from streams.reconcile import Reconcile
 from streams.refresh import Refresh
@@ -158,21 +160,17 @@ def main() -> int:
     drift = Reconcile(w.settings, w.registry, w.name, _say).run(spark)
     assert drift.total == 0 and drift.expected == args.keys, drift.lines()
 
-    with running(w) as rt:
-        time.sleep(5)  # joined both groups
+    with listener_process(w, w.registry_file.parent / "listener.log"):
         _latencies(w, 3)  # warm-up: the first change waits for the start (a million applied positions read)
         idle = _latencies(w, args.samples)
+        _, before = bulk_pending(w)
         started = time.monotonic()
         sent = Refresh(w.settings, w.registry, w.name, Selection(), _say).run(spark)
         refresh_s = time.monotonic() - started
-        while rt.counters.bulk_applied == 0:
-            time.sleep(0.05)
+        wait_bulk_started(w, before)
         loaded = _latencies(w, args.samples)
-        depth = sent.total - rt.counters.bulk_applied
-        count, started = rt.counters.bulk_applied, time.monotonic()
-        while rt.counters.bulk_applied < min(sent.total, count + 50_000):
-            time.sleep(0.2)
-        bulk_rate = (rt.counters.bulk_applied - count) / (time.monotonic() - started)
+        depth, _ = bulk_pending(w)
+        rate = bulk_rate(w, seconds=10)
 
     source_s, source_sent = _refresh_from_source(w.settings, spark, args.keys)
     assert source_sent == args.keys, source_sent
@@ -193,7 +191,7 @@ def main() -> int:
         f"p50 {percentile(loaded, 50):.3f} s, p99 {percentile(loaded, 99):.3f} s "
         f"(idle: p50 {percentile(idle, 50):.3f} s, p99 {percentile(idle, 99):.3f} s, "
         f"mean {statistics.mean(idle):.3f} s; target p99 ≤ 1.5 x idle); "
-        f"bulk lane {bulk_rate:,.0f} changes/s"
+        f"bulk lane {rate:,.0f} changes/s"
     )
     return 0
 
