@@ -111,7 +111,7 @@ class Refresh:
         self.tables: list[LogicalTable] = [
             t
             for t in listener_tables(registry, name)
-            if chosen.tname in (None, t.tname) and chosen.subtype in (None, t.subtype)
+            if chosen.takes(t)
         ]
         self.source: SourceReader | None = None
         if from_source:

@@ -42,6 +42,14 @@ class Selection:
     subtype: str | None = None
     where: Rule | None = None
     keys: tuple[ChangeKey, ...] | None = None
+    bare: bool = False
+    """Only ``tname`` itself, none of its subtypes (``--no-subtype``)."""
+
+    def takes(self, table: LogicalTable) -> bool:
+        """Whether ``table`` is among the selected tables/subtypes."""
+        if self.tname not in (None, table.tname):
+            return False
+        return table.subtype is None if self.bare else self.subtype in (None, table.subtype)
 
     @property
     def whole(self) -> bool:
@@ -51,6 +59,8 @@ class Selection:
 
     def describe(self) -> str:
         parts = [f"{self.tname}{'/' + self.subtype if self.subtype else ''}" if self.tname else "every table"]
+        if self.bare:
+            parts[0] += " (no subtype)"
         if self.where is not None:
             parts.append(f"where {self.where.text}")
         if self.keys is not None:
@@ -64,13 +74,18 @@ def selection(
     subtype: str | None = None,
     where: str | None = None,
     keys_file: Path | None = None,
+    bare: bool = False,
 ) -> Selection:
-    """A checked selection among ``tables`` (those the listener covers)."""
+    """A checked selection among ``tables`` (those the listener covers); ``bare``: only
+    ``tname`` itself, none of its subtypes."""
     if subtype is not None and tname is None:
         raise SelectionError("--subtype needs --tname")
-    if tname is not None and not any(t.tname == tname and subtype in (None, t.subtype) for t in tables):
+    if bare and (tname is None or subtype is not None):
+        raise SelectionError("--no-subtype needs --tname and no --subtype")
+    wanted = Selection(tname, subtype, bare=bare)
+    if tname is not None and not any(wanted.takes(t) for t in tables):
         known = ", ".join(sorted({t.ref for t in tables})) or "none"
-        what = table_ref(tname, subtype)
+        what = f"{tname} without a subtype" if bare else table_ref(tname, subtype)
         raise SelectionError(f"{what} is not among the listener's tables ({known})")
     rule = None
     if where is not None:
@@ -80,10 +95,10 @@ def selection(
             raise SelectionError(f"--where: {exc}") from None
     keys = None
     if keys_file is not None:
-        keys = tuple(read_keys(keys_file, tables, tname, subtype))
+        keys = tuple(read_keys(keys_file, [t for t in tables if wanted.takes(t)] if bare else tables, tname, subtype))
         if not keys:
             raise SelectionError(f"{keys_file}: no keys")
-    return Selection(tname, subtype, rule, keys)
+    return Selection(tname, subtype, rule, keys, bare)
 
 
 def read_keys(

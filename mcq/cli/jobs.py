@@ -28,6 +28,9 @@ from mcq.cli.app import (
 @click.argument("name")
 @click.option("--tname", help="Only this logical table (default: every table of the listener's interests).")
 @click.option("--subtype", help="Only this subtype of --tname.")
+@click.option(
+    "--no-subtype", "bare", is_flag=True, help="Only --tname itself, none of its subtypes (--tname alone takes all)."
+)
 @click.option("--where", metavar="RULE", help="Only states that pass this rule (the registry's rule language).")
 @click.option(
     "--keys",
@@ -50,6 +53,7 @@ def refresh(
     name: str,
     tname: str | None,
     subtype: str | None,
+    bare: bool,
     where: str | None,
     keys_file: Path | None,
     origin: str,
@@ -75,7 +79,7 @@ def refresh(
     settings = _settings()
     registry = _current_registry(registry_file)
     try:
-        chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file)
+        chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file, bare)
         job = Refresh(settings, registry, name, chosen, report=_say, from_source=origin == "source")
     except SelectionError as exc:
         _stop(f"mcq refresh: {name}: {exc}", EXIT_CONFIG)

@@ -107,3 +107,33 @@ def test_tables_and_rules_are_checked(tables: list[LogicalTable]) -> None:
     assert chosen.where is not None and chosen.whole is False
     assert chosen.describe() == "PERSON/Status, where status = 'Student'"
     assert selection(tables).whole and selection(tables).describe() == "every table"
+
+
+def test_no_subtype_selects_the_table_itself_and_none_of_its_subtypes(tmp_path: Path) -> None:
+    text = REGISTRY.replace(
+        "  - tname: LOGINS\n",
+        "  - tname: PERSON\n    feeds:\n      - {source: campus, table: campus.people, keys: {person_id: id}, "
+        "columns: [id]}\n  - tname: LOGINS\n",
+    )
+    tables = list(parse_registry(text, "r.yaml").tables)
+    chosen = selection(tables, "PERSON", bare=True)
+    assert [t.ref for t in tables if chosen.takes(t)] == ["PERSON"]
+    assert [t.ref for t in tables if selection(tables, "PERSON").takes(t)] == [
+        "PERSON/Telephone",
+        "PERSON/Status",
+        "PERSON",
+    ]
+    assert chosen.describe() == "PERSON (no subtype)"
+    f = tmp_path / "k.jsonl"
+    f.write_text('{"person_id": 7}\n{"subtype": "Status", "person_id": 8}\n')
+    with pytest.raises(SelectionError, match=r"k.jsonl:2: PERSON/Status is not among the listener's tables \(PERSON\)"):
+        selection(tables, "PERSON", keys_file=f, bare=True)
+    f.write_text('{"person_id": 7}\n')
+    assert selection(tables, "PERSON", keys_file=f, bare=True).keys == (ChangeKey("PERSON", None, 7),)
+    with pytest.raises(SelectionError, match="--no-subtype needs --tname and no --subtype"):
+        selection(tables, "PERSON", "Status", bare=True)
+    with pytest.raises(SelectionError, match="--no-subtype needs --tname and no --subtype"):
+        selection(tables, None, bare=True)
+    only_subtypes = [t for t in tables if t.ref != "PERSON"]
+    with pytest.raises(SelectionError, match=r"PERSON without a subtype is not among the listener's tables"):
+        selection(only_subtypes, "PERSON", bare=True)
