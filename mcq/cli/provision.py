@@ -3,6 +3,7 @@ provisions from the registry (chart values, Kafka topics, Avro schemas)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def topics_remove(yes: bool) -> None:
     Never touched: the raw topics of a capture (mcq.raw.*; `mcq connect remove` retires the
     capture), and another deployment whose prefix starts with this one (it has its own
     <prefix>._registry). Refused while a listener instance of the deployment is alive or a
-    consumer group of it has members; stop the normaliser first (it would write on).
+    consumer group of it has members; stop the normaliser first (it would write on). This
+    machine's normaliser checkpoint (the default, under MCQ_HOME) and listener snapshots go
+    too: a normaliser started on an old checkpoint would go on from its raw offsets and
+    never write again what the removed topics held. Delete a --checkpoint of your own by hand.
     Exit 0 when removed (or a list only), 1 when refused or something could not be removed.
     """
     from confluent_kafka.admin import AdminClient
@@ -92,7 +96,7 @@ def topics_remove(yes: bool) -> None:
     from mcq.contract import registry_client
     from mcq.topics import TopicError
     from mcq.topics.listener import heartbeat_topic
-    from mcq.topics.remove import busy_groups, holdings, remove
+    from mcq.topics.remove import busy_groups, holdings, local_files, remove
 
     settings = _settings()
     prefix = settings.topic_prefix
@@ -103,10 +107,14 @@ def topics_remove(yes: bool) -> None:
         if held.empty:
             _say(f"nothing under topic prefix {prefix!r} (raw topics of a capture are never removed here)")
             return
+        files = local_files(settings.stack.home, settings.state_dir, held)
         for kind, names in (("topic", held.topics), ("consumer group", held.groups), ("subject", held.subjects)):
             for name in names:
                 _say(f"{kind} {name}")
+        for path in files:
+            _say(f"local {'checkpoint' if path.is_dir() else 'snapshot'} {path}")
         counts = f"{len(held.topics)} topic(s), {len(held.groups)} consumer group(s), {len(held.subjects)} subject(s)"
+        counts += f", {len(files)} local file(s)" if files else ""
         alive = []
         if heartbeat_topic(prefix) in held.topics:
             alive = [f"{b.listener} {b.instance} on {b.host}" for b in read_beats(settings, heartbeat_topic(prefix))
@@ -124,6 +132,11 @@ def topics_remove(yes: bool) -> None:
         _say(f"would remove {counts} of deployment {prefix!r}; nothing removed: run again with --yes")
         return
     errors = remove(admin, registry, held)
+    for path in files:
+        try:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
     for line in errors:
         _err(f"mcq topics remove: {line}")
     if errors:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -92,6 +93,19 @@ def _registered(registry: SchemaRegistryClient, subject: str) -> bool:
         raise TopicError(f"schema registry: cannot look up subject {subject}: {exc}") from None
     except httpx.HTTPError as exc:
         raise TopicError(f"schema registry: cannot look up subject {subject}: {exc}") from None
+
+
+def local_files(home: Path, state_dir: Path | None, held: Holdings) -> list[Path]:
+    """What this machine keeps of the deployment: the normaliser's default checkpoint (a
+    normaliser started on it after the topics are gone would go on from its raw offsets and
+    never write again what it wrote before) and the listeners' state snapshots."""
+    found = [home / "checkpoints" / f"normalize-{held.prefix}"]
+    listeners = {g[len(held.prefix) + 1 :].removesuffix(".bulk") for g in held.groups}
+    if state_dir is not None:
+        found += [
+            state_dir / f"{held.prefix}.{name}.{kind}" for name in sorted(listeners) for kind in ("store", "applied")
+        ]
+    return [p for p in found if p.exists()]
 
 
 def busy_groups(admin: AdminClient, groups: Iterable[str]) -> list[str]:

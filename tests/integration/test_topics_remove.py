@@ -58,6 +58,17 @@ def test_topics_remove_takes_a_stopped_deployment_away_and_leaves_a_nested_one_w
     _group_with_offset(settings, f"{prefix}.LDAP", mine[0]).close()
     _group_with_offset(settings, f"{nested}.LDAP", theirs[0]).close()
     env = {"MCQ_TOPIC_PREFIX": prefix}
+    # what this machine keeps of it: the default normaliser checkpoint, a listener's snapshot
+    assert settings.state_dir is not None
+    checkpoint = settings.stack.home / "checkpoints" / f"normalize-{prefix}"
+    (checkpoint / "offsets").mkdir(parents=True)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    snapshot, nested_snapshot = (
+        settings.state_dir / f"{prefix}.LDAP.applied",
+        settings.state_dir / f"{nested}.LDAP.applied",
+    )
+    snapshot.write_bytes(b"x")
+    nested_snapshot.write_bytes(b"x")
     subjects = [f"{t}-{part}" for t in (mine[0], theirs[0]) for part in ("key", "value")]
     try:
         # a member in one of its groups: refused, nothing touched
@@ -78,12 +89,14 @@ def test_topics_remove_takes_a_stopped_deployment_away_and_leaves_a_nested_one_w
         assert listed.exit_code == 0, listed.output
         assert "nothing removed: run again with --yes" in listed.output
         assert f"topic {mine[0]}" in listed.output and f"subject {mine[0]}-value" in listed.output
+        assert f"local checkpoint {checkpoint}" in listed.output and f"local snapshot {snapshot}" in listed.output
         assert nested not in listed.output
         assert _state(settings, prefix, subjects) == before
 
         done = CliRunner().invoke(cli, ["topics", "remove", "--yes"], env=env)
         assert done.exit_code == 0, done.output
-        assert "removed 3 topic(s), 2 consumer group(s), 2 subject(s)" in done.output
+        assert "removed 3 topic(s), 2 consumer group(s), 2 subject(s), 2 local file(s)" in done.output
+        assert not checkpoint.exists() and not snapshot.exists() and nested_snapshot.exists()
         topics, groups, registered = _state(settings, prefix, subjects)
         assert topics == set(theirs)
         assert groups == {f"{nested}.LDAP"}
@@ -91,6 +104,7 @@ def test_topics_remove_takes_a_stopped_deployment_away_and_leaves_a_nested_one_w
         empty = CliRunner().invoke(cli, ["topics", "remove", "--yes"], env=env)
         assert empty.exit_code == 0 and f"nothing under topic prefix '{prefix}'" in empty.output, empty.output
     finally:
+        nested_snapshot.unlink(missing_ok=True)
         CliRunner().invoke(cli, ["topics", "remove", "--yes"], env={"MCQ_TOPIC_PREFIX": nested})
         CliRunner().invoke(cli, ["topics", "remove", "--yes"], env=env)
         delete_topics(settings, mine + theirs + [f"x-{uuid.uuid4().hex}"])
