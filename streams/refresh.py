@@ -108,11 +108,7 @@ class Refresh:
         self.chosen = chosen
         self.report = report
         self.topics = ListenerTopics(settings.topic_prefix, name)
-        self.tables: list[LogicalTable] = [
-            t
-            for t in listener_tables(registry, name)
-            if chosen.takes(t)
-        ]
+        self.tables: list[LogicalTable] = [t for t in listener_tables(registry, name) if chosen.takes(t)]
         self.source: SourceReader | None = None
         if from_source:
             logged = [t.ref for t in self.tables if not t.feeds]
