@@ -75,6 +75,12 @@ class DatabaseSettings(_Section):
         query = urlencode(self._tls_params(), quote_via=quote)
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}" + (f"?{query}" if query else "")
 
+    def jdbc_options(self) -> dict[str, str]:
+        """What Spark's JDBC reader needs to read this database: URL, user, password (a
+        reference resolved) and driver. Hand it to Spark, never to a log."""
+        password = resolve(self.password.get_secret_value(), f"{self}: password").get_secret_value()
+        return {"url": self.jdbc_url(), "user": self.user, "password": password, "driver": "org.postgresql.Driver"}
+
     def debezium_config(self) -> dict[str, str]:
         """The connector's ``database.ssl*`` entries (Debezium's names for the same settings)."""
         return {f"database.{k}": v for k, v in self._tls_params().items()}
@@ -143,3 +149,32 @@ def find_target(targets: dict[str, LdapTarget | PostgresTarget], name: str, kind
     if found.type != kind:
         raise TargetError(f"target {name!r} is a connection of type {found.type}, not {kind}")
     return found
+
+
+def jdbc_options_from_dsn(dsn: str) -> dict[str, str] | None:
+    """A libpq connection string (key=value or URI) as Spark JDBC reader options; None
+    when it names what PostgreSQL's JDBC driver cannot reach the same way (a Unix socket,
+    several hosts, a service file, settings JDBC has no name for)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    except Exception:  # a malformed string: the adapter's own connection says what is wrong
+        return None
+    host = params.pop("host", "localhost")
+    port = params.pop("port", "5432")
+    if host.startswith("/") or "," in host or "," in port or "hostaddr" in params or "service" in params:
+        return None
+    dbname = params.pop("dbname", params.get("user", ""))
+    out = {"driver": "org.postgresql.Driver"}
+    for name in ("user", "password"):
+        if name in params:
+            out[name] = params.pop(name)
+    params.pop("connect_timeout", None)
+    params.pop("application_name", None)
+    tls: dict[str, str] = {k: params.pop(k) for k in ("sslmode", "sslrootcert") if k in params}
+    if params:  # a client certificate among them: JDBC wants its key in another format
+        return None
+    query = urlencode(tls, quote_via=quote)
+    out["url"] = f"jdbc:postgresql://{host}:{port}/{quote(dbname, safe='')}" + (f"?{query}" if query else "")
+    return out

@@ -41,16 +41,17 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports i
 from consumers.adapter import ReadBack, make_adapter
 from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.groups import TP, ListenerGroups
-from consumers.runtime.view import ListenerView, Verdict
+from consumers.runtime.view import ListenerView
 from consumers.table.adapter import TableAdapter
-from mcq.change import Change, ChangeKey, Position
+from mcq.change import Change, Position
 from mcq.config import Settings
-from mcq.registry.model import LogicalTable, Registry
+from mcq.registry.model import Registry
 from streams.laststate import FIELDS, applied_values, last_records, live_changes
 from streams.progress import stage_progress
+from streams.tableview import projected, view_columns, with_key_text
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 Report = Callable[[str], None]
 BATCH = 1000
@@ -96,6 +97,7 @@ class Rebuild:
         self.settings, self.registry, self.name, self.truncate, self.report = settings, registry, name, truncate, report
         self.tables = registry.tables_of(name)
         self.view = ListenerView(registry, name)
+        self.columns = view_columns(self.view, self.tables)
 
     def run(self, spark: SparkSession, dry_run: bool = False) -> RebuildSummary:
         from confluent_kafka import TopicPartition
@@ -113,7 +115,7 @@ class Rebuild:
         tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
         summary = RebuildSummary(self.name)
         summary.ends = self.groups.offsets(tps, OffsetSpec.latest()) if tps else {}  # type: ignore[no-untyped-call]
-        fast = isinstance(self.adapter, TableAdapter) and self._columns() is not None
+        fast = isinstance(self.adapter, TableAdapter) and self.columns is not None
         summary.path = "bulk COPY into the table" if fast else f"through the {type(self.adapter).kind} adapter"
         self.report(f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends")
         with stage_progress(spark, label, self.report):
@@ -135,28 +137,17 @@ class Rebuild:
 
     # ------------------------------------------------------------------ a table target: Spark and COPY
 
-    def _columns(self) -> dict[str, frozenset[str] | None] | None:
-        """The columns the listener sees of each of its tables; None when a rule chooses rows
-        (then each state goes through the listener's view in Python)."""
-        out: dict[str, frozenset[str] | None] = {}
-        for t in self.tables:
-            interests = self.view.interests_for(t.tname, t.subtype)
-            if any(i.parsed_rule() is not None for i in interests):
-                return None
-            out[t.ref] = Verdict(tuple(interests)).columns
-        return out
-
     def _rebuild_table(self, spark: SparkSession, live: DataFrame) -> tuple[int, int]:
         from pyspark.sql import functions as F
 
         assert isinstance(self.adapter, TableAdapter)
-        columns = self._columns()
+        columns = self.columns
         assert columns is not None
         from pyspark import StorageLevel
 
-        states = live.select(*FIELDS, _projected(self.tables, columns).alias("after"), "pos")
+        states = live.select(*FIELDS, projected(self.tables, columns).alias("after"), "pos")
         states = states.persist(StorageLevel.MEMORY_AND_DISK)  # read once, written twice (rows, positions)
-        rows = _with_key_text(states)
+        rows = with_key_text(states)
         staging = self.settings.stack.home / "tmp" / f"rebuild-{self.name}-{uuid.uuid4().hex[:8]}"
         try:
             csv = rows.select(
@@ -299,46 +290,6 @@ class Rebuild:
         for i in range(0, len(deletes), BATCH):
             self._apply(deletes[i : i + BATCH])
         return len(extra)
-
-
-def _projected(tables: list[LogicalTable], columns: dict[str, frozenset[str] | None]) -> Column:
-    """The after-state restricted to the columns the listener sees of its table."""
-    from pyspark.sql import functions as F
-
-    out = F.col("after")
-    for t in tables:
-        allowed = columns.get(t.ref)
-        if allowed is None:
-            continue
-        subtype = F.col("subtype").isNull() if t.subtype is None else F.col("subtype") == t.subtype
-        shown = F.map_filter("after", _among(sorted(allowed)))
-        out = F.when((F.col("tname") == t.tname) & subtype, shown).otherwise(out)
-    return out
-
-
-def _among(names: list[str]) -> Callable[[Column, Column], Column]:
-    return lambda k, _: k.isin(names)
-
-
-def _with_key_text(states: DataFrame) -> DataFrame:
-    """The rows with ``change_key``: ``ChangeKey.text()``, sorted JSON with ASCII escapes.
-    Spark's JSON writer escapes printable ASCII as Python does, so those keys are written
-    by Spark; the rare key with any other character goes through ``ChangeKey.text`` (a
-    Python function: only those rows are sent to it)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
-    def text(tname, subtype, person_id, pkey_string, pkey_number, aux_string):  # type: ignore[no-untyped-def]
-        return ChangeKey(tname, subtype, person_id, pkey_string, pkey_number, aux_string).text()
-
-    printable = F.concat_ws("", "tname", "subtype", "pkey_string", "aux_string").rlike("^[\\x20-\\x7E]*$")
-    plain = F.to_json(F.struct(*(F.col(f) for f in sorted(FIELDS))), {"ignoreNullFields": "false"})
-    odd = F.udf(text, StringType())(*(F.col(f) for f in FIELDS))
-    return (
-        states.where(printable)
-        .withColumn("change_key", plain)
-        .unionByName(states.where(~printable).withColumn("change_key", odd))
-    )
 
 
 def _chunks(directory: Path) -> Iterator[bytes]:

@@ -3,7 +3,8 @@ with ``--repair`` send exactly the drifted objects' keys through its bulk lane.
 
 1. Spark reads the last live state of every key of the tables the target's objects come
    from (streams/laststate.py: the listener's tables, or those an LDAP entry is
-   assembled from), streamed to the driver;
+   assembled from), streamed to the driver; a ``table`` target without content rules is
+   instead compared in Spark itself, read through JDBC (streams/reconcile_table.py);
 2. the adapter says what the target should hold, through the listener's view (its rules
    and column allow-lists), and what it holds (:class:`consumers.adapter.ReadBack`);
 3. per object: **missing** (should be there, is not), **extra** (is there, should not
@@ -31,6 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from consumers.adapter import ReadBack, make_adapter
 from consumers.runtime.view import ListenerView
+from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Registry
@@ -39,6 +41,7 @@ from streams.laststate import last_records, live_changes
 from streams.progress import stage_progress
 from streams.refresh import Refresh, RefreshSummary, listener_tables
 from streams.selection import Selection
+from streams.tableview import view_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,6 +138,9 @@ class Reconcile:
         refs = adapter.state_refs()
         self.tables = own if refs is None else [t for t in registry.tables if t.ref in refs]
         self.view = ListenerView(registry, name)
+        # a table target without content rules, whose database JDBC reaches: compared in Spark
+        self.columns = view_columns(self.view, self.tables) if isinstance(adapter, TableAdapter) else None
+        self.jdbc = adapter.jdbc_options() if isinstance(adapter, TableAdapter) and self.columns is not None else None
 
     def run(self, spark: SparkSession) -> Drift:
         started = time.monotonic()
@@ -142,16 +148,41 @@ class Reconcile:
         wanted = sorted({t.topic(self.settings.topic_prefix) for t in self.tables})
         existing = set(AdminClient(self.settings.kafka.client_config()).list_topics(timeout=30).topics)
         topics = [t for t in wanted if t in existing]
-        self.report(f"{label}: reading the last state of {len(topics)} logical topic(s)")
+        if self.jdbc is not None:
+            drift = self._compare_in_spark(spark, topics)
+        else:
+            self.report(f"{label}: reading the last state of {len(topics)} logical topic(s)")
+            try:
+                with stage_progress(spark, label, self.report):
+                    expected = self.adapter.expected(self.view, self._states(spark, topics))
+                self.report(f"{label}: {len(expected):,} object(s) expected; reading the target back")
+                actual = self.adapter.read_back()
+            finally:
+                self.adapter.close()
+            drift = compare(self.name, expected, actual, self.adapter.settled)
+        drift.seconds = time.monotonic() - started
+        return drift
+
+    def _compare_in_spark(self, spark: SparkSession, topics: list[str]) -> Drift:
+        from pyspark.sql import functions as F
+
+        from streams import reconcile_table as rt
+
+        assert isinstance(self.adapter, TableAdapter) and self.columns is not None and self.jdbc is not None
+        label = f"reconcile {self.name}"
+        self.report(
+            f"{label}: comparing the last state of {len(topics)} logical topic(s) with "
+            f"{self.adapter.settings.table} in Spark"
+        )
+        drift = Drift(self.name)
         try:
+            live = last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
+            expected = rt.expected_rows(live, self.tables, self.columns)
+            actual = rt.target_rows(spark, self.adapter, self.jdbc)
             with stage_progress(spark, label, self.report):
-                expected = self.adapter.expected(self.view, self._states(spark, topics))
-            self.report(f"{label}: {len(expected):,} object(s) expected; reading the target back")
-            actual = self.adapter.read_back()
+                rt.collect_drift(rt.compared(expected, actual), drift, self.adapter.settled)
         finally:
             self.adapter.close()
-        drift = compare(self.name, expected, actual, self.adapter.settled)
-        drift.seconds = time.monotonic() - started
         return drift
 
     def _states(self, spark: SparkSession, topics: list[str]) -> Iterator[Change]:

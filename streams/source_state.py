@@ -181,10 +181,7 @@ class SourceReader:
         # identifiers and literals only: no connection needed to spell it
         select = sql.SQL("SELECT {} FROM {}").format(columns, sql.Identifier(*table.name.split(".", 1))).as_string()
         options: dict[str, Any] = {
-            "url": db.jdbc_url(),
-            "user": db.user,
-            "password": db.password.get_secret_value(),
-            "driver": "org.postgresql.Driver",
+            **db.jdbc_options(),
             "fetchsize": str(FETCH_SIZE),
             "sessionInitStatement": SESSION_INIT,
         }

@@ -21,6 +21,7 @@ from consumers.table.settings import TableSettings
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import Listener
+from mcq.targets import jdbc_options_from_dsn
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
@@ -205,6 +206,38 @@ class TableAdapter(Adapter, ReadBack):
 
     def keys_of(self, obj: str) -> list[ChangeKey]:
         return [ChangeKey.from_text(obj)]
+
+    # ------------------------------------------------------------------ read back by Spark (mcq reconcile)
+
+    def jdbc_options(self) -> dict[str, str] | None:
+        """The target's database for Spark's JDBC reader (URL, user, password, driver);
+        None when its ``dsn`` names what the JDBC driver cannot reach the same way."""
+        if self.settings.dsn is not None:
+            return jdbc_options_from_dsn(self.settings.dsn.get_secret_value())
+        return self.mcq_settings.database(self.settings.database).jdbc_options()
+
+    def read_back_query(self) -> str:
+        """Each row's key (``change_key``), its state as JSON text (``state``) and whether
+        that state is an object of strings and nulls (``plain``), as a change's state is:
+        anything else (a number, a nested object, SQL NULL) cannot equal one."""
+        return (
+            sql.SQL(
+                "SELECT change_key, state::text AS state, jsonb_typeof(state) = 'object' AND NOT EXISTS "
+                "(SELECT 1 FROM jsonb_each(state) AS e WHERE jsonb_typeof(e.value) NOT IN ('string', 'null')) AS plain "
+                "FROM {}"
+            )
+            .format(self.table)
+            .as_string()
+        )
+
+    def blocks(self) -> int:
+        """The table's size in blocks (how many ranges a parallel read takes)."""
+        conn = self.target.connection()
+        with conn.transaction():
+            found = conn.execute(
+                "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int", (self.settings.table,)
+            ).fetchone()
+        return int(str(found[0])) if found else 0
 
     # ------------------------------------------------------------------ bulk load (mcq rebuild)
 

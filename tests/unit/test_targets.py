@@ -11,6 +11,7 @@ from consumers.exceptions import ListenerConfigError
 from mcq.config import Settings, load_settings
 from mcq.registry import parse_registry
 from mcq.secrets import SecretUnresolved
+from mcq.targets import jdbc_options_from_dsn
 
 REGISTRY = """
 tables:
@@ -89,3 +90,48 @@ def test_a_target_of_another_type_is_refused_by_name(configured: Settings) -> No
         ListenerConfigError, match=r"listener HR: adapter table: target 'ad' is a connection of type ldap"
     ):
         make_adapter(registry.listener("HR"), configured)  # type: ignore[arg-type]
+
+
+def test_spark_reads_a_named_database_through_jdbc_with_its_password_reference_resolved(
+    configured: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HR_PASSWORD", "pw")
+    registry = parse_registry(REGISTRY, "r.yaml")
+    hr = make_adapter(registry.listener("HR"), configured)  # type: ignore[arg-type]
+    assert hr.jdbc_options() == {  # type: ignore[attr-defined]
+        "url": "jdbc:postgresql://hr-db.campus.example:5433/hr",
+        "user": "mcq",
+        "password": "pw",
+        "driver": "org.postgresql.Driver",
+    }
+
+
+@pytest.mark.parametrize(
+    ("dsn", "url", "user", "password"),
+    [
+        ("host=db.example port=5433 dbname=hr user=u password=p", "jdbc:postgresql://db.example:5433/hr", "u", "p"),
+        ("postgresql://u:p%40ss@db.example/hr?sslmode=verify-full&sslrootcert=/ca.crt",
+         "jdbc:postgresql://db.example:5432/hr?sslmode=verify-full&sslrootcert=%2Fca.crt", "u", "p@ss"),
+        ("postgresql://u@db.example:6000/hr?connect_timeout=5", "jdbc:postgresql://db.example:6000/hr", "u", None),
+    ],
+)  # fmt: skip
+def test_a_libpq_connection_string_is_read_as_the_same_jdbc_connection(
+    dsn: str, url: str, user: str, password: str | None
+) -> None:
+    options = jdbc_options_from_dsn(dsn)
+    assert options is not None
+    assert (options["url"], options["user"], options.get("password")) == (url, user, password)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=/var/run/postgresql dbname=hr",  # a Unix socket
+        "postgresql://a.example,b.example/hr",  # several hosts
+        "service=hr",
+        "host=db.example dbname=hr sslcert=/c.crt sslkey=/c.key",  # JDBC wants the key in another format
+        "not a connection string",
+    ],
+)
+def test_a_connection_string_jdbc_cannot_reach_the_same_way_is_none(dsn: str) -> None:
+    assert jdbc_options_from_dsn(dsn) is None
