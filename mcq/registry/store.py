@@ -95,7 +95,8 @@ class RegistryDiff:
             if key in self.removed:
                 out.append(f"note: {listener} no longer takes {what}: its target keeps the rows it has of it")
                 continue
-            refresh = f"mcq refresh {listener} --tname {tname}" + (f" --subtype {subtype}" if one else "")
+            chosen = f" --subtype {subtype}" if one else " --no-subtype" if subtype == "" else ""
+            refresh = f"mcq refresh {listener} --tname {tname}{chosen}"
             out.append(
                 f"note: {listener} sees {what} through another rule or columns: its target takes the new view's "
                 f"rows (and drops the old one's) as each row changes; `{refresh}` or `mcq reconcile {listener} "

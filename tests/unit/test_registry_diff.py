@@ -19,12 +19,14 @@ tables:
   - {tname: PERSON, subtype: Telephone}
   - {tname: ROOM}
   - {tname: GROUP}
+  - {tname: BUILDING}
 listeners:
   - {name: LDAP, owner: idm@example, adapter: {type: table}}
 interests:
   - {listener: LDAP, tname: PERSON, rule: "status = 'active'"}
   - {listener: LDAP, tname: PERSON, subtype: Telephone, columns: [person_id, phone]}
   - {listener: LDAP, tname: ROOM}
+  - {listener: LDAP, tname: BUILDING, subtype: null, rule: "pkey_string = 'main'"}
 """
 
 
@@ -44,6 +46,15 @@ def test_a_rule_or_columns_changed_names_the_refresh_that_brings_the_target_to_t
         "note: LDAP sees PERSON/Telephone through another rule or columns: its target takes the new view's rows "
         "(and drops the old one's) as each row changes; `mcq refresh LDAP --tname PERSON --subtype Telephone` or "
         "`mcq reconcile LDAP --repair` brings it to the new view now",
+    ]
+
+
+def test_a_rule_changed_on_a_table_without_subtype_names_the_refresh_of_that_table_alone() -> None:
+    after = BEFORE.replace("pkey_string = 'main'", "pkey_string IN ('main', 'north')")
+    assert _notes(after) == [
+        "note: LDAP sees BUILDING through another rule or columns: its target takes the new view's rows (and drops "
+        "the old one's) as each row changes; `mcq refresh LDAP --tname BUILDING --no-subtype` or `mcq reconcile "
+        "LDAP --repair` brings it to the new view now",
     ]
 
 
