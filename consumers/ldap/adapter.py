@@ -8,9 +8,13 @@ managed attribute (an empty value list removes it), so applying the same state t
 leaves the directory as it was; an entry that should not exist is deleted. Only the
 attributes listed in :mod:`consumers.ldap.entries` are touched: others set by hand stay.
 
-A server that cannot be reached makes the target unavailable (the listener waits); a
-result the server refuses (schema or constraint violation) fails the change with the
-server's message.
+A batch's entries are written on a connection of their own with every write of a round
+in flight at once (consumers/ldap/pipeline.py); reads (reconcile, the readiness probe)
+take a round trip each on another.
+
+A server that cannot be reached makes the target unavailable (the listener waits, and the
+batch is written again: every write is idempotent); a result the server refuses (schema or
+constraint violation) fails the changes that touched that entry, with the server's message.
 """
 
 from __future__ import annotations
@@ -19,8 +23,13 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ldap3 import BASE, LEVEL, MODIFY_REPLACE, Connection
-from ldap3.core.exceptions import LDAPCommunicationError, LDAPException, LDAPOperationResult, LDAPSocketOpenError
+from ldap3 import BASE, LEVEL, Connection
+from ldap3.core.exceptions import (
+    LDAPCommunicationError,
+    LDAPException,
+    LDAPResponseTimeoutError,
+    LDAPSocketOpenError,
+)
 
 from consumers.adapter import ReadBack
 from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
@@ -40,6 +49,7 @@ from consumers.ldap.entries import (
     person_dn,
     person_entry,
 )
+from consumers.ldap.pipeline import Pipeline
 from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter
 from consumers.projection import IndexedState
@@ -50,17 +60,15 @@ from mcq.registry.model import Listener
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
 
-NO_SUCH_OBJECT = 32
-ALREADY_EXISTS = 68
-
 
 class LdapAdapter(ProjectedAdapter, ReadBack):
     kind = "ldap"
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
     needs_state = STATE
-    _conn: Connection | None = None
-    _adding = False  # the last entry written was missing: try an add first (see make)
+    _conn: Connection | None = None  # reads: a round trip each
+    _writer: Pipeline | None = None  # writes: pipelined
+    _adding = False  # the last batch found most entries missing (see Pipeline)
 
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
@@ -86,15 +94,37 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
         self._conn = conn
         return conn
 
+    def _pipeline(self) -> Pipeline:
+        """The connection writes go through (its own: pipelined, results collected by id)."""
+        if self._writer is not None and self._writer.conn.bound and not self._writer.conn.closed:
+            return self._writer
+        self._drop_writer()
+        try:
+            conn = connect(self.directory, connect_timeout=5, receive_timeout=15, pipelined=True)
+        except LdapConnectError as exc:
+            raise TargetUnavailable(str(exc)) from None
+        self._writer = Pipeline(conn, timeout=15, adding=self._adding)
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        """Close the write connection (the next write opens another); what it learnt of
+        which write to try first is kept."""
+        if self._writer is not None:
+            self._adding = self._writer.adding
+            self._writer.close()
+            self._writer = None
+
     def open(self) -> None:
         self.open_store()
         self._connection()
+        self._pipeline()
 
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(LDAPException):  # closing anyway
                 self._conn.unbind()
             self._conn = None
+        self._drop_writer()
         self.close_store()
 
     def ready(self) -> bool:
@@ -105,34 +135,46 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
             return False
 
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        """Each entry the batch touches written once, as the store says it is now, all in
+        flight at once (consumers/ldap/pipeline.py); a change fails when an entry it
+        touched was refused."""
         self.open()
         assert self.store is not None
         self.store.catch_up(changes)  # at least as new as every change of the batch
         positions = self.store.positions()
-        outcomes: list[AdapterError | None] = []
-        made: set[str] = set()  # entries hold the current state: one write per entry and batch is enough
+        entries: dict[str, Entry | None] = {}
+        touching: dict[str, list[int]] = {}  # dn -> the changes that touch it
         for i, change in enumerate(changes):
-            try:
-                for dn, entry in self.touched(change):
-                    if dn in made:
-                        continue
-                    if self.written.reflected(dn, change):
-                        self.skipped += 1
-                        continue
-                    self.make(dn, entry())
-                    made.add(dn)
-                    self.written.wrote(dn, positions)
-                outcomes.append(None)
-            except (LDAPSocketOpenError, LDAPCommunicationError) as exc:
-                self._conn = None
-                outcomes.extend([TargetUnavailable(f"ldap: {exc}")] * (len(changes) - i))
-                break
-            except LDAPOperationResult as exc:
-                outcomes.append(ChangeFailed(f"{change.where} {change.key}: ldap: {exc.description}: {exc.message}"))
-            except TargetUnavailable as exc:
-                outcomes.extend([exc] * (len(changes) - i))
-                break
+            for dn, entry in self.touched(change):
+                if dn in entries:
+                    touching[dn].append(i)
+                elif self.written.reflected(dn, change):
+                    self.skipped += 1
+                else:
+                    entries[dn] = entry()
+                    touching[dn] = [i]
+        try:
+            failed = self._pipeline().make_all(entries)
+        except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
+            # which writes landed is unknown: the batch is written again, idempotently
+            self._drop_writer()
+            return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
+        outcomes: list[AdapterError | None] = [None] * len(changes)
+        for dn, indexes in touching.items():
+            if dn in failed:
+                for i in indexes:
+                    if outcomes[i] is None:
+                        outcomes[i] = ChangeFailed(f"{changes[i].where} {changes[i].key}: ldap: {dn}: {failed[dn]}")
+            else:
+                self.written.wrote(dn, positions)
         return outcomes
+
+    def make(self, dn: str, entry: Entry | None) -> None:
+        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing): one entry of
+        :meth:`apply_batch`; a refusal is a :class:`ChangeFailed`."""
+        failed = self._pipeline().make_all({dn: entry})
+        if failed:
+            raise ChangeFailed(f"ldap: {dn}: {failed[dn]}")
 
     def touched(self, change: Change) -> list[tuple[str, Callable[[], Entry | None]]]:
         """Every entry a change touches: (dn, what the entry must be now, or None: gone),
@@ -152,46 +194,6 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
             name = key.pkey_string
             return [(group_dn(name, self.groups_dn), lambda: group_entry(store, name, self.groups_dn))]
         return []
-
-    def make(self, dn: str, entry: Entry | None) -> None:
-        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing), with no read
-        before the write: a modify of a missing entry becomes an add, an add of one that
-        exists (another instance made it meanwhile) a modify, a delete of one already gone
-        nothing. Which write goes first follows the last entry written: a modify while the
-        entries written are there already (the steady state: one round trip), an add once
-        one was missing (an initial load or a new OU: one round trip instead of a refused
-        modify and an add)."""
-        conn = self._connection()
-        if entry is None:
-            try:
-                conn.delete(dn)
-            except LDAPOperationResult as exc:
-                if exc.result != NO_SUCH_OBJECT:
-                    raise
-            return
-        changes = {k: [(MODIFY_REPLACE, v)] for k, v in entry.attributes.items()}
-        changes["objectClass"] = [(MODIFY_REPLACE, list(entry.object_classes))]
-        if not self._adding:
-            if self._written(conn.modify, dn, changes, missing=NO_SUCH_OBJECT):
-                return
-            self._adding = True
-        if self._written(conn.add, dn, list(entry.object_classes), {k: v for k, v in entry.attributes.items() if v},
-                         missing=ALREADY_EXISTS):  # fmt: skip
-            return
-        self._adding = False
-        conn.modify(dn, changes)
-
-    @staticmethod
-    def _written(write: Callable[..., object], *args: object, missing: int) -> bool:
-        """Whether ``write`` succeeded; False when the server refused it with ``missing``
-        (the other write is the one to make), any other refusal raised."""
-        try:
-            write(*args)
-        except LDAPOperationResult as exc:
-            if exc.result != missing:
-                raise
-            return False
-        return True
 
     # ------------------------------------------------------------------ read back (mcq reconcile)
     # objects: "person <person_id>" (employeeNumber=... under people_dn) and "group <name>"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ssl
 from urllib.parse import urlsplit
 
-from ldap3 import NONE, Connection, Server, Tls
+from ldap3 import ASYNC, NONE, SYNC, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPException, LDAPSocketOpenError, LDAPStartTLSError
 
 from consumers.exceptions import ConsumerError
@@ -38,17 +38,27 @@ def _reason(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
-def connect(ldap: LdapSettings, *, connect_timeout: float = 5, receive_timeout: float = 15) -> Connection:
-    """Open, secure (StartTLS when asked) and bind a connection to ``ldap.url``."""
+def connect(
+    ldap: LdapSettings, *, connect_timeout: float = 5, receive_timeout: float = 15, pipelined: bool = False
+) -> Connection:
+    """Open, secure (StartTLS when asked) and bind a connection to ``ldap.url``;
+    ``pipelined``: ldap3's ASYNC strategy, whose operations return a message id and whose
+    results are not raised (consumers/ldap/pipeline.py)."""
     where = urlsplit(ldap.url).netloc or ldap.url
+    if pipelined and ldap.start_tls:
+        # ldap3's ASYNC strategy upgrades to TLS in its receiving thread, where a certificate
+        # that is not trusted is an exception no caller sees (the caller waits for a timeout):
+        # a round-trip connection first says it in one line, or shows it is trusted
+        connect(ldap, connect_timeout=connect_timeout, receive_timeout=receive_timeout).unbind()
     try:
         server = Server(ldap.url, connect_timeout=connect_timeout, get_info=NONE, tls=_tls(ldap))
         conn = Connection(
             server,
             user=ldap.bind_dn,
             password=ldap.bind_password().get_secret_value(),
-            raise_exceptions=True,
+            raise_exceptions=not pipelined,
             receive_timeout=receive_timeout,
+            client_strategy=ASYNC if pipelined else SYNC,
         )
         conn.open()
         if ldap.start_tls:
@@ -60,7 +70,12 @@ def connect(ldap: LdapSettings, *, connect_timeout: float = 5, receive_timeout: 
     except LDAPException as exc:
         raise LdapConnectError(f"ldap server {where}: {_reason(exc)}") from None
     try:
-        conn.bind()
+        bound = conn.bind()
     except LDAPException as exc:
         raise LdapConnectError(f"ldap server {where}: bind as {ldap.bind_dn} refused: {_reason(exc)}") from None
+    if not bound:  # refused without raising (a pipelined connection)
+        result = conn.result or {}
+        reason = f"{result.get('description', 'refused')}: {result.get('message', '')}".rstrip(": ")
+        conn.unbind()
+        raise LdapConnectError(f"ldap server {where}: bind as {ldap.bind_dn} refused: {reason}")
     return conn

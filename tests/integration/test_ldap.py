@@ -4,6 +4,7 @@ delivery, read back with ldap3."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,13 +193,55 @@ def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world:
         for e in wanted:
             adapter.make(e.dn, e)  # type: ignore[attr-defined]
         adapter.make(f"uid=gone,{people}", None)  # type: ignore[attr-defined]  # a delete of what is not there
+        # one pipelined call, more entries than are in flight at once: existing and missing
+        # entries interleaved, deletes of entries there and not there, in both first-write modes
+        for mode, sn in ((False, "Batch"), (True, "Again")):
+            assert adapter._writer is not None
+            adapter._writer.adding = mode
+            batch: dict[str, Entry | None] = {}
+            for i in range(300):
+                e = person(f"b{i}", sn, [str(i)])
+                batch[e.dn] = e
+            batch |= {f"uid=b{i},{people}": None for i in range(0, 300, 7)}  # deleted again
+            batch |= {f"uid=never{i},{people}": None for i in range(5)}
+            if mode:
+                batch |= {f"uid=b{i},{people}": person(f"b{i}", sn, [str(i)]) for i in range(0, 300, 14)}
+            assert adapter._writer.make_all(batch) == {}
+            held = _held(world.settings, people)
+            assert {
+                dn.lower(): (e.attributes["sn"], e.attributes["telephoneNumber"]) for dn, e in batch.items() if e
+            } == {dn: held[dn] for dn in held if dn.startswith("uid=b") or dn.startswith("uid=never")}
+        refused = adapter._writer.make_all(
+            {f"uid=bad,{people}": Entry(f"uid=bad,{people}", ("top", "person"), {"sn": ["x"]})}
+        )
+        assert list(refused) == [f"uid=bad,{people}"] and "objectClassViolation" in refused[f"uid=bad,{people}"]
     finally:
         adapter.close()
+    from ldap3.strategy.asynchronous import AsyncStrategy
+
+    receivers = [t for t in threading.enumerate() if isinstance(t, AsyncStrategy.ReceiverSocketThread)]
+    assert receivers == [], "a closed pipelined connection leaves no receiving thread behind (it would spin)"
     for e in wanted:
         got = entry(world.settings, e.dn)
         assert got is not None, e.dn
         assert got["sn"] == e.attributes["sn"] and got.get("telephoneNumber", []) == e.attributes["telephoneNumber"]
     assert entry(world.settings, f"uid=gone,{people}") is None
+
+
+def _held(settings: Settings, people: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Every entry under ``people``: dn (lower case) -> (sn, telephoneNumber)."""
+    conn = ldap(settings)
+    try:
+        found = conn.extend.standard.paged_search(
+            people, "(objectClass=*)", LEVEL, attributes=["sn", "telephoneNumber"], paged_size=1000, generator=False
+        )
+        return {
+            str(e["dn"]).lower(): (list(e["attributes"]["sn"]), list(e["attributes"].get("telephoneNumber", [])))
+            for e in found
+            if e.get("type") == "searchResEntry"
+        }
+    finally:
+        conn.unbind()
 
 
 def _people(settings: Settings, base: str) -> dict[str, tuple[str, str]]:

@@ -19,6 +19,7 @@ from consumers.adapter import make_adapter
 from consumers.exceptions import TargetUnavailable
 from consumers.ldap.adapter import LdapAdapter
 from consumers.ldap.connection import LdapConnectError, connect
+from consumers.ldap.pipeline import Pipeline
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.tls import make_ca, make_server_cert, stack_tls, write_pair
@@ -87,18 +88,23 @@ def test_ldaps_and_starttls_verify_the_certificate_and_name_the_server_when_it_i
         assert conn.search(ldap.people_dn, "(objectClass=organizationalUnit)", "BASE")
         assert conn.server.ssl or conn.tls_started
         conn.unbind()
+        pipelined = connect(ldap, pipelined=True)  # the adapter's writes: ldap3's ASYNC strategy
+        _, result = pipelined.get_response(pipelined.search(ldap.people_dn, "(objectClass=organizationalUnit)", "BASE"))
+        assert result["result"] == 0 and (pipelined.server.ssl or pipelined.tls_started), result
+        Pipeline(pipelined, timeout=5).close()
     untrusted = [
         _with(settings, "ldap", url=ldaps, ca_file=foreign_ca).ldap,
         _with(settings, "ldap", url=ldaps, ca_file=None).ldap,  # the system's CAs do not know the stack's
         _with(settings, "ldap", start_tls=True, ca_file=foreign_ca).ldap,
     ]
     for ldap in untrusted:
-        with pytest.raises(LdapConnectError) as caught:
-            connect(ldap)
-        [line] = str(caught.value).splitlines()
-        host = ldap.url.split("//", 1)[1]
-        assert line.startswith(f"ldap server {host}: its TLS certificate is not trusted"), line
-        assert "MCQ_LDAP__CA_FILE" in line, line
+        for pipelined in (False, True):
+            with pytest.raises(LdapConnectError) as caught:
+                connect(ldap, pipelined=pipelined)
+            [line] = str(caught.value).splitlines()
+            host = ldap.url.split("//", 1)[1]
+            assert line.startswith(f"ldap server {host}: its TLS certificate is not trusted"), (pipelined, line)
+            assert "MCQ_LDAP__CA_FILE" in line, line
 
 
 def test_the_ldap_listener_writes_over_ldaps(world: World, settings: Settings) -> None:  # noqa: F811
