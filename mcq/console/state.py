@@ -8,9 +8,11 @@ registry reader is used under one lock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from confluent_kafka import KafkaException
@@ -78,7 +80,8 @@ class ConsoleState:
                     "schema registry",
                     s.registry.url,
                     resp.status_code == 200,
-                    f"{len(resp.json())} subjects, answered in {time.monotonic() - started:.2f} s"
+                    f"{subject_count(s.registry.url, s.registry.auth(), len(resp.json()))} subjects, "
+                    f"answered in {time.monotonic() - started:.2f} s"
                     if resp.status_code == 200
                     else f"HTTP {resp.status_code}",
                 )
@@ -105,3 +108,21 @@ class ConsoleState:
             return Service("kafka", address, False, str(exc.args[0]))
         took = time.monotonic() - started
         return Service("kafka", address, True, f"{len(meta.brokers)} broker(s), answered in {took:.2f} s")
+
+
+APICURIO_CCOMPAT = "/apis/ccompat/v7"
+LISTED_AT_MOST = 1000
+
+
+def subject_count(url: str, auth: Any, listed: int) -> str:
+    """How many subjects the registry at ``url`` holds, ``listed`` being how many its
+    ``GET /subjects`` gave: Apicurio's Confluent-compatible API lists at most 1,000, so
+    there its own search API counts them (a subject is an artifact); elsewhere the list is whole."""
+    if listed >= LISTED_AT_MOST and url.rstrip("/").endswith(APICURIO_CCOMPAT):
+        search = url.rstrip("/").removesuffix(APICURIO_CCOMPAT) + "/apis/registry/v3/search/artifacts"
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+            resp = httpx.get(search, params={"limit": 1}, auth=auth, timeout=5)
+            if resp.status_code == 200:
+                return f"{int(resp.json()['count']):,}"
+        return f"{listed:,}+"
+    return f"{listed:,}"

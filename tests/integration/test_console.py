@@ -292,3 +292,22 @@ def test_the_report_of_the_worlds_topics_renders_its_plots_and_its_totals_equal_
     for r in rows("changes"):
         expect(page.locator("#tables")).to_contain_text(f"{r['day']}: {r['changes']}")
     shot(page, "tables-with-counts")
+
+
+def test_the_subject_count_is_whole_where_apicurio_lists_only_the_first_thousand(
+    stack: Stack, settings: Settings
+) -> None:
+    """Apicurio's Confluent-compatible ``GET /subjects`` stops at 1,000; the overview counts
+    through its own search API instead. Forced down that path, the count must equal the
+    list wherever the list is whole."""
+    import httpx
+
+    from mcq.console.state import LISTED_AT_MOST, subject_count
+
+    listed = httpx.get(f"{settings.registry.url}/subjects", auth=settings.registry.auth(), timeout=10).json()
+    counted = int(subject_count(settings.registry.url, settings.registry.auth(), LISTED_AT_MOST).replace(",", ""))
+    if len(listed) < LISTED_AT_MOST:
+        assert counted == len(listed)
+    else:
+        assert counted >= len(listed)
+    assert subject_count(settings.registry.url, settings.registry.auth(), 12) == "12"  # short of the cap: whole
