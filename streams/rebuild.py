@@ -48,7 +48,7 @@ from mcq.config import Settings
 from mcq.registry.model import Registry
 from streams.laststate import FIELDS, applied_values, last_records, live_changes
 from streams.progress import stage_progress
-from streams.tableview import projected, view_columns, with_key_text
+from streams.tableview import in_view, with_key_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,7 +97,6 @@ class Rebuild:
         self.settings, self.registry, self.name, self.truncate, self.report = settings, registry, name, truncate, report
         self.tables = registry.tables_of(name)
         self.view = ListenerView(registry, name)
-        self.columns = view_columns(self.view, self.tables)
 
     def run(self, spark: SparkSession, dry_run: bool = False) -> RebuildSummary:
         from confluent_kafka import TopicPartition
@@ -115,7 +114,7 @@ class Rebuild:
         tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
         summary = RebuildSummary(self.name)
         summary.ends = self.groups.offsets(tps, OffsetSpec.latest()) if tps else {}  # type: ignore[no-untyped-call]
-        fast = isinstance(self.adapter, TableAdapter) and self.columns is not None
+        fast = isinstance(self.adapter, TableAdapter)
         summary.path = "bulk COPY into the table" if fast else f"through the {type(self.adapter).kind} adapter"
         self.report(f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends")
         with stage_progress(spark, label, self.report):
@@ -141,11 +140,9 @@ class Rebuild:
         from pyspark.sql import functions as F
 
         assert isinstance(self.adapter, TableAdapter)
-        columns = self.columns
-        assert columns is not None
         from pyspark import StorageLevel
 
-        states = live.select(*FIELDS, projected(self.tables, columns).alias("after"), "pos")
+        states = in_view(live.select(*FIELDS, "after", "pos"), self.view, self.tables)
         states = states.persist(StorageLevel.MEMORY_AND_DISK)  # read once, written twice (rows, positions)
         rows = with_key_text(states)
         staging = self.settings.stack.home / "tmp" / f"rebuild-{self.name}-{uuid.uuid4().hex[:8]}"

@@ -3,8 +3,8 @@ with ``--repair`` send exactly the drifted objects' keys through its bulk lane.
 
 1. Spark reads the last live state of every key of the tables the target's objects come
    from (streams/laststate.py: the listener's tables, or those an LDAP entry is
-   assembled from), streamed to the driver; a ``table`` target without content rules is
-   instead compared in Spark itself, read through JDBC (streams/reconcile_table.py);
+   assembled from), streamed to the driver; a ``table`` target is instead compared in
+   Spark itself, read through JDBC (streams/reconcile_table.py);
 2. the adapter says what the target should hold, through the listener's view (its rules
    and column allow-lists), and what it holds (:class:`consumers.adapter.ReadBack`);
 3. per object: **missing** (should be there, is not), **extra** (is there, should not
@@ -41,7 +41,6 @@ from streams.laststate import last_records, live_changes
 from streams.progress import stage_progress
 from streams.refresh import Refresh, RefreshSummary, listener_tables
 from streams.selection import Selection
-from streams.tableview import view_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -138,9 +137,8 @@ class Reconcile:
         refs = adapter.state_refs()
         self.tables = own if refs is None else [t for t in registry.tables if t.ref in refs]
         self.view = ListenerView(registry, name)
-        # a table target without content rules, whose database JDBC reaches: compared in Spark
-        self.columns = view_columns(self.view, self.tables) if isinstance(adapter, TableAdapter) else None
-        self.jdbc = adapter.jdbc_options() if isinstance(adapter, TableAdapter) and self.columns is not None else None
+        # a table target whose database JDBC reaches: compared in Spark
+        self.jdbc = adapter.jdbc_options() if isinstance(adapter, TableAdapter) else None
 
     def run(self, spark: SparkSession) -> Drift:
         started = time.monotonic()
@@ -168,7 +166,7 @@ class Reconcile:
 
         from streams import reconcile_table as rt
 
-        assert isinstance(self.adapter, TableAdapter) and self.columns is not None and self.jdbc is not None
+        assert isinstance(self.adapter, TableAdapter) and self.jdbc is not None
         label = f"reconcile {self.name}"
         self.report(
             f"{label}: comparing the last state of {len(topics)} logical topic(s) with "
@@ -177,7 +175,7 @@ class Reconcile:
         drift = Drift(self.name)
         try:
             live = last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
-            expected = rt.expected_rows(live, self.tables, self.columns)
+            expected = rt.expected_rows(live, self.view, self.tables)
             actual = rt.target_rows(spark, self.adapter, self.jdbc)
             with stage_progress(spark, label, self.report):
                 rt.collect_drift(rt.compared(expected, actual), drift, self.adapter.settled)

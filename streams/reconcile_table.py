@@ -1,12 +1,13 @@
 """A ``table`` target compared in Spark (``mcq reconcile``'s fast path): no state crosses
 to Python but the drifted ones.
 
-Used when no content rule of the listener chooses rows (``streams.tableview``) and the
-target's database is reachable through JDBC; otherwise ``streams/reconcile.py`` judges
-every state through the view in Python. Both find the same drift:
+Used when the target's database is reachable through JDBC; otherwise
+``streams/reconcile.py`` judges every state through the view on the driver. Both find the
+same drift:
 
-- expected: the last live state of every key, restricted to the columns the listener
-  sees, by key text (as ``rows_in_view`` gives it);
+- expected: the last live state of every key the listener's view admits, restricted to
+  the columns it sees, by key text (as ``rows_in_view`` gives it; ``streams.tableview``:
+  a table with a content rule is judged by the view itself in Spark's workers);
 - actual: the target's rows read through JDBC in parallel block ranges, the ``state``
   JSON parsed as a map of strings; a state that is not an object of strings and nulls
   equals no expected one;
@@ -25,22 +26,24 @@ from typing import TYPE_CHECKING, Any
 from consumers.table.adapter import TableAdapter
 from streams.laststate import FIELDS
 from streams.source_state import FETCH_SIZE, SESSION_INIT, block_ranges
-from streams.tableview import projected, with_key_text
+from streams.tableview import in_view, with_key_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from consumers.runtime.view import ListenerView
     from mcq.registry.model import LogicalTable
     from streams.reconcile import Drift
 
 MISSING, EXTRA, DIFFERENT = "missing", "extra", "different"
 
 
-def expected_rows(live: DataFrame, tables: list[LogicalTable], columns: dict[str, frozenset[str] | None]) -> DataFrame:
-    """``obj`` (the key text) and ``e``: the state the target should hold, of every live state."""
+def expected_rows(live: DataFrame, view: ListenerView, tables: list[LogicalTable]) -> DataFrame:
+    """``obj`` (the key text) and ``e``: the state the target should hold, of every live
+    state the listener's view admits."""
     from pyspark.sql import functions as F
 
-    states = live.select(*FIELDS, projected(tables, columns).alias("after"))
+    states = in_view(live.select(*FIELDS, "after"), view, tables)
     return with_key_text(states).select(F.col("change_key").alias("obj"), F.col("after").alias("e"))
 
 

@@ -1,20 +1,22 @@
 """A listener's view of its tables, in Spark: what the batch jobs that write or compare a
-``table`` target (``mcq rebuild``, ``mcq reconcile``) compute without a row crossing to
-Python.
+``table`` target (``mcq rebuild``, ``mcq reconcile``) compute without a state crossing to
+the driver.
 
 The view is the listener's interests (consumers/runtime/view.py). Where no interest of a
-table has a content rule, it only restricts the columns: that is a ``map_filter`` of the
-after-state, here. A content rule chooses rows; those jobs then judge every state through
-the view in Python instead (``view_columns`` says None).
+table has a content rule, the view only restricts the columns: a ``map_filter`` of the
+after-state, in the JVM. A table some interest of which has a rule goes through the
+listener's view itself, in a Python function Spark runs in its workers (in parallel, off
+the driver): exactly what the listener decides, rule language included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from consumers.runtime.view import ListenerView, Verdict
-from mcq.change import ChangeKey
+from mcq.change import Change, ChangeKey, Position
 from mcq.registry.model import LogicalTable
 from streams.laststate import FIELDS
 
@@ -22,16 +24,60 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
-def view_columns(view: ListenerView, tables: list[LogicalTable]) -> dict[str, frozenset[str] | None] | None:
-    """The columns the listener sees of each of ``tables`` (by ref; None: every column);
-    None when a content rule chooses rows of one of them."""
+def view_columns(view: ListenerView, tables: list[LogicalTable]) -> dict[str, frozenset[str] | None]:
+    """The columns the listener sees of each of ``tables`` no content rule of it chooses
+    rows of (by ref; None: every column)."""
     out: dict[str, frozenset[str] | None] = {}
     for t in tables:
         interests = view.interests_for(t.tname, t.subtype)
-        if any(i.parsed_rule() is not None for i in interests):
-            return None
-        out[t.ref] = Verdict(tuple(interests)).columns
+        if not any(i.parsed_rule() is not None for i in interests):
+            out[t.ref] = Verdict(tuple(interests)).columns
     return out
+
+
+def in_view(states: DataFrame, view: ListenerView, tables: list[LogicalTable]) -> DataFrame:
+    """The live ``states`` (key fields, ``after``, other columns kept) the listener's view
+    admits, ``after`` restricted to the columns it sees."""
+    from pyspark.sql import functions as F
+
+    columns = view_columns(view, tables)
+    plain = [t for t in tables if t.ref in columns]
+    ruled = [t for t in tables if t.ref not in columns]
+    out = states.where(_of(plain)).withColumn("after", projected(plain, columns))
+    if ruled:  # a Python function runs only on these rows (inside a CASE it would run on all)
+        judged = states.where(_of(ruled)).withColumn("after", _seen(view)(*(F.col(f) for f in FIELDS), F.col("after")))
+        out = out.unionByName(judged.where(F.col("after").isNotNull()))
+    return out
+
+
+def _of(tables: list[LogicalTable]) -> Column:
+    from pyspark.sql import functions as F
+
+    condition = F.lit(False)
+    for t in tables:
+        subtype = F.col("subtype").isNull() if t.subtype is None else F.col("subtype") == t.subtype
+        condition = condition | ((F.col("tname") == t.tname) & subtype)
+    return condition
+
+
+def _seen(view: ListenerView) -> Callable[..., Column]:
+    """A Spark function of the key fields and the after-state: that state as the listener
+    sees it (its columns), or null when no interest of it admits the row."""
+    from pyspark.sql.functions import udf
+    from pyspark.sql.types import MapType, StringType
+
+    registry, listener = view.registry, view.listener
+    views: list[ListenerView] = []  # one per worker process, made on its first row
+
+    def seen(tname, subtype, person_id, pkey_string, pkey_number, aux_string, after):  # type: ignore[no-untyped-def]
+        if not views:
+            views.append(ListenerView(registry, listener))
+        key = ChangeKey(tname, subtype, person_id, pkey_string, pkey_number, aux_string)
+        change = Change(key, "UPDATE", Position(0, 0), datetime.now(UTC), key.ref, after=dict(after or {}))
+        state, _ = views[0].see(change, False)
+        return None if state is None else state.after
+
+    return udf(seen, MapType(StringType(), StringType()))
 
 
 def projected(tables: list[LogicalTable], columns: dict[str, frozenset[str] | None]) -> Column:

@@ -82,6 +82,32 @@ def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_mean
     assert target_state(w.settings, w.table) == expected_state(history + meanwhile)
 
 
+def test_a_table_whose_listener_has_a_content_rule_is_rebuilt_to_exactly_its_view(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A content rule is judged by the listener's view in Spark's workers, an allow-list in
+    the JVM: the rebuilt table holds the rows the rule admits, with the columns allowed."""
+    ruled = '  - {listener: T, tname: ROOM, columns: [phone], rule: "person_id <> 101"}'
+    w = make_world(settings, token, tmp_path, extra=ruled)
+    history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(20)]
+    rooms = [change("ROOM", pid, f"R-{pid}", "INSERT") for pid in range(100, 106)]
+    rooms += [change("ROOM", 104, "R-104b"), change("ROOM", 105, None, "DELETE")]
+    produce(w.settings, w.phone_topic, history)
+    produce(w.settings, w.room_topic, rooms)
+    wanted = expected_state(history)  # derived from what was sent: PHONE whole, ROOM by the rule, phone only
+    wanted |= {k: {"phone": v["phone"]} for k, v in expected_state(rooms).items() if '"person_id":101' not in k}
+    assert len(wanted) == 20 + 4
+    caught_up(w)
+    assert target_state(w.settings, w.table) == wanted  # the listener itself
+
+    with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {w.table}")
+    summary = Rebuild(w.settings, w.registry, w.name, True, lambda _: None).run(spark_session(w.settings, "test"))
+    assert summary.path == "bulk COPY into the table" and summary.loaded == len(wanted)
+    assert target_state(w.settings, w.table) == wanted
+    assert caught_up(w).counters.applied == 0
+
+
 def test_a_listener_that_never_ran_is_loaded_by_a_rebuild_and_its_first_run_has_nothing_to_do(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:

@@ -78,20 +78,22 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
     """The Spark comparison (no state crosses to Python) and the view in Python find the
     same drift, written by hand into the target: a row gone, a value changed, a column
     with a null value dropped, a value that is a number, a SQL NULL state, a column the
-    allow-list hides, a stray row; a key with a non-ASCII character that did not drift."""
+    allow-list hides, a stray row, a row the content rule keeps out; a key with a
+    non-ASCII character that did not drift."""
     from streams.reconcile import Reconcile
     from streams.session import spark_session
 
-    w = make_world(settings, token, tmp_path, extra="  - {listener: T, tname: ROOM, columns: [phone]}")
+    ruled = '  - {listener: T, tname: ROOM, columns: [phone], rule: "person_id <> 101"}'
+    w = make_world(settings, token, tmp_path, extra=ruled)
     history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(12)]
     history += [change("PHONE", pid, None) for pid in (3, 9)]  # 9: a null value that does not drift
     history += [change("PHONE", 7, "+33 1", tele="bureau-\u00e9t\u00e9")]
-    rooms = [change("ROOM", pid, f"R-{pid}", "INSERT") for pid in (100, 101)]
+    rooms = [change("ROOM", pid, f"R-{pid}", "INSERT") for pid in (100, 101, 102)]  # 101: out of the view
     produce(w.settings, w.phone_topic, history)
     produce(w.settings, w.room_topic, rooms)
     caught_up(w)
     key = {pid: change("PHONE", pid, None).key.text() for pid in range(12)}
-    room = change("ROOM", 100, None).key.text()
+    room, out = change("ROOM", 100, None).key.text(), change("ROOM", 101, None).key.text()
     stray = ChangeKey("PHONE", None, 777, None, None, "office").text()
     with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"DELETE FROM {w.table} WHERE change_key = %s", (key[1],))
@@ -108,6 +110,11 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
             " VALUES (%s, 'PHONE', 777, 'office', '{\"phone\": \"x\"}', 7, 8)",
             (stray,),
         )
+        conn.execute(
+            f"INSERT INTO {w.table} (change_key, tname, person_id, aux_string, state, last_commit_lsn, lsn)"
+            " VALUES (%s, 'ROOM', 101, 'office', '{\"phone\": \"R-101\"}', 7, 8)",
+            (out,),
+        )
 
     spark = spark_session(w.settings, "test-reconcile")
     in_spark = Reconcile(w.settings, w.registry, w.name, report=lambda _: None)
@@ -117,9 +124,9 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
     drifts = [in_spark.run(spark), in_python.run(spark)]
 
     for drift in drifts:
-        assert (drift.expected, drift.actual) == (15, 15)
+        assert (drift.expected, drift.actual) == (15, 16)
         assert sorted(drift.missing) == [key[1]]
-        assert sorted(drift.extra) == [stray]
+        assert sorted(drift.extra) == sorted([stray, out])
         assert sorted(drift.different) == sorted([key[2], key[3], key[4], key[5], room])
         assert drift.different[room] == ({"phone": "R-100"}, {"phone": "R-100", "tele_type": "office"})
         assert drift.different[key[3]] == ({"person_id": "3", "tele_type": "office", "phone": None},
