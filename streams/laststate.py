@@ -142,14 +142,18 @@ def live_changes(live: DataFrame) -> Iterator[Change]:
         yield Change(key, "UPDATE", position, now, key.ref, after=dict(row["after"] or {}))
 
 
-def in_tables(tables: list[LogicalTable]) -> Column:
-    """Whether the key struct ``k`` is of one of ``tables``."""
+def in_tables(tables: list[LogicalTable], struct: str | None = "k") -> Column:
+    """Whether the key struct ``k`` (or the row's own key fields: ``struct`` None) is of
+    one of ``tables``."""
     from pyspark.sql import functions as F
 
+    path = f"{struct}." if struct else ""
     condition = F.lit(False)
     for t in tables:
-        subtype = F.col("k.subtype").isNull() if t.subtype is None else F.col("k.subtype") == t.subtype
-        condition = condition | ((F.col("k.tname") == t.tname) & subtype)
+        subtype = F.col(f"{path}subtype")
+        condition = condition | (
+            (F.col(f"{path}tname") == t.tname) & (subtype.isNull() if t.subtype is None else subtype == t.subtype)
+        )
     return condition
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from consumers.runtime.view import ListenerView, Verdict
 from mcq.change import Change, ChangeKey, Position
 from mcq.registry.model import LogicalTable
-from streams.laststate import FIELDS
+from streams.laststate import FIELDS, in_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -43,21 +43,12 @@ def in_view(states: DataFrame, view: ListenerView, tables: list[LogicalTable]) -
     columns = view_columns(view, tables)
     plain = [t for t in tables if t.ref in columns]
     ruled = [t for t in tables if t.ref not in columns]
-    out = states.where(_of(plain)).withColumn("after", projected(plain, columns))
+    out = states.where(in_tables(plain, None)).withColumn("after", projected(plain, columns))
     if ruled:  # a Python function runs only on these rows (inside a CASE it would run on all)
-        judged = states.where(_of(ruled)).withColumn("after", _seen(view)(*(F.col(f) for f in FIELDS), F.col("after")))
+        seen = _seen(view)(*(F.col(f) for f in FIELDS), F.col("after"))
+        judged = states.where(in_tables(ruled, None)).withColumn("after", seen)
         out = out.unionByName(judged.where(F.col("after").isNotNull()))
     return out
-
-
-def _of(tables: list[LogicalTable]) -> Column:
-    from pyspark.sql import functions as F
-
-    condition = F.lit(False)
-    for t in tables:
-        subtype = F.col("subtype").isNull() if t.subtype is None else F.col("subtype") == t.subtype
-        condition = condition | ((F.col("tname") == t.tname) & subtype)
-    return condition
 
 
 def _seen(view: ListenerView) -> Callable[..., Column]:
