@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from consumers.table.adapter import TableAdapter
 from streams.laststate import FIELDS
-from streams.source_state import FETCH_SIZE, SESSION_INIT, block_ranges
+from streams.source_state import read_in_ranges
 from streams.tableview import in_view, with_key_text
 
 if TYPE_CHECKING:
@@ -52,19 +52,7 @@ def target_rows(spark: SparkSession, adapter: TableAdapter, options: dict[str, s
     is no object of strings and nulls) of every row of the target."""
     from pyspark.sql import functions as F
 
-    query = adapter.read_back_query()
-    read: DataFrame | None = None
-    for where in block_ranges(adapter.blocks(), spark.sparkContext.defaultParallelism):
-        part = (
-            spark.read.format("jdbc")
-            .options(**options)
-            .option("fetchsize", str(FETCH_SIZE))
-            .option("sessionInitStatement", SESSION_INIT)
-            .option("query", f"{query}{where}")
-            .load()
-        )
-        read = part if read is None else read.unionByName(part)
-    assert read is not None
+    read = read_in_ranges(spark, options, adapter.read_back_query(), adapter.blocks())
     parsed = F.when(F.col("plain"), F.from_json("state", "map<string, string>"))
     return read.select(F.col("change_key").alias("obj"), F.col("state").alias("text"), parsed.alias("a"))
 

@@ -23,7 +23,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -180,17 +180,26 @@ class SourceReader:
         )
         # identifiers and literals only: no connection needed to spell it
         select = sql.SQL("SELECT {} FROM {}").format(columns, sql.Identifier(*table.name.split(".", 1))).as_string()
-        options: dict[str, Any] = {
-            **db.jdbc_options(),
-            "fetchsize": str(FETCH_SIZE),
-            "sessionInitStatement": SESSION_INIT,
-        }
-        read: DataFrame | None = None
-        for where in block_ranges(table.blocks, spark.sparkContext.defaultParallelism):
-            part = spark.read.format("jdbc").options(**options).option("query", f"{select}{where}").load()
-            read = part if read is None else read.unionByName(part)
-        assert read is not None
-        return read
+        return read_in_ranges(spark, db.jdbc_options(), select, table.blocks)
+
+
+def read_in_ranges(spark: SparkSession, options: dict[str, str], select: str, blocks: int) -> DataFrame:
+    """The rows of ``select`` (a query of one table of ``blocks`` blocks, without WHERE)
+    through JDBC (``options``: URL, user, password, driver), read only, in block ranges
+    read by parallel Spark tasks."""
+    read: DataFrame | None = None
+    for where in block_ranges(blocks, spark.sparkContext.defaultParallelism):
+        part = (
+            spark.read.format("jdbc")
+            .options(**options)
+            .option("fetchsize", str(FETCH_SIZE))
+            .option("sessionInitStatement", SESSION_INIT)
+            .option("query", f"{select}{where}")
+            .load()
+        )
+        read = part if read is None else read.unionByName(part)
+    assert read is not None
+    return read
 
 
 def block_ranges(blocks: int, parallelism: int) -> list[str]:

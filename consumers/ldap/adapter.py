@@ -169,13 +169,6 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
                 self.written.wrote(dn, positions)
         return outcomes
 
-    def make(self, dn: str, entry: Entry | None) -> None:
-        """Make the directory hold exactly ``entry`` at ``dn`` (or nothing): one entry of
-        :meth:`apply_batch`; a refusal is a :class:`ChangeFailed`."""
-        failed = self._pipeline().make_all({dn: entry})
-        if failed:
-            raise ChangeFailed(f"ldap: {dn}: {failed[dn]}")
-
     def touched(self, change: Change) -> list[tuple[str, Callable[[], Entry | None]]]:
         """Every entry a change touches: (dn, what the entry must be now, or None: gone),
         the entry computed only when asked (a write already made may make it unneeded)."""
