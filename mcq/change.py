@@ -124,6 +124,11 @@ class ChangeKey:
             object.__setattr__(self, "_text", cached)
         return cached
 
+    @staticmethod
+    def text_tail(tname: str) -> str:
+        """How :meth:`text` ends for every key of ``tname`` (a filter before parsing)."""
+        return f',"tname":{_json(tname)}}}'
+
     @classmethod
     def from_text(cls, text: str) -> ChangeKey:
         d = json.loads(text)

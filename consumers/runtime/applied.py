@@ -138,10 +138,12 @@ class AppliedPositions:
         """The exposure marks held, by topic."""
         return dict(self._exposed)
 
-    def present_keys(self) -> Iterator[ChangeKey]:
-        """Every key present at the target."""
+    def present_keys(self, tname: str | None = None) -> Iterator[ChangeKey]:
+        """Every key present at the target, or every one of ``tname``'s (found by its text
+        first: a listener may hold a million keys, and a key is built only when asked for)."""
+        tail = None if tname is None else ChangeKey.text_tail(tname)
         for text, applied in self._applied.items():
-            if applied[2]:
+            if applied[2] and (tail is None or text.endswith(tail)):
                 yield self._key(text)
 
     def entries(self) -> Iterator[tuple[str, bool]]:

@@ -474,7 +474,10 @@ class ListenerRuntime:
             tp = (msg.topic() or "", msg.partition() or 0)
             if tp in blocked:
                 continue  # behind a change on hold: read again after the hold
-            item = Item(msg, Origin.of(msg), retry_lane=tp[0] == self.topics.retry)
+            retry_lane = tp[0] == self.topics.retry
+            # only the retry lane's records carry an origin in their headers (read only there)
+            origin = Origin.of(msg) if retry_lane else Origin(tp[0], tp[1], msg.offset() or 0)
+            item = Item(msg, origin, retry_lane=retry_lane)
             if item.retry_lane:
                 until = hold_until_ms(msg) / 1000
                 if until > time.time():
@@ -502,9 +505,9 @@ class ListenerRuntime:
         self._judge_waits(consumer, firsts)
         if requests:
             self.refresher.prepare([r.change for r in requests if r.change is not None])
-            present = list(self.applied.present_keys())
             for request in requests:
                 assert request.change is not None
+                present = self.applied.present_keys(request.change.key.tname)
                 for change in self.refresher.resolve(request.change, present):
                     self._deliver.candidate(Item(request.msg, request.origin, change, request.retry_lane), todo)
         outcome = "failed"  # an unexpected error: nothing of this batch is acknowledged, it is read again

@@ -23,7 +23,7 @@ the real-time lane and the target still ends at the last state.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from consumers.projection import IndexedState
 from consumers.runtime.view import ListenerView
@@ -74,7 +74,7 @@ class RefreshResolver:
         if catch_up is not None:
             catch_up()
 
-    def resolve(self, request: Change, present: list[ChangeKey]) -> list[Change]:
+    def resolve(self, request: Change, present: Iterable[ChangeKey]) -> list[Change]:
         """The changes a request stands for; ``present`` are the keys at the target."""
         out: list[Change] = []
         fields = {f: v for f in KEY_FIELDS if (v := getattr(request.key, f)) is not None}

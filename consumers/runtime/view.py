@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from consumers.projection import Row, SourceState, StateStore
@@ -43,7 +44,7 @@ class Verdict:
     def admitted(self) -> bool:
         return bool(self.interests)
 
-    @property
+    @cached_property
     def columns(self) -> frozenset[str] | None:
         """The union of the admitting interests' allow-lists; None: every column."""
         if any(i.columns is None for i in self.interests):
@@ -61,6 +62,10 @@ class Verdict:
         return min(limits) if limits else None
 
 
+_NONE = Verdict(())
+_UNKNOWN = Verdict(())  # not judged yet (a sentinel: compared by identity)
+
+
 def project(row: Row | None, columns: frozenset[str] | None) -> Row | None:
     if row is None or columns is None:
         return row
@@ -75,6 +80,8 @@ class ListenerView:
         self.listener = listener
         self._interests = registry.interests_of(listener)
         self._for: dict[tuple[str, str | None], list[Interest]] = {}
+        self._unruled: dict[tuple[str, str | None], Verdict | None] = {}
+        """Per table: the verdict on every row when no interest in it has a rule, else None."""
 
     def interests_for(self, tname: str, subtype: str | None) -> list[Interest]:
         found = self._for.get((tname, subtype))
@@ -93,10 +100,19 @@ class ListenerView:
     def verdict(self, change: Change, row: Row | None) -> Verdict:
         """Which interests admit ``row`` as the state of the change's key (none for no row)."""
         if row is None:
-            return Verdict(())
+            return _NONE
+        table = (change.key.tname, change.key.subtype)
+        unruled = self._unruled.get(table, _UNKNOWN)
+        if unruled is _UNKNOWN:
+            interests = self.interests_for(*table)
+            unruled = self._unruled[table] = (
+                None if any(i.parsed_rule() is not None for i in interests) else Verdict(tuple(interests))
+            )
+        if unruled is not None:
+            return unruled
         values: dict[str, Any] | None = None
         admitting = []
-        for interest in self.interests_for(change.key.tname, change.key.subtype):
+        for interest in self.interests_for(*table):
             rule = interest.parsed_rule()
             if rule is not None:
                 values = values if values is not None else change.rule_values(row=row)
@@ -112,7 +128,7 @@ class ListenerView:
         if verdict.admitted:
             columns = verdict.columns
             before = project(change.before, columns) if present else None
-            if present and columns is None:
+            if columns is None and (present or (change.change_type == "INSERT" and change.before is None)):
                 seen = change  # every column, as it came (state is its after: it is not a delete)
             elif present:
                 seen = dataclasses.replace(change, after=project(state, columns), before=before)

@@ -117,6 +117,17 @@ def test_a_keys_text_is_exactly_what_json_dumps_writes_for_any_field_values() ->
         assert ChangeKey.from_text(key.text()) == key
 
 
+def test_a_keys_text_ends_with_its_tnames_tail_and_no_other_tnames() -> None:
+    """The applied positions pick a TNAME's keys out of a million by this tail, unparsed."""
+    texts = ["PERSON", "PERSON2", "ERSON", 'P"ERSON', "ünï", "", ',"tname":"PERSON"}']
+    rnd = random.Random(11)
+    for _ in range(3000):
+        key = ChangeKey(rnd.choice(texts[:-2]), rnd.choice([None, *texts]), rnd.choice([None, 7]),
+                        rnd.choice([None, *texts]), None, rnd.choice([None, *texts]))  # fmt: skip
+        for tname in texts:
+            assert key.text().endswith(ChangeKey.text_tail(tname)) == (key.tname == tname)
+
+
 def _random_change(rnd: random.Random) -> Change:
     texts = [None, "", "x", 'q"uo\\te', "ünï\u2028ç😀", "\x00\x1f\n\t", "Telephone", "long " * 200]
     numbers = [None, 0, -1, -(2**63), 2**63 - 1, 123]

@@ -99,6 +99,32 @@ def test_a_listener_gets_what_the_change_means_to_a_target_mirroring_its_view(  
         assert seen.after == {"person_id": "42", "status": after}
 
 
+@pytest.mark.parametrize(
+    ("kind", "after", "before", "present", "expected", "cause"),
+    [
+        ("INSERT", "Retired", None, False, "INSERT", "source"),
+        ("INSERT", "Retired", None, True, "INSERT", "source"),
+        ("UPDATE", "Retired", "Active", True, "UPDATE", "source"),
+        ("UPDATE", "Retired", "Active", False, "INSERT", "entered-view"),  # the target lacks it: the full state
+        ("DELETE", None, "Active", True, "DELETE", "source"),
+        ("DELETE", None, "Active", False, None, None),
+    ],
+)
+def test_a_listener_without_rules_or_allow_lists_gets_every_state(  # type: ignore[no-untyped-def]
+    registry, kind: str, after: str | None, before: str | None, present: bool, expected: str | None, cause: str | None
+) -> None:
+    view = ListenerView(registry, "LDAP")
+    for _ in range(2):  # the second time from the view's remembered verdict on the table
+        change = status_change(kind, after, before)
+        seen = view.see(change, present)[0]
+        assert (seen.change_type if seen else None) == expected
+        assert (seen.cause if seen else None) == cause
+        if seen is not None and seen.change_type == change.change_type:
+            assert seen == change  # as it came
+        if seen is not None and seen.change_type == "INSERT":
+            assert seen.after == {"person_id": "42", "status": after} and seen.before is None
+
+
 def test_an_allow_list_keeps_every_other_column_from_the_listener(registry) -> None:  # type: ignore[no-untyped-def]
     change = status_change("INSERT", "Active", None)
     change = Change(change.key, "INSERT", change.position, change.entry_time, "x",
