@@ -128,6 +128,7 @@ class ListenerRuntime:
         self._last_tick = time.monotonic()
         self._realtime_topics: list[str] = []
         self._bulk_busy = False
+        self._until_caught_up = False
         self._offsets = LaneOffsets(name, self._admin, self._kafka, report)
         self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
         self.tally = Tally(name, self.counters, self.metrics)
@@ -354,6 +355,7 @@ class ListenerRuntime:
             f"real-time lane {', '.join(self._realtime_topics)}; bulk lane {', '.join(self.topics.bulk_lane())}"
             + (f"; health {self._health.address}" if self._health else "")
         )
+        self._until_caught_up = until_caught_up
         clean = False  # an error ends the run: the applied positions' snapshot is not saved
         try:
             self.target.wait(None)
@@ -389,7 +391,9 @@ class ListenerRuntime:
         # has fetched, and fetching it again after every real-time batch loaded the broker
         # enough to delay real-time changes by 0.5 s now and then (bench/batch_jobs.py);
         # what it may hold is bounded by queued.max.messages.kbytes.
-        msgs = self._take(self._rt, self._pace["realtime"].size, 0 if self._bulk_busy else 0.25)
+        # no wait either for a run until caught up whose real-time lane is (its bulk lane's turn)
+        drained = self._until_caught_up and self._lane_caught_up("realtime", self._rt)
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0 if self._bulk_busy or drained else 0.25)
         if msgs:
             self._process(self._rt, msgs, "realtime")
             return True
@@ -427,17 +431,19 @@ class ListenerRuntime:
 
     def _caught_up(self) -> bool:
         """Everything that was pending when we first saw each partition is handled."""
-        for lane, consumer in (("realtime", self._rt), ("bulk", self._bulk)):
-            assigned = list(consumer.assignment())
-            if not assigned:
+        return self._lane_caught_up("realtime", self._rt) and self._lane_caught_up("bulk", self._bulk)
+
+    def _lane_caught_up(self, lane: str, consumer: Consumer) -> bool:
+        assigned = list(consumer.assignment())
+        if not assigned:
+            return False
+        self._offsets.learn(consumer, lane, [tp for tp in assigned if (tp.topic, tp.partition) not in self._held])
+        for tp in assigned:
+            key = (tp.topic, tp.partition)
+            if key in self._held:
+                continue  # parked changes not yet due wait for the next run
+            if self._offsets.committed_or_zero(consumer, tp) < self._offsets.ends[lane][key]:
                 return False
-            self._offsets.learn(consumer, lane, [tp for tp in assigned if (tp.topic, tp.partition) not in self._held])
-            for tp in assigned:
-                key = (tp.topic, tp.partition)
-                if key in self._held:
-                    continue  # parked changes not yet due wait for the next run
-                if self._offsets.committed_or_zero(consumer, tp) < self._offsets.ends[lane][key]:
-                    return False
         return True
 
     def _release_held(self) -> None:

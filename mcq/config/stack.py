@@ -49,7 +49,8 @@ class StackSettings(Section):
     slapd: Path = Path("/usr/sbin/slapd")
     ldap_schema_dir: Path = Path("/etc/ldap/schema")
     ldap_module_dir: Path = Path("/usr/lib/ldap")
-    kafka_heap: str = "-Xms256m -Xmx768m"
+    kafka_heap: str = "-Xms512m -Xmx2g"
+    """A broker's heap grows with its topics and partitions (0.5 GB live at 6,000 topics)."""
     connect_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     start_timeout_s: float = 150.0

@@ -134,6 +134,8 @@ class JvmService(Service, ABC):
 
     heap: ClassVar[str]
     main_class: ClassVar[str]
+    gc: ClassVar[tuple[str, ...]] = ("-XX:+UseSerialGC",)
+    """Two cores: no parallel GC threads fighting the pipeline, unless a service needs better."""
 
     @property
     def libs(self) -> Path:
@@ -147,7 +149,7 @@ class JvmService(Service, ABC):
         return [
             self.marker,
             *getattr(self.settings.stack, self.heap).split(),
-            "-XX:+UseSerialGC",  # two cores: no parallel GC threads fighting the pipeline
+            *self.gc,
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
