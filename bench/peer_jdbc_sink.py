@@ -18,8 +18,10 @@ sink needs; mcq's default connector writes the smaller schemaless form instead.
    connector / of the two mcq processes until the target holds every row of the source
    table. Rate = rows / that time, start-up included.
 2. Latency, both running, once the normaliser is through the other tables' backlogs too
-   (the logical topics stopped growing): one telephone-number update per transaction at ``--rate`` for
-   ``--seconds``; a poller reads both targets every 50 ms and notes when each new number
+   (the logical topics stopped growing): one telephone-number update per transaction at ``--rate``,
+   ``--warmup`` seconds of them (reported apart: the normaliser started a minute before, and
+   its JVM compiles the query's hot code in the first seconds of a load) then ``--seconds``
+   measured; a poller reads both targets every 50 ms and notes when each new number
    appears. Latency = first seen in the target - commit. A tap (``bench/hops.py``) reads
    the raw and the logical topic meanwhile, so each of mcq's samples is split into its
    hops: commit -> raw (Debezium), raw -> logical (the normaliser), logical -> row (the
@@ -146,6 +148,8 @@ def main() -> int:
     ap.add_argument("--people", type=int, default=5000)
     ap.add_argument("--rate", type=int, default=100, help="updates per second in the latency run")
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=10.0,
+                    help="seconds of updates at --rate before the measured ones (reported apart)")  # fmt: skip
     ap.add_argument("--bursts", type=int, default=5, help="transactions that each update every row, both warm")
     ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
@@ -159,6 +163,7 @@ def main() -> int:
     connector = f"bench-peer-{token}"
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[str] = []
+    warm_rows: list[str] = []  # the warm-up's latencies, peer and mcq
     with captured_world(settings, people=args.people) as world, ConnectClient(settings.connect) as connect:
         s = world.schema
         raw = world.topic(f"{s}.directory_telephone")
@@ -243,10 +248,10 @@ def main() -> int:
                 keys = conn.execute(
                     f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2"
                 ).fetchall()
-                n = int(args.rate * args.seconds)
-                print(f"latency: {n} updates at {args.rate}/s", flush=True)
+                warm, n = int(args.rate * args.warmup), int(args.rate * args.seconds)
+                print(f"latency: {warm} updates to warm up, then {n} measured, at {args.rate}/s", flush=True)
                 begin = time.time()
-                for i in range(n):
+                for i in range(warm + n):
                     if (wait := begin + i / args.rate - time.time()) > 0:
                         time.sleep(wait)
                     number = f"B-{i}"
@@ -257,6 +262,10 @@ def main() -> int:
                 while time.time() < deadline and not all(len(seen[x]) >= len(committed) for x in seen):
                     time.sleep(0.5)
             stop.set()
+            warming = {k: committed.pop(k) for k in [f"B-{i}" for i in range(warm)]}
+            for who in ("peer", "mcq"):
+                lat = [seen[who][k] - t for k, t in warming.items() if k in seen[who]]
+                warm_rows.append(f"{who} p99 {percentile(lat, 99):.2f} s (max {max(lat or [0]):.2f} s)")
             stages = [("raw", tap.seen["raw"]), ("logical", tap.seen["logical"]), ("row", seen["mcq"])]
             hops = hop_rows(committed, stages)
             if args.dump:
@@ -293,6 +302,11 @@ def main() -> int:
     print(f"| commit -> row in the target at {args.rate}/s ({peer[1]} / {ours[1]} arrived) | {n:,} updates | "
           f"{peer[2]}, {peer[3]} | {ours[2]}, {ours[3]} |")  # fmt: skip
     print(rows[3])
+    if warm_rows:
+        print(
+            f"\nThe {args.warmup:g} s of updates at {args.rate}/s before the measured ones (the normaliser "
+            f"started a minute before; not in the figures above): {', '.join(warm_rows)}."
+        )
     print("\nmcq's samples hop by hop (a tap reading the raw and logical topics; row: the 50 ms poller):\n")
     for row in hops:
         print(row)
