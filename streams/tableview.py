@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from consumers.runtime.view import ListenerView, Verdict
+from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.registry.model import LogicalTable
 from streams.laststate import FIELDS, in_tables
@@ -29,9 +29,9 @@ def view_columns(view: ListenerView, tables: list[LogicalTable]) -> dict[str, fr
     rows of (by ref; None: every column)."""
     out: dict[str, frozenset[str] | None] = {}
     for t in tables:
-        interests = view.interests_for(t.tname, t.subtype)
-        if not any(i.parsed_rule() is not None for i in interests):
-            out[t.ref] = Verdict(tuple(interests)).columns
+        unruled = view.unruled(t.tname, t.subtype)
+        if unruled is not None:
+            out[t.ref] = unruled.columns
     return out
 
 

@@ -481,9 +481,7 @@ class ListenerRuntime:
             if tp in blocked:
                 continue  # behind a change on hold: read again after the hold
             retry_lane = tp[0] == self.topics.retry
-            # only the retry lane's records carry an origin in their headers (read only there)
-            origin = Origin.of(msg) if retry_lane else Origin(tp[0], tp[1], msg.offset() or 0)
-            item = Item(msg, origin, retry_lane=retry_lane)
+            item = Item(msg, Origin.of(msg, retry_lane), retry_lane=retry_lane)
             if item.retry_lane:
                 until = hold_until_ms(msg) / 1000
                 if until > time.time():

@@ -55,9 +55,10 @@ class Origin:
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
     @classmethod
-    def of(cls, msg: Message) -> Origin:
-        """The origin of a record: its own position, or the one its headers carry (retry lane)."""
-        h = headers_of(msg)
+    def of(cls, msg: Message, retry_lane: bool) -> Origin:
+        """The origin of a record: its own position, or on the retry lane (the only lane whose
+        records carry one, so the only one whose headers are read) the one its headers carry."""
+        h = headers_of(msg) if retry_lane else {}
         if H_TOPIC in h:
             return cls(h[H_TOPIC], int(h[H_PARTITION]), int(h[H_OFFSET]), int(h.get(H_ATTEMPTS, "0")))
         return cls(msg.topic() or "?", msg.partition() or 0, msg.offset() or 0, 0)

@@ -97,22 +97,28 @@ class ListenerView:
     def covers(self, key: ChangeKey) -> bool:
         return bool(self.interests_for(key.tname, key.subtype))
 
+    def unruled(self, tname: str, subtype: str | None) -> Verdict | None:
+        """The verdict on every row of a table no interest in it has a content rule on
+        (its columns are what the listener sees of each row); None when a rule chooses rows."""
+        table = (tname, subtype)
+        found = self._unruled.get(table, _UNKNOWN)
+        if found is _UNKNOWN:
+            interests = self.interests_for(tname, subtype)
+            found = self._unruled[table] = (
+                None if any(i.parsed_rule() is not None for i in interests) else Verdict(tuple(interests))
+            )
+        return found
+
     def verdict(self, change: Change, row: Row | None) -> Verdict:
         """Which interests admit ``row`` as the state of the change's key (none for no row)."""
         if row is None:
             return _NONE
-        table = (change.key.tname, change.key.subtype)
-        unruled = self._unruled.get(table, _UNKNOWN)
-        if unruled is _UNKNOWN:
-            interests = self.interests_for(*table)
-            unruled = self._unruled[table] = (
-                None if any(i.parsed_rule() is not None for i in interests) else Verdict(tuple(interests))
-            )
+        unruled = self.unruled(change.key.tname, change.key.subtype)
         if unruled is not None:
             return unruled
         values: dict[str, Any] | None = None
         admitting = []
-        for interest in self.interests_for(*table):
+        for interest in self.interests_for(change.key.tname, change.key.subtype):
             rule = interest.parsed_rule()
             if rule is not None:
                 values = values if values is not None else change.rule_values(row=row)
@@ -178,8 +184,9 @@ class ViewState:
         interests = self.view.interests_for(tname, subtype)
         if not interests:
             return []
-        if all(i.parsed_rule() is None for i in interests):  # every row admitted: only columns to cut
-            columns = Verdict(tuple(interests)).columns
+        unruled = self.view.unruled(tname, subtype)
+        if unruled is not None:  # every row admitted: only columns to cut
+            columns = unruled.columns
             return [row if columns is None else project(row, columns) or {} for row in rows]
         out: list[Row] = []
         for row in rows:
