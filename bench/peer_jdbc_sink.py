@@ -26,9 +26,17 @@ sink needs; mcq's default connector writes the smaller schemaless form instead.
    the raw and the logical topic meanwhile, so each of mcq's samples is split into its
    hops: commit -> raw (Debezium), raw -> logical (the normaliser), logical -> row (the
    listener).
+   Then a second ``table`` listener (``Mirror2``) is started on the running pipeline: a new
+   target fed from the logical topics, as the peer's new connector is fed from the raw one.
 3. Throughput, both warm: ``--bursts`` transactions, each updating every telephone row,
    committed one after the other; the time until each target holds every row's last
-   value, and until the raw and the logical topic hold every change.
+   value, and until the raw and the logical topic hold every change. Both read what one
+   Debezium connector writes while it writes, so this is bounded by Debezium.
+4. Draining a backlog, the consumers' own throughput: the peer connector paused and the
+   ``Mirror`` listener stopped, ``--drain-bursts`` transactions of the same kind; once the
+   raw topic and the logical topic (the normaliser keeps running, as Debezium does) hold
+   every change, the peer is resumed and timed until its target holds every last value,
+   then the listener is started and timed the same way, each alone on the cores.
 
     .venv/bin/python -m bench.peer_jdbc_sink --people 5000 --rate 100 --seconds 30
 
@@ -47,6 +55,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -72,6 +81,8 @@ MIRROR = """
     adapter: {type: table, settings: {table: TABLE}}
 """
 MIRROR_INTEREST = '  - {listener: Mirror, tname: PERSON, subtype: "Telephone"}\n'
+MIRROR2 = MIRROR.replace("Mirror", "Mirror2")
+MIRROR2_INTEREST = MIRROR_INTEREST.replace("Mirror", "Mirror2")
 
 
 def peer_config(settings: Settings, topic: str, table: str) -> dict[str, str]:
@@ -151,6 +162,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0,
                     help="seconds of updates at --rate before the measured ones (reported apart)")  # fmt: skip
     ap.add_argument("--bursts", type=int, default=5, help="transactions that each update every row, both warm")
+    ap.add_argument("--drain-bursts", type=int, default=10,
+                    help="such transactions committed while both consumers are stopped, then drained")  # fmt: skip
     ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -159,7 +172,7 @@ def main() -> int:
     # the JDBC sink needs each value's Connect schema: the world's connector writes values
     # with it (as for a worker without mcq's NaturalText transform), and mcq reads the same
     settings = settings.model_copy(update={"connect": settings.connect.model_copy(update={"natural_text": False})})
-    peer_table, mirror_table = f"p_{token}.telephone", f"b_{token}.mirror"
+    peer_table, mirror_table, mirror2_table = f"p_{token}.telephone", f"b_{token}.mirror", f"b_{token}.mirror2"
     connector = f"bench-peer-{token}"
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[str] = []
@@ -176,7 +189,12 @@ def main() -> int:
         registry_file = Path(f"/tmp/{settings.topic_prefix}.yaml")
         registry_file.write_text(
             world.registry_yaml.replace(
-                "\ninterests:\n", MIRROR.replace("TABLE", mirror_table) + "\ninterests:\n" + MIRROR_INTEREST
+                "\ninterests:\n",
+                MIRROR.replace("TABLE", mirror_table)
+                + MIRROR2.replace("TABLE", mirror2_table)
+                + "\ninterests:\n"
+                + MIRROR_INTEREST
+                + MIRROR2_INTEREST,
             )
         )
         env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
@@ -195,21 +213,25 @@ def main() -> int:
             connect.put(connector, peer_config(settings, raw, peer_table))
             peer_load = wait_loaded(settings, "peer", f"SELECT count(*) FROM {peer_table}", expected, started, 900)
             log = open(f"/tmp/{settings.topic_prefix}-mcq.log", "wb")  # noqa: SIM115
-            started = time.monotonic()
-            for command in (
-                ["streams", "normalize", "--http-port", "0", "--registry", str(registry_file), "--checkpoint",
-                 f"/tmp/{settings.topic_prefix}-ckpt"],
-                ["listen", "Mirror", "--registry", str(registry_file), "--http-port", "0"],
-            ):  # fmt: skip
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "mcq.cli", *command],
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+
+            def spawn(*command: str) -> subprocess.Popen[bytes]:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "mcq.cli", *command],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
+                procs.append(proc)
+                return proc
+
+            def listen(name: str) -> subprocess.Popen[bytes]:
+                return spawn("listen", name, "--registry", str(registry_file), "--http-port", "0")
+
+            started = time.monotonic()
+            spawn("streams", "normalize", "--http-port", "0", "--registry", str(registry_file),
+                  "--checkpoint", f"/tmp/{settings.topic_prefix}-ckpt")  # fmt: skip
+            mirror = listen("Mirror")
             mirror_count = f"SELECT count(*) FROM {mirror_table} WHERE tname = 'PERSON' AND subtype = 'Telephone'"
             registry = parse_registry(registry_file.read_text(), str(registry_file))
             logical = plan_normalize(registry, settings.topic_prefix).logical_topics
@@ -222,6 +244,14 @@ def main() -> int:
             # the telephone rows are in, other tables' backlogs may still be read in real time
             # (a query per raw topic on the same cores): latency is measured once all are through
             wait_settled(settings, logical)
+            # a new target on the running pipeline, as the peer's connector was one on a running worker
+            started = time.monotonic()
+            listen("Mirror2")
+            mirror2_count = mirror_count.replace(mirror_table, mirror2_table)
+            new_load = wait_loaded(settings, "mcq, a new listener", mirror2_count, expected, started, 900)
+            rows.append(f"| a new target on a running pipeline | {expected:,} rows | peer (above) | "
+                        f"mcq {new_load:.1f} s, {expected / new_load:,.0f} rows/s |")  # fmt: skip
+            print(rows[-1], flush=True)
 
             # 2. latency, both running
             seen: dict[str, dict[str, float]] = {"peer": {}, "mcq": {}}
@@ -280,16 +310,23 @@ def main() -> int:
             hop_topics = {"raw": raw, "logical": telephone[0]}
             rows.append(burst(settings, s, peer_table, mirror_table, expected, args.bursts, hop_topics))
             print(rows[-1], flush=True)
+            # 4. draining a backlog, each consumer alone
+            if args.drain_bursts:
+
+                def restart_mirror() -> None:
+                    nonlocal mirror
+                    mirror = listen("Mirror")
+
+                rows.append(
+                    drain(
+                        settings, connect, connector, s, (peer_table, mirror_table), expected, args.drain_bursts,
+                        hop_topics, stop_mirror=lambda: stop_procs([mirror]), start_mirror=restart_mirror,
+                    )
+                )  # fmt: skip
+                print(rows[-1], flush=True)
         finally:
             connect.delete(connector)
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_procs(procs)
             with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA IF EXISTS p_{token} CASCADE")
                 conn.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
@@ -297,11 +334,16 @@ def main() -> int:
     print("| measurement | size | Debezium JDBC sink 3.4.0.Final | mcq (real time + `table`) |")
     print("|---|---|---|---|")
     load = [c.strip(" |") for c in rows[0].split(" | ")]
-    print(f"| initial load, start-up included | {load[1]} | {load[2][5:]} | {load[3][4:]} |")
-    peer, ours = ([c.strip(" |") for c in row.split(" | ")] for row in rows[1:3])
+    print(f"| initial load, start-up included (mcq: the normaliser's start too) | {load[1]} | {load[2][5:]} | "
+          f"{load[3][4:]} |")  # fmt: skip
+    new = [c.strip(" |") for c in rows[1].split(" | ")]
+    print(f"| a new target on the running pipeline (peer: a new connector; mcq: a new listener) | {new[1]} | "
+          f"{load[2][5:]} | {new[3][4:]} |")  # fmt: skip
+    peer, ours = ([c.strip(" |") for c in row.split(" | ")] for row in rows[2:4])
     print(f"| commit -> row in the target at {args.rate}/s ({peer[1]} / {ours[1]} arrived) | {n:,} updates | "
           f"{peer[2]}, {peer[3]} | {ours[2]}, {ours[3]} |")  # fmt: skip
-    print(rows[3])
+    for row in rows[4:]:
+        print(row)
     if warm_rows:
         print(
             f"\nThe {args.warmup:g} s of updates at {args.rate}/s before the measured ones (the normaliser "
@@ -311,6 +353,18 @@ def main() -> int:
     for row in hops:
         print(row)
     return 0
+
+
+def stop_procs(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process still running, then wait for it (kill after 60 s)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def burst(
@@ -355,6 +409,67 @@ def burst(
         f"| throughput, both warm: {bursts} transactions each updating every row (committed in {committed:.1f} s; "
         f"every change in the {reached}) | "
         f"{n:,} changes | {cell('peer')} | {cell('mcq')} |"
+    )
+
+
+def drain(
+    settings: Settings,
+    connect: ConnectClient,
+    connector: str,
+    schema: str,
+    tables: tuple[str, str],
+    rows: int,
+    bursts: int,
+    hops: dict[str, str],
+    stop_mirror: Callable[[], None],
+    start_mirror: Callable[[], None],
+) -> str:
+    """The consumers' own throughput: with the peer paused and mcq's listener stopped, commit
+    ``bursts`` transactions that each update all ``rows`` telephone rows; once each topic of
+    ``hops`` holds every change, resume the peer and time it until its target holds every
+    row's last value, then start the listener and time it the same way."""
+    peer_table, mirror_table = tables
+    last = f"D{bursts}-%%"
+    n = rows * bursts
+    connect.pause(connector)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = connect.status(connector) or {}
+        states = [status.get("connector", {}).get("state")] + [t.get("state") for t in status.get("tasks", [])]
+        if set(states) == {"PAUSED"}:
+            break
+        time.sleep(0.2)
+    else:
+        raise SystemExit(f"the peer connector {connector} is not PAUSED after 60 s: {states}")
+    stop_mirror()
+    before = {name: raw_rows(settings, [topic]) for name, topic in hops.items()}
+    print(f"drain: {bursts} transaction(s) of {rows:,} updates each, both consumers stopped", flush=True)
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for r in range(1, bursts + 1):
+            conn.execute(
+                f"UPDATE {schema}.directory_telephone SET phone_number = 'D{r}-' || person_id || '-' || tele_type"
+            )
+    begin = time.monotonic()
+    for name, topic in hops.items():
+        while (have := raw_rows(settings, [topic]) - before[name]) < n:
+            if time.monotonic() - begin > 900:
+                raise SystemExit(f"the {name} topic holds {have:,} of {n:,} changes after 900 s")
+            time.sleep(1)
+        print(f"  {name} topic: all {n:,} changes {time.monotonic() - begin:.1f} s after the commits", flush=True)
+    took: dict[str, float] = {}
+    for who, table, column, start in (
+        ("peer", peer_table, "phone_number", lambda: connect.resume(connector)),
+        ("mcq", mirror_table, "state->>'phone_number'", start_mirror),
+    ):
+        query = f"SELECT count(*) FROM {table} WHERE {column} LIKE '{last}'"
+        started = time.monotonic()
+        start()
+        took[who] = wait_loaded(settings, f"{who} draining", query, rows, started, 900)
+    cells = [f"{who} {took[who]:.1f} s, {n / took[who]:,.0f} changes/s" for who in ("peer", "mcq")]
+    return (
+        f"| draining a backlog, each alone: {bursts} transactions each updating every row, in the raw and the "
+        f"logical topic before the peer is resumed / the listener started (start-up included) | "
+        f"{n:,} changes | {cells[0]} | {cells[1]} |"
     )
 
 

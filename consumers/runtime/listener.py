@@ -79,6 +79,7 @@ from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.exceptions import TopicSettingsError
 from mcq.topics.listener import ListenerTopics, interest_topics
+from mcq.topics.named import all_topic_names
 from mcq.topics.plan import apply_topics, plan_topics, prefixes_holding
 from mcq.topics.read import RenewingAdmin
 
@@ -225,7 +226,7 @@ class ListenerRuntime:
         for line in report.drift:
             self.report(f"listener {self.name}: topic drift (left as it is): {line}")
         if names and names <= set(report.created):
-            self.report(self._nothing_normalised(sorted(names), report.existing))
+            self.report(self._nothing_normalised(sorted(names), all_topic_names(self.settings)))
         # bulk work is written as change records: its subjects exist before anyone writes
         # (parked and dead changes keep their original bytes and schema ids)
         register_topic(registry_client(self.settings), self.topics.bulk)

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from mcq.config import Settings
 from mcq.topics.exceptions import TopicReadError
+from mcq.topics.named import metadata_admin, named_topics
 from mcq.topics.read import RenewingAdmin, all_watermarks, take_fetched
 
 TP = tuple[str, int]
@@ -50,11 +51,12 @@ class TopicFollower:
                 "auto.offset.reset": "earliest",
             }
         )
-        meta = self._consumer.list_topics(timeout=15).topics  # all of them: asking one by name may create it
-        missing = [t for t in topics if t not in meta or meta[t].error is not None]
+        meta, _ = named_topics(metadata_admin(settings), topics)  # by name, never creating them
+        missing = [t for t in topics if t not in meta]
         if missing and required:
             self._consumer.close()
-            why = meta[missing[0]].error if missing[0] in meta else "no such topic"
+            answer = metadata_admin(settings).list_topics(topic=missing[0], timeout=15).topics.get(missing[0])
+            why = answer.error if answer is not None and answer.error is not None else "no such topic"
             raise TopicReadError(f"{name}: topic {missing[0]} is missing: {why}")
         self.partitions = [TopicPartition(t, p) for t in topics if t not in missing for p in sorted(meta[t].partitions)]
         self.admin = RenewingAdmin(settings.kafka.client_config())

@@ -17,6 +17,7 @@ from confluent_kafka.cimpl import NewTopic
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.topics.exceptions import TopicSettingsError
+from mcq.topics.named import metadata_admin, named_topics
 
 # Compaction keeps the last state per key; a tombstone must outlive a slow listener's
 # catch-up (a day) so it learns of the delete before compaction forgets the key.
@@ -62,8 +63,6 @@ class TopicReport:
     unchanged: list[str]
     drift: list[str]
     """One line per difference: topic, setting, registry value, cluster value."""
-    existing: frozenset[str] = frozenset()
-    """Every topic the cluster had before these were created."""
 
 
 def prefixes_holding(names: list[str], prefix: str, existing: frozenset[str]) -> list[str]:
@@ -95,16 +94,14 @@ def apply_topics(
     settings: Settings, specs: list[TopicSpec], report: Callable[[str], None] = lambda _: None
 ) -> TopicReport:
     """Create missing topics; compare existing ones and report drift without changing them."""
-    # a metadata request naming a topic must never create it (the broker may auto-create)
-    admin = AdminClient({**settings.kafka.client_config(), "allow.auto.create.topics": False})
-    metadata = admin.list_topics(timeout=15)
-    existing = metadata.topics
+    admin = metadata_admin(settings)
     durability = settings.topics
     specs = [TopicSpec(s.name, s.partitions, {**s.config, **durability.config()}, s.purpose) for s in specs]
+    existing, metadata = named_topics(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
     created: list[str] = []
     if missing:
-        brokers = len(metadata.brokers)
+        brokers = len(metadata.brokers) if metadata else 0
         if durability.replication_factor > brokers:
             raise TopicSettingsError(
                 f"topics.replication_factor is {durability.replication_factor} but the cluster at "
@@ -156,7 +153,7 @@ def apply_topics(
                 unchanged.append(spec.name)
         for line in drift:
             report(f"drift {line}")
-    return TopicReport(created=created, unchanged=unchanged, drift=drift, existing=frozenset(existing))
+    return TopicReport(created=created, unchanged=unchanged, drift=drift)
 
 
 def _wait_usable(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -96,3 +97,32 @@ def test_topic_durability_settings_reach_every_topic_and_a_cluster_too_small_is_
         assert f"{topic}: min.insync.replicas: registry 2, cluster 1" in mis.output
     finally:
         delete_topics(settings, [topic])
+
+
+def test_looking_topics_up_by_name_never_creates_them_on_a_broker_that_auto_creates(
+    stack: Stack, settings: Settings, token: str
+) -> None:
+    """The stack's broker auto-creates a topic a plain client asks about: the listener's
+    start, the applied positions' reader and the login check ask by name and must not."""
+    from mcq.acl.login import check_login
+    from mcq.topics.exceptions import TopicReadError
+    from mcq.topics.follow import TopicFollower
+    from mcq.topics.named import all_topic_names, metadata_admin, named_topics
+
+    ghost, control = f"mcq.ghost{token}", f"mcq.ghost{token}.control"
+    found, cluster = named_topics(metadata_admin(settings), [ghost, "__consumer_offsets"])
+    assert list(found) == ["__consumer_offsets"] and cluster is not None and cluster.brokers
+    check_login(settings)
+    with pytest.raises(TopicReadError, match=f"topic {ghost} is missing"):
+        TopicFollower(settings, [ghost], lambda _: None, "ghost-reader", required=True)
+    optional = TopicFollower(settings, [ghost], lambda _: None, "ghost-reader")
+    assert optional.partitions == []
+    optional.close()
+    # the control: a plain admin client asking by name makes the broker create the topic
+    AdminClient(settings.kafka.client_config()).list_topics(topic=control, timeout=10)
+    try:
+        names = all_topic_names(settings)
+        assert control in names, "the broker did not auto-create: this test proves nothing"
+        assert ghost not in names
+    finally:
+        delete_topics(settings, [control])
