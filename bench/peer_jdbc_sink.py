@@ -367,6 +367,16 @@ def stop_procs(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
+def commit_bursts(settings: Settings, schema: str, mark: str, bursts: int) -> None:
+    """``bursts`` transactions, one after the other, each giving every telephone row the
+    number ``<mark><burst>-<person>-<type>`` (so the last burst's values can be counted)."""
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for r in range(1, bursts + 1):
+            conn.execute(
+                f"UPDATE {schema}.directory_telephone SET phone_number = '{mark}{r}-' || person_id || '-' || tele_type"
+            )
+
+
 def burst(
     settings: Settings, schema: str, peer_table: str, mirror_table: str, rows: int, bursts: int, hops: dict[str, str]
 ) -> str:
@@ -382,13 +392,9 @@ def burst(
     n = rows * bursts
     before = {name: raw_rows(settings, [topic]) for name, topic in hops.items()}
     print(f"throughput: {bursts} transaction(s) of {rows:,} updates each", flush=True)
-    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-        begin = time.monotonic()
-        for r in range(1, bursts + 1):
-            conn.execute(
-                f"UPDATE {schema}.directory_telephone SET phone_number = 'C{r}-' || person_id || '-' || tele_type"
-            )
-        committed = time.monotonic() - begin
+    begin = time.monotonic()
+    commit_bursts(settings, schema, "C", bursts)
+    committed = time.monotonic() - begin
     with psycopg.connect(settings.vendor.dsn(), autocommit=True) as db:
         while len(done) < len(queries) + len(hops) and time.monotonic() - begin < 900:
             for name, topic in hops.items():
@@ -444,11 +450,7 @@ def drain(
     stop_mirror()
     before = {name: raw_rows(settings, [topic]) for name, topic in hops.items()}
     print(f"drain: {bursts} transaction(s) of {rows:,} updates each, both consumers stopped", flush=True)
-    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-        for r in range(1, bursts + 1):
-            conn.execute(
-                f"UPDATE {schema}.directory_telephone SET phone_number = 'D{r}-' || person_id || '-' || tele_type"
-            )
+    commit_bursts(settings, schema, "D", bursts)
     begin = time.monotonic()
     for name, topic in hops.items():
         while (have := raw_rows(settings, [topic]) - before[name]) < n:

@@ -51,11 +51,12 @@ class TopicFollower:
                 "auto.offset.reset": "earliest",
             }
         )
-        meta, _ = named_topics(metadata_admin(settings), topics)  # by name, never creating them
+        lookup = metadata_admin(settings)
+        meta, _ = named_topics(lookup, topics)  # by name, never creating them
         missing = [t for t in topics if t not in meta]
         if missing and required:
             self._consumer.close()
-            answer = metadata_admin(settings).list_topics(topic=missing[0], timeout=15).topics.get(missing[0])
+            answer = lookup.list_topics(topic=missing[0], timeout=15).topics.get(missing[0])  # why it is missing
             why = answer.error if answer is not None and answer.error is not None else "no such topic"
             raise TopicReadError(f"{name}: topic {missing[0]} is missing: {why}")
         self.partitions = [TopicPartition(t, p) for t in topics if t not in missing for p in sorted(meta[t].partitions)]

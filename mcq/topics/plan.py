@@ -162,17 +162,15 @@ def _wait_usable(admin: AdminClient, names: list[str], timeout_s: float = 30.0) 
     ``create_topics`` returns when the controller has the topic; the broker a client asks
     next may not know it yet, and a consumer assigned to it a moment later would fail with
     UNKNOWN_TOPIC_OR_PART. Topics still not usable at ``timeout_s`` are named in the error.
-    Each is asked for by name (``admin`` must not auto-create topics): the metadata of
+    Each is asked for by name (:func:`named_topics`; ``admin`` must not auto-create): the metadata of
     every topic of a cluster with thousands took 0.1-0.3 s a round, a listener's first
     start waited 1.5 s here."""
     deadline = time.monotonic() + timeout_s
     waiting = set(names)
     while waiting:
-        for name in list(waiting):
-            meta = admin.list_topics(topic=name, timeout=10).topics.get(name)
-            if meta is None or meta.error is not None or not meta.partitions:
-                continue
-            if all(p.leader >= 0 and p.error is None for p in meta.partitions.values()):
+        found, _ = named_topics(admin, sorted(waiting), timeout_s=10)
+        for name, meta in found.items():
+            if meta.partitions and all(p.leader >= 0 and p.error is None for p in meta.partitions.values()):
                 waiting.discard(name)
         if not waiting:
             return
