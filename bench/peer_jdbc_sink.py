@@ -103,6 +103,7 @@ def peer_config(settings: Settings, topic: str, table: str) -> dict[str, str]:
         "key.converter.schemas.enable": "false",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
         "value.converter.schemas.enable": "true",
+        "value.converter.replace.null.with.default": "false",  # a NULL stays NULL, as for mcq
     }
 
 

@@ -17,20 +17,22 @@ from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.testing.worlds import uncapture, wait_slot_active
 
+# nullable columns with defaults: Debezium puts a column's DEFAULT in its Connect schema, and
+# Kafka Connect's Struct.get and JsonConverter answer a NULL with it unless told not to
 COLUMNS = {
     "id": "integer PRIMARY KEY",
-    "born": "date",
-    "seen": "timestamp",
+    "born": "date DEFAULT '2000-01-01'",
+    "seen": "timestamp DEFAULT '2001-02-03 04:05:06'",
     "seen_ms": "timestamp(3)",
     "changed": "timestamptz",
-    "opens": "time",
-    "amount": "numeric(12,2)",
-    "active": "boolean",
+    "opens": "time DEFAULT '08:00'",
+    "amount": "numeric(12,2) DEFAULT 9.99",
+    "active": "boolean DEFAULT true",
     "ref": "uuid",
     "doc": "jsonb",
     "tags": "text[]",
-    "n": "integer",
-    "note": "text",
+    "n": "integer DEFAULT 7",
+    "note": "text DEFAULT 'none'",
 }
 ROWS = [
     "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "

@@ -58,6 +58,8 @@ def test_the_converters_are_the_connectors_own_and_dates_and_times_become_text_i
     assert config["transforms.naturaltext.type"] == "mcq.connect.NaturalText"
     assert config["value.converter.schemas.enable"] == "false"
     assert config["decimal.handling.mode"] == "string" and config["interval.handling.mode"] == "string"
+    # a NULL stays NULL in a column declared with a DEFAULT (the converter would write the default)
+    assert config["value.converter.replace.null.with.default"] == "false"
 
 
 def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,3 +69,4 @@ def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatc
     config = render(load_registry(CAMPUS), load_settings())["mcq-source-campus"]
     assert "transforms" not in config
     assert config["value.converter.schemas.enable"] == "true"  # the normaliser decodes by the schema
+    assert config["value.converter.replace.null.with.default"] == "false"

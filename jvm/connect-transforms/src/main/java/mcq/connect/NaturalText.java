@@ -39,7 +39,10 @@ import org.apache.kafka.connect.transforms.Transformation;
  *       when the fraction is not zero ({@code 24:00:00} stays)</li>
  * </ul>
  * Every other field, and every record that is not a change event (tombstones, heartbeats),
- * passes unchanged. A record marks itself as converted with the header {@code mcq.text: 1}.
+ * passes unchanged. A NULL stays NULL: fields are read without their schema's default
+ * ({@code Struct.get} answers a NULL in a column declared {@code DEFAULT x} with x, which
+ * Debezium puts in the schema), as the connector's JsonConverter writes them
+ * ({@code replace.null.with.default=false}). A record marks itself as converted with the header {@code mcq.text: 1}.
  */
 public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R> {
 
@@ -90,7 +93,7 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
         Schema out = converted.computeIfAbsent(schema, NaturalText::envelopeSchema);
         Struct result = new Struct(out);
         for (Field field : schema.fields()) {
-            Object x = value.get(field);
+            Object x = value.getWithoutDefault(field.name());
             if (x instanceof Struct row && isImage(field)) {
                 x = row(row, out.field(field.name()).schema());
             }
@@ -159,7 +162,7 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
     private static Struct row(Struct row, Schema out) {
         Struct result = new Struct(out);
         for (Field field : row.schema().fields()) {
-            Object x = row.get(field);
+            Object x = row.getWithoutDefault(field.name());
             if (x != null && isTemporal(field.schema().name())) {
                 x = text(field.schema().name(), x);
             }
