@@ -291,6 +291,7 @@ class Registry(_Model):
                 unknown = sorted(rule.fields() - known)
                 if unknown:
                     out.append(((*here, "rule"), f"rule reads {', '.join(unknown)}, which no covered table has"))
+                out += _unwatched_rule_columns(here, interest.listener, rule.fields(), covered)
             if interest.columns is not None and covered:
                 captured = {c for t in covered for c in t.columns()}
                 unknown = sorted(set(interest.columns) - captured) if captured else []
@@ -300,6 +301,31 @@ class Registry(_Model):
             if interest.delay_s and interest.expire_after_s and interest.expire_after_s <= interest.delay_s:
                 out.append(((*here, "expire_after_s"), "expire_after_s must be longer than delay_s"))
         return out
+
+
+def _unwatched_rule_columns(
+    here: tuple[str | int, ...], listener: str, fields: frozenset[str], covered: list[LogicalTable]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """A rule over a column its feed does not watch: an update of that column alone is
+    housekeeping, dropped by the normaliser for every listener, so a row whose change of it
+    moves it into or out of the rule would never enter or leave the listener's view."""
+    columns = {f.split(".", 1)[1] if f.startswith(("before.", "after.")) else f for f in fields}
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for table in covered:
+        for feed in table.feeds:
+            if not set(feed.keys.values()) <= set(feed.columns):
+                continue  # its key mapping is the problem reported
+            unwatched = sorted(
+                c for c in columns if c in feed.columns and c not in feed.watched and c not in feed.keys.values()
+            )
+            if unwatched:
+                names = ", ".join(unwatched)
+                out.append(((*here, "rule"), (
+                    f"rule reads {names}, which {feed.table} ({table.ref}) does not watch: an update of only "
+                    f"{names} is housekeeping and never reaches {listener}, so its rows would not enter or leave "
+                    f"the view; add {names} to that feed's watch"
+                )))  # fmt: skip
+    return out
 
 
 def _duplicates(section: str, names: list[str], what: str) -> list[tuple[tuple[str | int, ...], str]]:

@@ -116,6 +116,25 @@ def test_a_rule_reading_a_column_no_covered_table_has_is_refused(tmp_path: Path)
     assert "rule reads extension" in _one_problem(path)
 
 
+@pytest.mark.parametrize("rule", ["updated_at > '2020-01-01'", "before.updated_at IS NULL"])
+def test_a_rule_reading_a_column_its_feed_does_not_watch_is_refused_naming_the_fix(tmp_path: Path, rule: str) -> None:
+    """An update of only an unwatched column is housekeeping: the normaliser drops it, so a
+    rule over that column could never move a row into or out of the listener's view."""
+    path, line = _broken(tmp_path, "rule: \"tele_type = 'campus'\"", f'rule: "{rule}"')
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == line
+    assert "rule reads updated_at, which campus.directory_telephone (PERSON/Telephone) does not watch" in problem
+    assert "never reaches Unity" in problem and "add updated_at to that feed's watch" in problem
+
+
+def test_a_rule_over_key_columns_and_watched_columns_is_valid(tmp_path: Path) -> None:
+    # tele_type is a key column (a change of it moves the key), phone_number is watched
+    path, _ = _broken(
+        tmp_path, "rule: \"tele_type = 'campus'\"", "rule: \"tele_type = 'campus' AND before.phone_number LIKE '5%'\""
+    )
+    assert load_registry(path).interests
+
+
 def test_a_bad_cron_schedule_is_refused(tmp_path: Path) -> None:
     path, line = _broken(tmp_path, 'schedule: "*/3 * * * *"', 'schedule: "every three minutes"')
     problem = _one_problem(path)
