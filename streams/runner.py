@@ -8,6 +8,7 @@ each failure it knows (raw records lost to retention, a fresh start over full to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -93,6 +94,10 @@ class StopRequest:
 
 
 MODES = ("realtime", "microbatch")
+REGISTRY_LOOK_S = 2.0
+"""How often a running normaliser looks for a registry change."""
+RegistryChanged = Callable[[], "tuple[Registry, list[str]] | None"]
+"""A new registry whose sources or tables differ from the running plan's, and which differ."""
 
 
 def _message(exc: Exception) -> str:
@@ -151,6 +156,7 @@ def run_normalize(
     accept_lost_raw: bool = False,
     health: tuple[str, int] | None = None,
     catch_up_above: int = CATCH_UP_ABOVE,
+    registry_changed: RegistryChanged | None = None,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -165,7 +171,9 @@ def run_normalize(
     ``health`` (host, port): serve ``/livez``, ``/readyz`` and ``/metrics`` there
     (``streams/metrics.py``) while the queries run. ``catch_up_above``: a first real-time
     start with more raw records waiting drains them in micro-batches first
-    (``streams/catchup.py``)."""
+    (``streams/catchup.py``). ``registry_changed``: asked every few seconds while the
+    queries run (``streams/registry_watch.py``); a new registry restarts them on its plan.
+    Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     job = NormalizeJob(
@@ -189,9 +197,10 @@ def run_normalize(
                 report(line)
         if not stopping.requested:
             realtime = mode == "realtime" and not once
-            _stream(job, stopping, once=once, trigger=trigger, master=master,
-                    interval=checkpoint_interval if realtime else None, health=health,
-                    catch_up_above=catch_up_above)  # fmt: skip
+            job = _stream(job, stopping, once=once, trigger=trigger, master=master,
+                          interval=checkpoint_interval if realtime else None, health=health,
+                          catch_up_above=catch_up_above,
+                          registry_changed=None if once else registry_changed)  # fmt: skip
         if stopping.requested:
             if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
                 report(
@@ -206,8 +215,11 @@ def run_normalize(
 def _stream(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     health: tuple[str, int] | None = None, catch_up_above: int = CATCH_UP_ABOVE,
-) -> None:  # fmt: skip
-    """Run the queries until they end or a stop is requested; ``interval`` set: real time."""
+    registry_changed: RegistryChanged | None = None,
+) -> NormalizeJob:  # fmt: skip
+    """Run the queries until they end or a stop is requested; ``interval`` set: real time.
+    A registry change stops them and starts them again on its plan, the health endpoint
+    answering throughout (not ready meanwhile). Returns the job last run."""
     metrics = NormalizeMetrics()
     queries: list[Any] = []  # filled as they start
     ticked = [time.monotonic()]
@@ -223,8 +235,16 @@ def _stream(
         server.start()
         job.report(f"normalize: health {server.address}")
     try:
-        _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
-                     metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above)  # fmt: skip
+        while True:
+            replan: list[Registry] = []
+            queries.clear()
+            _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
+                         metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
+                         registry_changed=registry_changed, replan=replan)  # fmt: skip
+            if not replan or stopping.requested:
+                return job
+            job = dataclasses.replace(job, registry=replan[0], only=None)
+            job.prepare()
     finally:
         if server is not None:
             server.stop()
@@ -233,6 +253,7 @@ def _stream(
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
+    registry_changed: RegistryChanged | None = None, replan: list[Registry] | None = None,
 ) -> None:  # fmt: skip
     import os
 
@@ -324,12 +345,23 @@ def _run_queries(
         if "realtime" in jobs:
             fresh.streams.addListener(listener)
         try:
+            look_at = time.monotonic() + REGISTRY_LOOK_S
             while not stopping.requested:
                 ticked[0] = time.monotonic()
                 ended = next((q for q in queries if not q.isActive), None)
                 if ended is not None:
                     ended.awaitTermination()  # raises what ended it, if that was an error
                     break
+                if registry_changed is not None and replan is not None and ticked[0] >= look_at:
+                    look_at = ticked[0] + REGISTRY_LOOK_S
+                    change = registry_changed()
+                    if change is not None:
+                        replan.append(change[0])
+                        report(
+                            f"normalize: the registry changed what it normalises ({', '.join(change[1])}): "
+                            "restarting its queries on the new plan"
+                        )
+                        break
                 time.sleep(0.5)
                 if seen_output.is_set() and "realtime" in jobs:
                     seen_output.clear()

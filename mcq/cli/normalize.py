@@ -4,6 +4,7 @@ logical topics."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,7 +23,12 @@ from mcq.cli.app import (
     main,
     path_option,
 )
+from mcq.config import Settings
+from mcq.registry import Registry, RegistryError
 from streams.catchup import CATCH_UP_ABOVE
+
+if TYPE_CHECKING:
+    from streams.registry_watch import RegistryWatch
 
 
 @main.group()
@@ -101,10 +107,12 @@ def streams_normalize(
     settings = _settings().for_normaliser()
     port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
     _check_login("mcq streams normalize", settings)
+    registry = _current_registry(registry_file)
+    watch = None if once or registry_file is not None else _registry_watch(settings, registry)
     try:
         run_normalize(
             settings,
-            _current_registry(registry_file),
+            registry,
             once=once,
             trigger=trigger,
             checkpoint=checkpoint,
@@ -116,6 +124,7 @@ def streams_normalize(
             accept_lost_raw=accept_lost_raw,
             health=None if port is None else (http_host, port),
             catch_up_above=catch_up_above,
+            registry_changed=None if watch is None else watch.changed,
         )
     except HealthAddressTaken as exc:
         _stop(
@@ -124,3 +133,16 @@ def streams_normalize(
         )
     except KeyboardInterrupt:
         _say("normalize: stopped")
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+def _registry_watch(settings: Settings, registry: Registry) -> RegistryWatch:
+    """The registry store followed while the queries run (a --registry file is not)."""
+    from streams.registry_watch import RegistryWatch
+
+    try:
+        return RegistryWatch(settings, registry)
+    except RegistryError as exc:
+        _stop(f"mcq streams normalize: following the registry store: {exc}")

@@ -38,7 +38,7 @@ def registry_apply(file: Path) -> None:
     change = _store().apply(reg)
     for line in change.lines() or ["no change"]:
         _say(line)
-    for line in change.view_notes():
+    for line in change.notes():
         _say(line)
 
 
@@ -49,7 +49,7 @@ def registry_diff(file: Path) -> None:
     change = _store().diff(_load_registry_file(file))
     for line in change.lines() or ["no change"]:
         _say(line)
-    for line in change.view_notes():
+    for line in change.notes():
         _say(line)
 
 

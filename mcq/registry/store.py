@@ -74,6 +74,8 @@ class RegistryDiff:
     removed: list[str] = field(default_factory=list)
     views_changed: list[str] = field(default_factory=list)
     """Interests (of ``changed``) whose rule or columns changed: their listener's view."""
+    captures_changed: dict[str, list[str]] = field(default_factory=dict)
+    """Source -> what its feeds capture that differs (``schema.table + column``, ...): its connector."""
 
     @property
     def empty(self) -> bool:
@@ -81,6 +83,22 @@ class RegistryDiff:
 
     def lines(self) -> list[str]:
         return [f"+ {k}" for k in self.added] + [f"~ {k}" for k in self.changed] + [f"- {k}" for k in self.removed]
+
+    def notes(self) -> list[str]:
+        """Everything a change means beyond the store: connectors to update, then targets."""
+        return self.capture_notes() + self.view_notes()
+
+    def capture_notes(self) -> list[str]:
+        """A feed's captured columns or tables changed: its source's connector captures only
+        what the registry named when ``mcq connect apply`` last ran, so until it runs again a
+        new column or table reaches no listener (an update of only that column is not even
+        seen)."""
+        return [
+            f"note: the capture of source {source} changed ({'; '.join(parts)}): run `mcq connect apply` "
+            "to update its connector; rows already in the source carry the change to a listener as each "
+            "changes, or now with `mcq refresh LISTENER --from source`"
+            for source, parts in self.captures_changed.items()
+        ]
 
     def view_notes(self) -> list[str]:
         """What an interest changed or removed means for its listener's target, which mirrors
@@ -105,8 +123,38 @@ class RegistryDiff:
         return out
 
 
+def _captured(defs: dict[str, dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(source, schema.table) -> the columns the registry's feeds capture from it."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for key, value in defs.items():
+        if key.startswith("table/"):
+            for feed in value.get("feeds") or ():
+                out.setdefault((feed["source"], feed["table"]), set()).update(feed.get("columns") or ())
+    return out
+
+
+def _captures_changed(current: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    before, after = _captured(current), _captured(wanted)
+    out: dict[str, list[str]] = {}
+    for source, table in sorted(before.keys() | after.keys()):
+        old, new = before.get((source, table)), after.get((source, table))
+        if old is None:
+            part = f"{table}: a new table"
+        elif new is None:
+            part = f"{table}: no longer fed"
+        elif old != new:
+            part = f"{table}: " + ", ".join(
+                [*(f"+ {c}" for c in sorted(new - old)), *(f"- {c}" for c in sorted(old - new))]
+            )
+        else:
+            continue
+        out.setdefault(source, []).append(part)
+    return out
+
+
 def diff_definitions(current: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]) -> RegistryDiff:
     return RegistryDiff(
+        captures_changed=_captures_changed(current, wanted),
         added=sorted(k for k in wanted if k not in current),
         changed=sorted(k for k in wanted if k in current and current[k] != wanted[k]),
         removed=sorted(k for k in current if k not in wanted),

@@ -717,3 +717,57 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
             job.wait(60)
     # the driver JVM's start-up notice of Spark's incubator module is not passed on to the terminal
     assert "incubator" not in log_path.read_text(), log_path.read_text()[:2000]
+
+
+def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without_a_restart(
+    world: Captured, nsettings: Settings, tmp_path: Path
+) -> None:
+    """`mcq registry apply` adding a column to a feed's watch reaches the running normaliser:
+    it restarts its queries on the new plan, and an update of only that column, which was
+    housekeeping before, now reaches the logical topic (the registry store is followed, as
+    listeners follow it)."""
+    from mcq.registry.store import RegistryStore
+
+    s = world.schema
+    prefix = f"tw{uuid.uuid4().hex[:8]}"
+    wsettings = nsettings.model_copy(update={"topic_prefix": prefix})
+    before = parse_registry(world.registry_yaml, "before.yaml")
+    watched = world.registry_yaml.replace("watch: [phone_number]", "watch: [phone_number, updated_at]", 1)
+    after = parse_registry(watched, "after.yaml")
+    store = RegistryStore(wsettings)
+    store.apply(before)
+    log_path = tmp_path / "normalize.log"
+    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+               "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command, env={**os.environ, "MCQ_TOPIC_PREFIX": prefix}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        try:
+
+            def logged(text: str) -> Callable[[], None]:
+                def check() -> None:
+                    assert job.poll() is None, log_path.read_text()[-3000:]
+                    assert text in log_path.read_text(), log_path.read_text()[-3000:]
+
+                return check
+
+            _until(time.monotonic() + 300, logged("batch 0 of "))  # a real-time query's first batch
+            assert "PERSON/Telephone" in str(store.apply(after).changed)
+            _until(time.monotonic() + 60, logged("the registry changed what it normalises (table/PERSON/Telephone)"))
+            with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+                conn.execute(
+                    f"UPDATE {s}.directory_telephone SET updated_at = '2031-02-03 04:05:06' "
+                    f"WHERE (person_id, tele_type) = (SELECT person_id, tele_type FROM {s}.directory_telephone "
+                    "ORDER BY 1, 2 LIMIT 1)"
+                )
+            phones = next(f for f in plan_normalize(after, prefix).feeds if f.ref == "PERSON/Telephone")
+            assert "updated_at" in phones.watch
+
+            def arrived() -> None:
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                assert_topic_equals_source(wsettings, phones)  # updated_at compared too: it is watched
+
+            _until(time.monotonic() + 120, arrived)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(60)

@@ -64,3 +64,44 @@ def test_an_interest_removed_is_said_and_one_added_or_delayed_is_not() -> None:
     )
     assert "delay_s: 60" in after
     assert _notes(after) == ["note: LDAP no longer takes ROOM: its target keeps the rows it has of it"]
+
+
+def _capture_notes(after: str, before: str = BEFORE) -> list[str]:
+    diff = diff_definitions(definitions(parse_registry(before, "a.yaml")), definitions(parse_registry(after, "b.yaml")))
+    return diff.capture_notes()
+
+
+def test_a_column_added_to_a_feed_names_the_connector_update_it_needs() -> None:
+    """The connector captures only the columns named when `mcq connect apply` last ran: until
+    it runs again, the new column reaches no listener."""
+    after = BEFORE.replace("columns: [id, status]}", "columns: [id, status, title]}")
+    (note,) = _capture_notes(after)
+    assert note.startswith(
+        "note: the capture of source campus changed (campus.person: + title): run `mcq connect apply`"
+    )
+    assert "`mcq refresh LISTENER --from source`" in note
+
+
+def test_a_table_fed_anew_or_no_longer_and_a_column_dropped_are_each_named_once_per_source() -> None:
+    before = BEFORE.replace("columns: [id, status]}", "columns: [id, status, title]}")
+    after = BEFORE.replace(
+        "  - {tname: ROOM}\n",
+        "  - tname: ROOM\n    feeds:\n      - {source: campus, table: campus.room, keys: {pkey_string: id}, columns: [id]}\n",
+    )
+    assert _capture_notes(after, before) == [
+        "note: the capture of source campus changed (campus.person: - title; campus.room: a new table): run "
+        "`mcq connect apply` to update its connector; rows already in the source carry the change to a listener "
+        "as each changes, or now with `mcq refresh LISTENER --from source`"
+    ]
+    assert _capture_notes(after.replace("campus.person", "campus.people"), before) == [
+        "note: the capture of source campus changed (campus.people: a new table; campus.person: no longer fed; "
+        "campus.room: a new table): run `mcq connect apply` to update its connector; rows already in the source "
+        "carry the change to a listener as each changes, or now with `mcq refresh LISTENER --from source`"
+    ]
+
+
+def test_a_rule_or_watch_change_needs_no_connector_update() -> None:
+    after = BEFORE.replace("status = 'active'", "status = 'gone'").replace(
+        "columns: [id, status]}", "columns: [id, status], watch: [status]}"
+    )
+    assert _capture_notes(after) == []

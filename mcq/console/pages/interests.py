@@ -133,7 +133,7 @@ def routes(ctx: Console) -> list[Route]:
             return page(request, 422, form=values, errors=errors, editing=editing)
         try:
             applied = ctx.state.store.apply(wanted)
-            lines = applied.lines() + applied.view_notes()
+            lines = applied.lines() + applied.notes()
         except RegistryError as exc:
             ctx.audit.record(user.name, user.role, action, target, f"failed: {exc}")
             return page(request, 503, form=values, errors={"listener": str(exc)}, editing=editing)
@@ -151,7 +151,7 @@ def routes(ctx: Console) -> list[Route]:
             raise HTTPException(404, f"no interest {gone!r} (it was removed meanwhile?)")
         wanted = Registry.model_validate({**registry.model_dump(), "interests": [i.model_dump() for i in kept]})
         applied = ctx.state.store.apply(wanted)
-        lines = applied.lines() + applied.view_notes()
+        lines = applied.lines() + applied.notes()
         ctx.audit.record(user.name, user.role, "remove interest", gone, "ok", changes=lines)
         ctx.flash(request, "; ".join(lines) or "no change")
         return RedirectResponse("/interests", 303)

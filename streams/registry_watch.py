@@ -1,0 +1,53 @@
+"""The running normaliser follows the registry store, as listeners do.
+
+What it normalises is planned from the registry's sources and tables (which raw topics,
+which captured columns, which of them are watched, how keys are built). A plan is fixed
+once its Spark queries run, so when ``mcq registry apply`` changes any of that, the
+normaliser stops its queries and starts them again on the new plan (the checkpoint
+resumes each raw topic where it was). Without this, an update of a column just added
+to a feed's ``watch`` would be dropped as housekeeping until someone restarted it.
+Interests, listeners and provenance records change nothing here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcq.config import Settings
+from mcq.registry.model import Registry
+from mcq.registry.store import RegistryReader, definitions
+
+_PLANNED = ("source/", "table/")
+
+
+def planned_definitions(registry: Registry) -> dict[str, dict[str, Any]]:
+    """The definitions a normaliser's plan is made of (comments left out)."""
+    return {
+        key: {k: v for k, v in value.items() if k != "comment"}
+        for key, value in definitions(registry).items()
+        if key.startswith(_PLANNED)
+    }
+
+
+class RegistryWatch:
+    """Reports a registry whose sources or tables differ from the ones being normalised."""
+
+    def __init__(self, settings: Settings, registry: Registry) -> None:
+        self._reader = RegistryReader(settings)
+        self._reader.catch_up()
+        self._planned = planned_definitions(registry)
+
+    def changed(self) -> tuple[Registry, list[str]] | None:
+        """The new registry and the definitions that differ, once per change; else None."""
+        if not self._reader.poll(0):
+            return None
+        registry = self._reader.registry()
+        wanted = planned_definitions(registry)
+        if wanted == self._planned:
+            return None
+        differ = sorted(k for k in wanted.keys() | self._planned.keys() if wanted.get(k) != self._planned.get(k))
+        self._planned = wanted
+        return registry, differ
+
+    def close(self) -> None:
+        self._reader.close()
