@@ -73,6 +73,37 @@ def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str
 _IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
 
 
+def refuse_missing_columns(conn: psycopg.Connection[Any], registry: Registry) -> None:
+    """Refuse, before anything is changed, a feed naming a column its table does not have
+    (misspelt, or dropped since): Debezium would capture the others and the column's
+    values would be absent from every change, silently. (A table that does not exist is
+    refused by the replica identity step, naming the statement.)"""
+    missing: list[str] = []
+    for table in registry.tables:
+        for feed in table.feeds:
+            schema, _, name = feed.table.partition(".")
+            have = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+                    (schema, name),
+                )
+            }
+            absent = [c for c in feed.columns if c not in have]
+            if have and absent:
+                missing.append(
+                    f"{feed.table} has no column {', '.join(absent)} (table {table.ref}'s feed names it; "
+                    f"the table has {', '.join(sorted(have))})"
+                )
+    if missing:
+        raise CaptureError(
+            "the registry captures columns the source does not have: " + "; ".join(missing)
+            + ": correct the feed's columns (and watch) with `mcq registry apply`, or the table"
+        )  # fmt: skip
+
+
 def apply_capture(
     registry: Registry, settings: Settings, report: Report = log.info, *, connectors: bool = True
 ) -> list[str]:
@@ -80,6 +111,7 @@ def apply_capture(
     RUNNING. ``connectors=False`` prepares the source only (another manager owns the connectors)."""
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+            refuse_missing_columns(conn, registry)
             install_outbox(conn)
             report(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
             ensure_replica_identity_full(conn, feed_tables(registry), report)

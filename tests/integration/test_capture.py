@@ -221,6 +221,46 @@ listeners: []
         _sql(settings, f"DROP SCHEMA {schema} CASCADE")
 
 
+def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_anything(
+    stack: Stack, settings: Settings
+) -> None:
+    """A misspelt or dropped column would be left out by Debezium and its values absent from
+    every change, silently: `mcq connect apply` names it, with the columns the table has."""
+    token = uuid.uuid4().hex[:8]
+    schema = f"mc_{token}"
+    _sql(
+        settings, f"CREATE SCHEMA {schema}", f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text)"
+    )
+    registry = parse_registry(
+        f"""
+sources:
+  - {{name: mc{token}, schemas: [{schema}], publication: mcq_mc{token}, slot: mcq_mc{token}}}
+tables:
+  - tname: MC_PEOPLE
+    feeds:
+      - {{source: mc{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [person_id, name, nmae]}}
+listeners: []
+""",
+        "mc-test.yaml",
+    )
+    try:
+        with pytest.raises(CaptureError) as refused:
+            apply_capture(registry, settings, report=lambda _: None)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert (
+            f"{schema}.people has no column nmae (table MC_PEOPLE's feed names it; the table has name, person_id)"
+            in message
+        )
+        with psycopg.connect(settings.source.dsn()) as conn:  # nothing changed: identity as created
+            identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.people'::regclass")
+            assert identity.fetchone() == ("d",)
+        with ConnectClient(settings.connect) as client:
+            assert client.status(connector_name(registry.sources[0])) is None
+    finally:
+        _sql(settings, f"DROP SCHEMA {schema} CASCADE")
+
+
 def test_connect_apply_prepare_only_prepares_the_source_and_puts_no_connector(
     stack: Stack, settings: Settings, tmp_path: Any
 ) -> None:
