@@ -1,6 +1,7 @@
 """What the PostgreSQL adapters share: one connection, a batch as one transaction with a
 savepoint per change, and errors mapped to what the runtime should do. A broken
-connection makes the target unavailable; an error the database answered with
+connection, or an error no change escapes (``TARGET_WIDE``: the table dropped or altered
+underneath), makes the target unavailable; an error the database answered for one change
 (constraint, trigger, lock timeout) fails that change, with the database's message."""
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from mcq.change import Change
 from mcq.config import Settings
 
 Connection = psycopg.Connection[tuple[object, ...]]
+
+
+TARGET_WIDE = frozenset({"42P01", "42703", "42501"})
+"""SQLSTATEs that no change of a batch escapes (undefined table, undefined column, no
+privilege): the target is unusable as it is, not the change, so the listener waits for
+it (nothing parked or dead-lettered) and sets it up again on its next connection."""
 
 
 def first_line(exc: BaseException) -> str:
@@ -51,8 +58,12 @@ class PgTarget:
                 options=f"-c statement_timeout={self._timeout}",
                 application_name=f"mcq {self.name}"[:63],  # who it is, in pg_stat_activity
             )
-            self._setup(conn)
-            conn.commit()
+            try:
+                self._setup(conn)
+                conn.commit()
+            except TargetUnavailable:  # the setup found the target unusable as it is
+                conn.close()
+                raise
         except psycopg.OperationalError as exc:
             raise TargetUnavailable(f"{self.name}: cannot connect: {first_line(exc)}") from None
         except psycopg.Error as exc:  # e.g. no privilege: the listener waits until someone fixes it
@@ -91,10 +102,10 @@ class PgTarget:
                             apply_one(conn, change)
                         outcomes.append(None)
                     except psycopg.Error as exc:
-                        if conn.broken:
+                        if conn.broken or exc.sqlstate in TARGET_WIDE:
                             raise
                         outcomes.append(ChangeFailed(f"{change.where} {change.key}: {first_line(exc)}"))
         except psycopg.Error as exc:  # the connection went away: nothing of the batch is known to be applied
-            self.close()
+            self.close()  # (a target-wide error: the next connection sets the target up again)
             return [TargetUnavailable(f"{self.name}: {first_line(exc)}")] * len(changes)
         return outcomes

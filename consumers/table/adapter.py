@@ -58,6 +58,31 @@ class TableAdapter(Adapter, ReadBack):
                     applied_at timestamptz NOT NULL DEFAULT now())"""
             ).format(self.table)
         )
+        self._refuse_other_shapes(conn)
+
+    def _refuse_other_shapes(self, conn: Connection) -> None:
+        """A table of that name made by someone else: every change would fail alike, so the
+        listener waits for it (unavailable, one line saying why) instead of parking them all."""
+        have = {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+                (self.settings.table,),
+            )
+        }
+        missing = [c for c in self.COPY_COLUMNS if c not in have]
+        unique = conn.execute(
+            "SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indnatts = 1 AND a.attname = 'change_key'",
+            (self.settings.table,),
+        ).fetchone()
+        if missing or unique is None:
+            lacks = f"column(s) {', '.join(missing)}" if missing else "a unique index on change_key"
+            raise TargetUnavailable(
+                f"{self.target.name}: the table exists but is not one mcq keeps: it lacks {lacks} (it has "
+                f"{', '.join(sorted(have))}); name another table in listener {self.listener.name}'s "
+                "adapter.settings.table, or drop this one (mcq creates it)"
+            )
 
     def open(self) -> None:
         self.target.connection()

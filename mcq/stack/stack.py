@@ -132,6 +132,8 @@ class Stack:
             for svc in wave:
                 if svc in fresh or svc.name == "postgres":
                     svc.after_start()
+                for warning in svc.warnings():
+                    report(f"{svc.name}: warning: {warning}")
                 healthy.add(svc.name)
                 pending.remove(svc)
         elapsed = time.monotonic() - started_at

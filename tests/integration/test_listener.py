@@ -117,6 +117,39 @@ def test_unavailable_target_waits_loses_nothing_and_converges(
     assert produced_in < 30
 
 
+def test_a_target_table_of_another_shape_or_dropped_underneath_is_waited_for_never_parked(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """Every change would fail alike on a table mcq did not make (or one dropped while the
+    listener runs): the listener waits for its target with one line saying why, parks and
+    dead-letters nothing, and converges once the table is dropped (mcq makes it again)."""
+    w = make_world(settings, token, tmp_path)
+    schema = w.table.split(".")[0]
+    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {w.table} (id integer PRIMARY KEY, name text)")
+    first = random_stream(300, 60, seed=3)
+    produce(w.settings, w.phone_topic, first)
+    with running(w, http_port=0) as rt:
+        wait_for("the listener to say why it waits", lambda: any("is not one mcq keeps" in x for x in rt.lines), 60)
+        line = next(x for x in rt.lines if "is not one mcq keeps" in x)
+        assert f"table {w.table}: the table exists but is not one mcq keeps: it lacks column(s) change_key" in line
+        assert "(it has id, name); name another table in listener T's adapter.settings.table" in line
+        assert not rt.ready()
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {w.table}")
+        wait_for("convergence", lambda: target_state(w.settings, w.table) == expected_state(first), 120)
+        with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:  # dropped underneath
+            conn.execute(f"DROP TABLE {w.table}")
+        second = random_stream(300, 60, seed=4)
+        produce(w.settings, w.phone_topic, second)
+        # the table made again holds what came after the drop: each key's last state since
+        wait_for("convergence again", lambda: target_state(w.settings, w.table) == expected_state(second), 120)
+        waits = [x for x in rt.lines if "target unavailable" in x]
+        assert any(f'relation "{w.table}" does not exist' in x for x in waits), rt.lines[-20:]
+        assert rt.counters.parked == 0 and rt.counters.dead_lettered == 0, rt.summary()
+
+
 def _reject(settings: Settings, table: str, value: str) -> None:
     """The target refuses one phone number (a business rule), until the test drops the rule."""
     schema = table.split(".")[0]

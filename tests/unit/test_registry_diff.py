@@ -86,7 +86,8 @@ def test_a_table_fed_anew_or_no_longer_and_a_column_dropped_are_each_named_once_
     before = BEFORE.replace("columns: [id, status]}", "columns: [id, status, title]}")
     after = BEFORE.replace(
         "  - {tname: ROOM}\n",
-        "  - tname: ROOM\n    feeds:\n      - {source: campus, table: campus.room, keys: {pkey_string: id}, columns: [id]}\n",
+        "  - tname: ROOM\n    feeds:\n"
+        "      - {source: campus, table: campus.room, keys: {pkey_string: id}, columns: [id]}\n",
     )
     assert _capture_notes(after, before) == [
         "note: the capture of source campus changed (campus.person: - title; campus.room: a new table): run "

@@ -82,6 +82,10 @@ class Service(ABC):
     def after_start(self) -> None:  # noqa: B027 - a hook: most services need nothing after start
         """Work that needs the running service (databases, base entries)."""
 
+    def warnings(self) -> list[str]:
+        """What the user should know before the service fails on it (said by ``stack up``)."""
+        return []
+
     def start(self) -> int:
         self.prepare()
         return self.handle.spawn(self.argv(), self.env(), cwd=self.home, user=self.run_as())

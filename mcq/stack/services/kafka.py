@@ -4,6 +4,7 @@ SASL_SSL with SCRAM for the secure stack; healthy once a record went round."""
 from __future__ import annotations
 
 import base64
+import resource
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +31,17 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
+
+
+OPEN_FILES_WARN = 0.6
+"""Share of the open-files limit the partitions may take before ``stack up`` warns."""
+
+
+def partition_dirs(data_dir: Path) -> int:
+    """The partitions a broker's log directory holds (``<topic>-<n>`` directories)."""
+    if not data_dir.is_dir():
+        return 0
+    return sum(1 for p in data_dir.iterdir() if p.is_dir() and p.name.rpartition("-")[2].isdigit())
 
 
 class Kafka(JvmService):
@@ -192,6 +204,22 @@ class Kafka(JvmService):
             "ssl.truststore.location": tls.ca_cert,
             "super.users": f"User:{KAFKA_ADMIN};User:{KAFKA_CONTROLLER}",
         }
+
+    def warnings(self) -> list[str]:
+        """A broker keeps a file open per partition: at the process's open-files limit it
+        stops serving every partition and shuts down ("Too many open files"). Test runs and
+        benchmarks each leave topics of their own behind, so a long-used local stack gets
+        there; say so while there is room."""
+        held = partition_dirs(self.data_dir)
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY or held < OPEN_FILES_WARN * limit:
+            return []
+        return [
+            f"it holds {held:,} partitions against an open-files limit of {limit:,} (ulimit -n), a file "
+            "each: at the limit the broker shuts down. Remove the topics of deployments and test runs "
+            "you no longer need (`mcq topics remove` under their prefix), or forget the local stack's "
+            "data: `make clean-stack`"
+        ]
 
     def after_start(self) -> None:
         """The SCRAM super user and Connect's user exist (made, or their passwords set again,
