@@ -719,6 +719,7 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
     assert "incubator" not in log_path.read_text(), log_path.read_text()[:2000]
 
 
+@pytest.mark.timeout(900)  # its own deadlines add up to 540 s
 def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without_a_restart(
     world: Captured, nsettings: Settings, tmp_path: Path
 ) -> None:
