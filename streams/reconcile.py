@@ -188,8 +188,19 @@ class Reconcile:
 
         return live_changes(last_records(spark, self.settings, topics, self.tables).where(F.col("live")))
 
-    def repair(self, spark: SparkSession, drift: Drift) -> RefreshSummary:
-        """Refresh the keys of exactly the drifted objects into the listener's bulk lane."""
-        keys = sorted({k for obj in drift.objects() for k in self.adapter.keys_of(obj)}, key=ChangeKey.text)
-        chosen = Selection(keys=tuple(keys))
-        return Refresh(self.settings, self.registry, self.name, chosen, self.report).run(spark)
+    def repair(self, spark: SparkSession, drift: Drift) -> tuple[RefreshSummary | None, list[str]]:
+        """Refresh the keys of exactly the drifted objects into the listener's bulk lane.
+        Also returns the objects no key can be read from (a row or entry someone else put
+        at the target, under a name mcq never writes): no refresh reaches them, so they
+        are named for removal by hand, never guessed at."""
+        keys: set[ChangeKey] = set()
+        unkeyed: list[str] = []
+        for obj in drift.objects():
+            try:
+                keys.update(self.adapter.keys_of(obj))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                unkeyed.append(obj)
+        if not keys:  # (an empty key list would select every key)
+            return None, unkeyed
+        chosen = Selection(keys=tuple(sorted(keys, key=ChangeKey.text)))
+        return Refresh(self.settings, self.registry, self.name, chosen, self.report).run(spark), unkeyed

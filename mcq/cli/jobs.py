@@ -142,12 +142,19 @@ def reconcile(
             drift.write(report_file)
             _say(f"reconcile {name}: report written to {report_file}")
         if drift.total and repair:
-            sent = job.repair(spark, drift)
-            _say(
-                f"reconcile {name}: repair: {sent.total:,} record(s) for {drift.total:,} drifted object(s) sent to "
-                f"{sent.topic}; the listener applies them while its real-time lane is idle"
-            )
-            return
+            sent, unkeyed = job.repair(spark, drift)
+            if sent is not None:
+                _say(
+                    f"reconcile {name}: repair: {sent.total:,} record(s) for {drift.total - len(unkeyed):,} drifted "
+                    f"object(s) sent to {sent.topic}; the listener applies them while its real-time lane is idle"
+                )
+            for obj in unkeyed:
+                _say(
+                    f"reconcile {name}: not repaired: {obj} is not an object mcq writes (no key can be read "
+                    "from it): remove it at the target by hand"
+                )
+            if not unkeyed:
+                return
     except SparkSetupError as exc:
         _stop(f"mcq reconcile: {exc}")
     except TargetUnavailable as exc:

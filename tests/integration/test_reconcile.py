@@ -72,6 +72,35 @@ def test_drift_in_a_table_target_is_reported_exactly_and_repaired(
     assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
 
 
+def test_a_row_no_key_can_be_read_from_is_named_for_removal_by_hand_and_the_rest_repaired(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A row someone else put in the target under a name mcq never writes cannot be reached
+    by any refresh: `--repair` repairs the drift it can, names that row, and exits 1."""
+    w = make_world(settings, token, tmp_path)
+    history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(10)]
+    produce(w.settings, w.phone_topic, history)
+    caught_up(w)
+    lost = change("PHONE", 3, None).key.text()
+    with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {w.table} WHERE change_key = %s", (lost,))
+        conn.execute(
+            f"INSERT INTO {w.table} (change_key, tname, state, last_commit_lsn, lsn)"
+            " VALUES ('added by hand', 'PHONE', '{}', 1, 1)"
+        )
+    repaired = _reconcile(w, "--repair")
+    assert repaired.exit_code == 1, repaired.output
+    assert "repair: 1 record(s) for 1 drifted object(s)" in repaired.output
+    assert (
+        "not repaired: added by hand is not an object mcq writes (no key can be read from it): "
+        "remove it at the target by hand"
+    ) in repaired.output
+    caught_up(w)
+    with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {w.table} WHERE change_key = 'added by hand'")
+    assert target_state(w.settings, w.table) == expected_state(history)
+
+
 def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_python(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:
