@@ -20,6 +20,7 @@ from consumers.postgres import Connection, PgTarget, first_line
 from consumers.table.settings import TableSettings
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
+from mcq.pgcatalog import table_columns
 from mcq.registry.model import Listener
 from mcq.targets import jdbc_options_from_dsn
 
@@ -63,13 +64,7 @@ class TableAdapter(Adapter, ReadBack):
     def _refuse_other_shapes(self, conn: Connection) -> None:
         """A table of that name made by someone else: every change would fail alike, so the
         listener waits for it (unavailable, one line saying why) instead of parking them all."""
-        have = {
-            str(r[0])
-            for r in conn.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-                (self.settings.table,),
-            )
-        }
+        have = table_columns(conn, self.settings.table)
         missing = [c for c in self.COPY_COLUMNS if c not in have]
         unique = conn.execute(
             "SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "

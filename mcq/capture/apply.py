@@ -23,6 +23,7 @@ from mcq.capture.connector import connector_name, install_outbox, refuse_other_o
 from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
+from mcq.pgcatalog import table_columns
 from mcq.registry.model import Registry
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,7 @@ def refuse_missing_columns(conn: psycopg.Connection[Any], registry: Registry) ->
     missing: list[str] = []
     for table in registry.tables:
         for feed in table.feeds:
-            schema, _, name = feed.table.partition(".")
-            have = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
-                    (schema, name),
-                )
-            }
+            have = table_columns(conn, feed.table)
             absent = [c for c in feed.columns if c not in have]
             if have and absent:
                 missing.append(

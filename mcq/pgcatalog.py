@@ -1,0 +1,20 @@
+"""What PostgreSQL's catalog says about a table, for checks made before using it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+
+def table_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
+    """The columns of ``schema.table`` (names as stored, exactly); empty when there is no
+    such table."""
+    schema, _, name = table.partition(".")
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+        (schema, name),
+    )
+    return {str(r[0]) for r in rows}
