@@ -16,7 +16,7 @@ from mcq.capture.connector import connector_name
 from mcq.capture.exceptions import CaptureError
 from mcq.config import PROJECT_ROOT, Settings
 from mcq.connect_rest import ConnectClient
-from mcq.registry import parse_registry
+from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world, read_json_events
 
@@ -193,24 +193,29 @@ def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_t
         _sql(settings, f"DROP SCHEMA {schema} CASCADE", f"DROP ROLE {role}")
 
 
+def _people_registry(letters: str, token: str, schema: str, columns: str) -> Registry:
+    """A source of its own with one table, PEOPLE, fed by ``schema.people``."""
+    return parse_registry(
+        f"""
+sources:
+  - {{name: {letters}{token}, schemas: [{schema}], publication: mcq_{letters}{token}, slot: mcq_{letters}{token}}}
+tables:
+  - tname: {letters.upper()}_PEOPLE
+    feeds:
+      - {{source: {letters}{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [{columns}]}}
+listeners: []
+""",
+        f"{letters}-test.yaml",
+    )
+
+
 def test_connect_apply_refuses_a_feed_that_is_not_a_table_before_any_connector_exists(
     stack: Stack, settings: Settings
 ) -> None:
     token = uuid.uuid4().hex[:8]
     schema = f"ri_{token}"
     _sql(settings, f"CREATE SCHEMA {schema}", f"CREATE VIEW {schema}.people AS SELECT 1 AS person_id, 'x' AS name")
-    registry = parse_registry(
-        f"""
-sources:
-  - {{name: ri{token}, schemas: [{schema}], publication: mcq_ri{token}, slot: mcq_ri{token}}}
-tables:
-  - tname: RI_PEOPLE
-    feeds:
-      - {{source: ri{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [person_id, name]}}
-listeners: []
-""",
-        "ri-test.yaml",
-    )
+    registry = _people_registry("ri", token, schema, "person_id, name")
     try:
         with pytest.raises(CaptureError) as refused:
             apply_capture(registry, settings, report=lambda _: None)
@@ -231,18 +236,7 @@ def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_
     _sql(
         settings, f"CREATE SCHEMA {schema}", f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text)"
     )
-    registry = parse_registry(
-        f"""
-sources:
-  - {{name: mc{token}, schemas: [{schema}], publication: mcq_mc{token}, slot: mcq_mc{token}}}
-tables:
-  - tname: MC_PEOPLE
-    feeds:
-      - {{source: mc{token}, table: {schema}.people, keys: {{person_id: person_id}}, columns: [person_id, name, nmae]}}
-listeners: []
-""",
-        "mc-test.yaml",
-    )
+    registry = _people_registry("mc", token, schema, "person_id, name, nmae")
     try:
         with pytest.raises(CaptureError) as refused:
             apply_capture(registry, settings, report=lambda _: None)
