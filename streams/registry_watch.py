@@ -30,12 +30,14 @@ def planned_definitions(registry: Registry) -> dict[str, dict[str, Any]]:
 
 
 class RegistryWatch:
-    """Reports a registry whose sources or tables differ from the ones being normalised."""
+    """Reports a registry whose sources or tables differ from the ones being normalised.
+    Its first read of the store is the registry the normaliser starts with (``registry``)."""
 
-    def __init__(self, settings: Settings, registry: Registry) -> None:
+    def __init__(self, settings: Settings) -> None:
         self._reader = RegistryReader(settings)
         self._reader.catch_up()
-        self._planned = planned_definitions(registry)
+        self.registry = self._reader.registry()
+        self._planned = planned_definitions(self.registry)
 
     def changed(self) -> tuple[Registry, list[str]] | None:
         """The new registry and the definitions that differ, once per change; else None."""

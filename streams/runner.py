@@ -236,14 +236,13 @@ def _stream(
         job.report(f"normalize: health {server.address}")
     try:
         while True:
-            replan: list[Registry] = []
             queries.clear()
-            _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
-                         metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
-                         registry_changed=registry_changed, replan=replan)  # fmt: skip
-            if not replan or stopping.requested:
+            replan = _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
+                                  metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
+                                  registry_changed=registry_changed)  # fmt: skip
+            if replan is None or stopping.requested:
                 return job
-            job = dataclasses.replace(job, registry=replan[0], only=None)
+            job = dataclasses.replace(job, registry=replan, only=None)
             job.prepare()
     finally:
         if server is not None:
@@ -253,8 +252,11 @@ def _stream(
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
-    registry_changed: RegistryChanged | None = None, replan: list[Registry] | None = None,
-) -> None:  # fmt: skip
+    registry_changed: RegistryChanged | None = None,
+) -> Registry | None:  # fmt: skip
+    """Start the queries and watch them until they end, a stop is requested, or the
+    registry changes what they normalise: then the new registry is returned, the queries
+    stopped."""
     import os
 
     from pyspark.errors import StreamingQueryException
@@ -307,9 +309,10 @@ def _run_queries(
 
     listener = Progress()
     spark.streams.addListener(listener)
+    replan: Registry | None = None
     try:
         if stopping.requested:
-            return
+            return None
         if interval is None:
             queries.append(job.start(spark, once=once, trigger=trigger))
         else:
@@ -332,7 +335,7 @@ def _run_queries(
             offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
             queries.extend(catching)  # stopped with the others if it is still running
             if stopping.requested:
-                return
+                return None
             queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
             caught_up = time.monotonic()
@@ -352,11 +355,11 @@ def _run_queries(
                 if ended is not None:
                     ended.awaitTermination()  # raises what ended it, if that was an error
                     break
-                if registry_changed is not None and replan is not None and ticked[0] >= look_at:
+                if registry_changed is not None and ticked[0] >= look_at:
                     look_at = ticked[0] + REGISTRY_LOOK_S
                     change = registry_changed()
                     if change is not None:
-                        replan.append(change[0])
+                        replan = change[0]
                         report(
                             f"normalize: the registry changed what it normalises ({', '.join(change[1])}): "
                             "restarting its queries on the new plan"
@@ -392,6 +395,7 @@ def _run_queries(
             if "realtime" in jobs:
                 fresh.streams.removeListener(listener)
             spark.stop()
+    return replan
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from mcq.cli.app import (
     path_option,
 )
 from mcq.config import Settings
-from mcq.registry import Registry, RegistryError
+from mcq.registry import RegistryError
 from streams.catchup import CATCH_UP_ABOVE
 
 if TYPE_CHECKING:
@@ -107,8 +107,9 @@ def streams_normalize(
     settings = _settings().for_normaliser()
     port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
     _check_login("mcq streams normalize", settings)
-    registry = _current_registry(registry_file)
-    watch = None if once or registry_file is not None else _registry_watch(settings, registry)
+    # a running normaliser follows the store: its first read is the registry it starts with
+    watch = None if once or registry_file is not None else _registry_watch(settings)
+    registry = _current_registry(registry_file) if watch is None else watch.registry
     try:
         run_normalize(
             settings,
@@ -138,11 +139,11 @@ def streams_normalize(
             watch.close()
 
 
-def _registry_watch(settings: Settings, registry: Registry) -> RegistryWatch:
+def _registry_watch(settings: Settings) -> RegistryWatch:
     """The registry store followed while the queries run (a --registry file is not)."""
     from streams.registry_watch import RegistryWatch
 
     try:
-        return RegistryWatch(settings, registry)
+        return RegistryWatch(settings)
     except RegistryError as exc:
         _stop(f"mcq streams normalize: following the registry store: {exc}")
