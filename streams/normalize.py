@@ -566,8 +566,15 @@ class NormalizeJob:
         # the batch is parsed once: the per-topic projections each read it, and would
         # otherwise each read Kafka again
         parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
-        records = self.transform(parsed).persist()
+        records = turned = self.transform(parsed).persist()
         try:
+            from streams.siblings import SiblingLookup, resolve_deletes, shared_feeds  # it reads feed_key from here
+
+            if shared_feeds(self.plan):  # a DELETE another source table of its key still holds is no delete
+                lookup = self._once("siblings", lambda: SiblingLookup(self.settings, self.registry, self.plan))
+                records, kept = resolve_deletes(lookup, turned, self.report)
+                if kept:
+                    records = records.persist()
             delivered = F.col("r").isNotNull() & ~withheld
             groups = (
                 records.groupBy(F.col("r.key.tname").alias("tname"), F.col("r.key.subtype").alias("subtype"))
@@ -605,6 +612,7 @@ class NormalizeJob:
             )
         finally:
             records.unpersist()
+            turned.unpersist()
             parsed.unpersist()
         stats.seconds = time.monotonic() - started
         self.history.append(stats)
