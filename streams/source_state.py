@@ -14,7 +14,9 @@ refresh, or skips the refresh's older-positioned state after applying the change
 change committed before it is in what the read sees.
 
 A key two feeds of one table both hold gets the state of the feed listed first in the
-registry (the topics would hold whichever changed last: the source cannot tell).
+registry (the topics hold whichever changed last: the source cannot tell; the normaliser
+sends a DELETE of a key another feed still holds as that feed's row, first in the same order:
+``streams/siblings.py``).
 """
 
 from __future__ import annotations

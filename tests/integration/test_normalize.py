@@ -421,6 +421,54 @@ def test_one_key_fed_by_two_tables_in_one_transaction_ends_with_the_newest(
         assert got["after"][column] == value, (key, got["after"])
 
 
+def test_a_key_deleted_from_one_table_lives_on_while_another_table_of_its_key_holds_it(
+    world: Captured, registry: Registry, nsettings: Settings, checkpoint: Path, driven: dict[str, Any]
+) -> None:
+    """A row moved between the two source tables of one logical key (inserted into the
+    second, then deleted from the first, in one transaction), and a person deleted from one
+    table while the other still has them: each key ends with the other table's row, never
+    deleted. A key only the first table held ends deleted."""
+    s = world.schema
+    with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
+        both = conn.execute(
+            f"SELECT t.person_id, t.tele_type FROM {s}.directory_telephone t JOIN {s}.addresses a "
+            "ON a.person_id = t.person_id AND a.addr_type = t.tele_type ORDER BY 1 DESC LIMIT 1"
+        ).fetchone()
+        alone = conn.execute(
+            f"SELECT t.person_id, t.tele_type FROM {s}.directory_telephone t WHERE NOT EXISTS (SELECT 1 FROM "
+            f"{s}.addresses a WHERE a.person_id = t.person_id AND a.addr_type = t.tele_type) "
+            "AND t.tele_type IN ('home', 'campus', 'mailing') ORDER BY 1 DESC LIMIT 2"
+        ).fetchall()
+    assert both is not None and len(alone) == 2, "the generated world lacks the keys this test needs"
+    moved, gone = alone
+    with psycopg.connect(nsettings.source.dsn()) as conn:
+        # still held by addresses: the address changes first, then the telephone row goes
+        conn.execute(f"UPDATE {s}.addresses SET street = 'kept-street' WHERE person_id = %s AND addr_type = %s", both)
+        conn.execute(f"DELETE FROM {s}.directory_telephone WHERE person_id = %s AND tele_type = %s", both)
+        # moved: into addresses before it leaves directory_telephone
+        conn.execute(
+            f"INSERT INTO {s}.addresses (person_id, addr_type, street, city, state, postal_code, country) "
+            "VALUES (%s, %s, 'moved-street', 'Troy', 'NY', '12180', 'US')",
+            moved,
+        )
+        conn.execute(f"DELETE FROM {s}.directory_telephone WHERE person_id = %s AND tele_type = %s", moved)
+        conn.execute(f"DELETE FROM {s}.directory_telephone WHERE person_id = %s AND tele_type = %s", gone)
+        conn.commit()
+    time.sleep(3)
+    lines = normalize_once(nsettings, registry, checkpoint)
+    topic = registry.table("CONTACT", None).topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    last: dict[tuple[int, str], dict[str, Any] | None] = {}
+    for k, v in decode_topic(nsettings, topic):
+        last[(k["person_id"], k["aux_string"])] = v
+    for key, street in ((tuple(both), "kept-street"), (tuple(moved), "moved-street")):
+        got = last[key]  # type: ignore[index]
+        assert got is not None, f"{key} was deleted although addresses holds it"
+        assert got["change_type"] == "UPDATE" and got["source"]["table"] == f"{s}.addresses", (key, got)
+        assert got["after"]["street"] == street, (key, got["after"])
+    assert last[tuple(gone)] is None, "a key no other table holds ends deleted"  # type: ignore[index]
+    assert any("2 delete(s) of keys another source table still holds" in line for line in lines), lines
+
+
 @pytest.mark.faults  # the normaliser SIGKILLed mid-stream: minutes, in make faults
 def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
     world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
