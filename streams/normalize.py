@@ -299,9 +299,26 @@ class NormalizeJob:
             ),
             no_stack, False,
         )  # fmt: skip
+        # a column capture takes that the row lacks: renamed or dropped in the source (or added to the
+        # registry before `mcq connect apply`); delivered, the change would remove its value at every target
+        gone = [S.when(~S.map_contains_key(after, column), S.lit(column)) for column in feed.columns]
+        absent = S.concat_ws(", ", *gone) if gone else S.lit("")
+        lost = self._record(
+            S.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before,
+            self._quarantine_reason(
+                S.concat(
+                    S.lit("the row has no column(s) "), absent,
+                    S.lit(f" that {feed.ref}'s feed from {feed.source_table} captures: renamed or dropped in the "
+                          "source, or added to the registry before `mcq connect apply`; repair: make the feed's "
+                          "columns the table's, mcq connect apply, then mcq refresh LISTENER --from source"),
+                )
+            ),
+            no_stack, False,
+        )  # fmt: skip
         outputs = (
             S.when(~mine, S.array().cast(RECORDS_TYPE))
             .when(image.isNotNull() & (missing != ""), S.array(keyless))
+            .when(op.isin("c", "r", "u") & after.isNotNull() & (absent != ""), S.array(lost))
             .when(op.isin("c", "r"), S.array(rec(new_key, "INSERT", after, null_map)))
             .when((op == "u") & S.col("unavailable") & (moved | touches), S.array(withheld))
             .when(

@@ -29,6 +29,8 @@ class FeedPlan:
     keys: tuple[tuple[str, str], ...]
     """(key field, source column) pairs."""
     watch: tuple[str, ...]
+    columns: tuple[str, ...] = ()
+    """The captured columns: a row image of an insert or update lacking one is withheld."""
 
     @property
     def ref(self) -> str:
@@ -72,6 +74,7 @@ def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
             topic=table.topic(prefix),
             keys=tuple((k, feed.keys[k]) for k in KEY_FIELDS if k in feed.keys),  # type: ignore[index]
             watch=feed.watched,
+            columns=feed.columns,
         )
         for table in registry.tables
         for feed in table.feeds

@@ -1,9 +1,10 @@
-"""Changes the normaliser withheld (``streams/normalize.py``: ``UNAVAILABLE``): what
+"""Changes the normaliser withheld (``streams/normalize.py``: a large value left out of the
+WAL, a TRUNCATE, a row lacking a key or captured column, a record it cannot read): what
 ``mcq status`` alerts on and ``mcq withheld list | ack`` shows and acknowledges.
 
 A withheld change stays in ``<prefix>._withheld`` for good (it records what a target
-missed). The operator repairs the targets (``REPLICA IDENTITY FULL`` on the table, then
-``mcq refresh LISTENER --from source``) and acknowledges: the consumer group
+missed). The operator repairs the cause (each record's reason names it), then the targets
+(``mcq refresh LISTENER --from source``) and acknowledges: the consumer group
 ``<prefix>._withheld-ack`` moves to the topic's end, and only records after it alert.
 """
 
@@ -103,8 +104,7 @@ class Withheld:
         if not n:
             return None
         return (
-            f"the normaliser withheld {n} change(s) in {self.topic}: a large value the source left out of the WAL "
-            "(its table's REPLICA IDENTITY is not FULL) would have overwritten the real one at every target; "
-            "see `mcq withheld list`, repair (ALTER TABLE ... REPLICA IDENTITY FULL; mcq refresh LISTENER "
-            "--from source), then `mcq withheld ack`"
+            f"the normaliser withheld {n} change(s) in {self.topic} that it could not deliver whole (a large value "
+            "left out of the WAL, a TRUNCATE, a row lacking a captured column...); `mcq withheld list` gives each "
+            "one's reason and repair (then mcq refresh LISTENER --from source), then `mcq withheld ack`"
         )

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 @main.group()
 def withheld() -> None:
-    """Changes the normaliser withheld: a large value the source left out of the WAL would
-    have overwritten the real one at every target (list them, acknowledge them)."""
+    """Changes the normaliser withheld, as they could not be delivered whole (a large value
+    left out of the WAL, a TRUNCATE, a row lacking a captured column): list them with each
+    one's reason and repair, acknowledge them once repaired."""
 
 
 @withheld.command("list")
