@@ -167,6 +167,10 @@ class NormalizeJob:
     only once the operator has refreshed what they carried (``lost_raw_line``)."""
     only: NormalizePlan | None = None
     """Part of the registry's plan to run (``streams.realtime.split_plan``); all of it when None."""
+    defined_at: dict[str, int] = field(default_factory=dict)
+    """When each table/subtype's definition was stored (ms): an insert or update committed
+    before it that lacks a column its feed captures is from before that column was captured,
+    and flows as it did then; one committed after it is withheld. Unknown (0): withheld."""
     plan: NormalizePlan = field(init=False)
     schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
     history: list[BatchStats] = field(init=False, default_factory=list)
@@ -187,7 +191,7 @@ class NormalizeJob:
         """A job for part of this plan, sharing its schema ids and known provenance."""
         job = NormalizeJob(
             self.settings, self.registry, checkpoint, self.report, self.max_offsets_per_trigger,
-            self.accept_lost_raw, only=plan,
+            self.accept_lost_raw, only=plan, defined_at=self.defined_at,
         )  # fmt: skip
         job.schema_ids = self.schema_ids
         job._known_refs = self._known_refs
@@ -318,7 +322,13 @@ class NormalizeJob:
         outputs = (
             S.when(~mine, S.array().cast(RECORDS_TYPE))
             .when(image.isNotNull() & (missing != ""), S.array(keyless))
-            .when(op.isin("c", "r", "u") & after.isNotNull() & (absent != ""), S.array(lost))
+            .when(
+                op.isin("c", "r", "u")
+                & after.isNotNull()
+                & (absent != "")
+                & (S.coalesce(S.col("e.source.ts_ms"), S.lit(0)) >= self.defined_at.get(feed.ref, 0)),
+                S.array(lost),
+            )
             .when(op.isin("c", "r"), S.array(rec(new_key, "INSERT", after, null_map)))
             .when((op == "u") & S.col("unavailable") & (moved | touches), S.array(withheld))
             .when(

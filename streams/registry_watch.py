@@ -15,7 +15,7 @@ from typing import Any
 
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from mcq.registry.store import RegistryReader, definitions
+from mcq.registry.store import RegistryReader, definition_key, definitions
 
 _PLANNED = ("source/", "table/")
 
@@ -50,6 +50,11 @@ class RegistryWatch:
         differ = sorted(k for k in wanted.keys() | self._planned.keys() if wanted.get(k) != self._planned.get(k))
         self._planned = wanted
         return registry, differ
+
+    def defined_at(self, registry: Registry) -> dict[str, int]:
+        """When each table/subtype's definition was written to the store (ms): a raw row
+        committed before it may lack a column the definition added to capture since."""
+        return {t.ref: self._reader.stamps.get(definition_key(t), 0) for t in registry.tables}
 
     def close(self) -> None:
         self._reader.close()

@@ -98,6 +98,8 @@ REGISTRY_LOOK_S = 2.0
 """How often a running normaliser looks for a registry change."""
 RegistryChanged = Callable[[], "tuple[Registry, list[str]] | None"]
 """A new registry whose sources or tables differ from the running plan's, and which differ."""
+DefinedAt = Callable[["Registry"], dict[str, int]]
+"""When each table/subtype's definition of a registry was stored (ms since the epoch)."""
 
 
 def _message(exc: Exception) -> str:
@@ -157,6 +159,7 @@ def run_normalize(
     health: tuple[str, int] | None = None,
     catch_up_above: int = CATCH_UP_ABOVE,
     registry_changed: RegistryChanged | None = None,
+    defined_at: DefinedAt | None = None,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -173,6 +176,7 @@ def run_normalize(
     start with more raw records waiting drains them in micro-batches first
     (``streams/catchup.py``). ``registry_changed``: asked every few seconds while the
     queries run (``streams/registry_watch.py``); a new registry restarts them on its plan.
+    ``defined_at``: when each table's definition was stored (``NormalizeJob.defined_at``).
     Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
@@ -183,6 +187,7 @@ def run_normalize(
         report,
         max_offsets_per_trigger,
         accept_lost_raw,
+        defined_at=defined_at(registry) if defined_at else {},
     )
     stopping = StopRequest(report)
     with stopping.on_signals():
@@ -199,7 +204,7 @@ def run_normalize(
             realtime = mode == "realtime" and not once
             job = _stream(job, stopping, once=once, trigger=trigger, master=master,
                           interval=checkpoint_interval if realtime else None, health=health,
-                          catch_up_above=catch_up_above,
+                          catch_up_above=catch_up_above, defined_at=defined_at,
                           registry_changed=None if once else registry_changed)  # fmt: skip
         if stopping.requested:
             if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
@@ -215,7 +220,7 @@ def run_normalize(
 def _stream(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     health: tuple[str, int] | None = None, catch_up_above: int = CATCH_UP_ABOVE,
-    registry_changed: RegistryChanged | None = None,
+    registry_changed: RegistryChanged | None = None, defined_at: DefinedAt | None = None,
 ) -> NormalizeJob:  # fmt: skip
     """Run the queries until they end or a stop is requested; ``interval`` set: real time.
     A registry change stops them and starts them again on its plan, the health endpoint
@@ -242,7 +247,9 @@ def _stream(
                                   registry_changed=registry_changed)  # fmt: skip
             if replan is None or stopping.requested:
                 return job
-            job = dataclasses.replace(job, registry=replan, only=None)
+            job = dataclasses.replace(
+                job, registry=replan, only=None, defined_at=defined_at(replan) if defined_at else {}
+            )
             job.prepare()
     finally:
         if server is not None:

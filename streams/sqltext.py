@@ -37,7 +37,7 @@ class Sql:
     def __repr__(self) -> str:
         return f"Sql({self.text!r})"
 
-    # pyspark's operators: & | ~ == !=
+    # pyspark's operators: & | ~ == != >=
     def __and__(self, other: Sql) -> Sql:
         return Sql(f"({self} AND {other})")
 
@@ -52,6 +52,9 @@ class Sql:
 
     def __ne__(self, other: object) -> Sql:  # type: ignore[override]
         return Sql(f"({self} != {_sql(other)})")
+
+    def __ge__(self, other: object) -> Sql:
+        return Sql(f"({self} >= {_sql(other)})")
 
     __hash__ = None  # type: ignore[assignment]  # == builds an expression: not a dict key
 

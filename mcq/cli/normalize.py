@@ -126,6 +126,7 @@ def streams_normalize(
             health=None if port is None else (http_host, port),
             catch_up_above=catch_up_above,
             registry_changed=None if watch is None else watch.changed,
+            defined_at=None if watch is None else watch.defined_at,
         )
     except HealthAddressTaken as exc:
         _stop(

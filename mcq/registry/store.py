@@ -295,6 +295,8 @@ class RegistryReader:
     def __init__(self, settings: Settings, topic: str | None = None) -> None:
         self.topic = topic = topic or registry_topic(settings.topic_prefix)
         self.records: dict[str, dict[str, Any]] = {}
+        self.stamps: dict[str, int] = {}
+        """When each record was written (Kafka timestamp, ms)."""
         self._follower = TopicFollower(settings, [topic], self._fold, "registry-reader")
         self._follower.start()
 
@@ -303,8 +305,10 @@ class RegistryReader:
         value = msg.value()
         if value is None:
             self.records.pop(key, None)
+            self.stamps.pop(key, None)
         else:
             self.records[key] = json.loads(value)
+            self.stamps[key] = msg.timestamp()[1]
 
     def catch_up(self, timeout_s: float = 30.0) -> None:
         """Read up to the end of the topic as it is now."""

@@ -37,3 +37,8 @@ def test_when_chains_into_one_case_and_otherwise_closes_it() -> None:
 def test_an_expression_is_never_a_dict_key() -> None:
     with pytest.raises(TypeError):
         {S.lit(1): 1}  # == builds an expression, so hashing would lie
+
+
+def test_comparisons_take_a_plain_value_as_a_literal() -> None:
+    assert (S.col("e.source.ts_ms") >= 5).text == "(`e`.`source`.`ts_ms` >= 5)"
+    assert (S.col("a") != "x").text == "(`a` != 'x')"
