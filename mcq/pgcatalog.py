@@ -18,3 +18,16 @@ def table_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
         (schema, name),
     )
     return {str(r[0]) for r in rows}
+
+
+def column_types(conn: psycopg.Connection[Any], tables: list[str]) -> dict[str, dict[str, str]]:
+    """``schema.table`` -> column -> its ``information_schema`` data type, for those of
+    ``tables`` that exist."""
+    types: dict[str, dict[str, str]] = {}
+    for schema, table, column, data_type in conn.execute(
+        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema || '.' || table_name = ANY(%s)",
+        (sorted(tables),),
+    ):
+        types.setdefault(f"{schema}.{table}", {})[column] = data_type
+    return types

@@ -35,6 +35,7 @@ from psycopg import sql
 
 from mcq.capture.connector import captured_columns
 from mcq.config import Settings
+from mcq.pgcatalog import column_types
 from mcq.registry.model import Registry
 from streams.exceptions import SourceReadError
 from streams.plan import FeedPlan, NormalizePlan
@@ -82,7 +83,6 @@ class SiblingLookup:
             name: cols for source in registry.sources for name, cols in captured_columns(registry, source).items()
             if name in wanted
         }  # fmt: skip
-        self._types: dict[str, dict[str, str]] | None = None
 
     def holders(self, deleted: list[Deleted]) -> dict[Deleted, tuple[str, dict[str, str | None]]]:
         """For each DELETE a sibling feed holds: (that feed's source table, its row as text)."""
@@ -95,6 +95,8 @@ class SiblingLookup:
             for topic, feeds in self.shared.items():
                 mine = [d for d in deleted if d.topic == topic]
                 for feed in feeds:  # registry order: the first sibling that holds a key gives its row
+                    if feed.source_table not in types:  # dropped: it holds nothing
+                        continue
                     asked = [d for d in mine if d not in found and d.source_table != feed.source_table]
                     for start in range(0, len(asked), CHUNK):
                         chunk = asked[start : start + CHUNK]
@@ -116,33 +118,29 @@ class SiblingLookup:
         raise AssertionError("unreachable")
 
     def _column_types(self, conn: psycopg.Connection[Any]) -> dict[str, dict[str, str]]:
-        if self._types is None:
-            types: dict[str, dict[str, str]] = {}
-            for schema, table, column, data_type in conn.execute(
-                "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
-                "WHERE table_schema || '.' || table_name = ANY(%s)",
-                (sorted(self._captured),),
-            ):
-                types.setdefault(f"{schema}.{table}", {})[column] = data_type
-            self._types = types
-        found = self._types
-        for name, columns in self._captured.items():
-            missing = [c for c in columns if c not in found.get(name, {})]
-            if missing:
-                raise SourceReadError(f"source table {name}: no column {', '.join(missing)} in {self.settings.source}")
-        return {name: {c: found[name][c] for c in columns} for name, columns in self._captured.items()}
+        """Each sibling table's captured columns and their types, as the source has them now
+        (a column renamed or dropped since is left out: the key still lives, and changes of
+        that table are withheld for the missing column until the registry is corrected)."""
+        found = column_types(conn, list(self._captured))
+        return {
+            name: {c: found[name][c] for c in columns if c in found[name]}
+            for name, columns in self._captured.items()
+            if name in found
+        }
 
     def _rows(
         self, conn: psycopg.Connection[Any], feed: FeedPlan, types: dict[str, str], chunk: list[Deleted]
     ) -> list[tuple[Deleted, dict[str, str | None]]]:
         """The rows of ``feed``'s table whose key is one of ``chunk``'s."""
         fields = [(i, f, c) for i, f in enumerate(KEY_FIELDS) for f2, c in feed.keys if f2 == f]
+        if not fields or any(c not in types for _, _, c in fields):  # a key column renamed or dropped
+            return []
         wanted: dict[tuple[str, ...], list[Deleted]] = defaultdict(list)
         for d in chunk:
             if d.key[0] != feed.tname or d.key[1] != feed.subtype:
                 continue
             values = tuple(d.key[i] for i, _, _ in fields)
-            if fields and all(v is not None for v in values):
+            if all(v is not None for v in values):
                 wanted[tuple(str(v) for v in values)].append(d)
         if not wanted:
             return []

@@ -32,6 +32,7 @@ from psycopg import sql
 
 from mcq.capture.connector import captured_columns
 from mcq.config import Settings
+from mcq.pgcatalog import column_types
 from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SourceReadError
 from streams.laststate import FIELDS
@@ -122,13 +123,7 @@ class SourceReader:
         try:
             with psycopg.connect(self.settings.source.dsn(), connect_timeout=10) as conn:
                 position = int(conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()[0])  # type: ignore[index]
-                types: dict[str, dict[str, str]] = {}
-                for schema, table, column, data_type in conn.execute(
-                    "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
-                    "WHERE table_schema || '.' || table_name = ANY(%s)",
-                    (sorted(self._captured),),
-                ):
-                    types.setdefault(f"{schema}.{table}", {})[column] = data_type
+                types = column_types(conn, list(self._captured))
                 sizes: dict[str, int] = dict(
                     conn.execute(
                         "SELECT name, pg_relation_size(to_regclass(name)) / current_setting('block_size')::int"

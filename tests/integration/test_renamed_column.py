@@ -7,29 +7,20 @@ still flows."""
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from consumers.runtime.listener import ListenerRuntime
 from mcq.change import ChangeKey
 from mcq.config import Settings
-from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic
-from tests.integration.typed import ROWS, sql, typed_world
+from tests.integration.typed import ROWS, sql, typed_listener
 
-LISTENER = """
-listeners:
-  - {{name: Table, owner: tests@example, adapter: {{type: table, settings: {{table: {target}}}}}}}
-interests:
-  - {{listener: Table, tname: TYPED}}
-"""
 ONE = ChangeKey("TYPED", None, None, None, 1, None).text()  # the row with id 1 (note 'plain', n 42)
 
 
@@ -37,17 +28,15 @@ ONE = ChangeKey("TYPED", None, None, None, 1, None).text()  # the row with id 1 
 def test_a_change_lacking_a_captured_column_is_withheld_and_the_target_keeps_its_value(
     stack: Stack, settings: Settings, tmp_path: Path
 ) -> None:
-    with typed_world(settings) as world:
-        token = uuid.uuid4().hex[:8]
-        tsettings = settings.model_copy(update={"topic_prefix": f"tc{token}"})
-        target = f"tc_{token}.typed"
-        text = world.registry_yaml.replace("listeners: []\n", LISTENER.format(target=target))
-        registry = parse_registry(text, str(tmp_path / "registry.yaml"))
-        checkpoint = tmp_path / "checkpoint"
-        wait_raw_records(settings, world.raw_topic, len(ROWS))
-        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
-        runtime = ListenerRuntime(tsettings, "Table", registry=registry, http_port=None, report=lambda _: None)
-        assert runtime.run(until_caught_up=True) == 0
+    with typed_listener(settings, tmp_path, "tc") as t:
+        world, tsettings, target, registry, checkpoint, runtime = (
+            t.world,
+            t.settings,
+            t.target,
+            t.registry,
+            t.checkpoint,
+            t.runtime,
+        )
         assert target_state(tsettings, target)[ONE]["note"] == "plain"
 
         sql(
@@ -66,7 +55,7 @@ def test_a_change_lacking_a_captured_column_is_withheld_and_the_target_keeps_its
         assert "the row has no column(s) note that TYPED's feed" in reason, reason
         # the same raw rows under a table definition stored after they were committed (a column
         # added to the feed since): they are from before it was captured, and flow as they did
-        later = settings.model_copy(update={"topic_prefix": f"tl{token}"})
+        later = settings.model_copy(update={"topic_prefix": f"tl{tsettings.topic_prefix}"})
         lines.clear()
         run_normalize(
             later, registry, once=True, checkpoint=tmp_path / "later", report=lines.append,

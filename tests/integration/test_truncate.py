@@ -7,56 +7,35 @@ longer holds."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from consumers.runtime.listener import ListenerRuntime
 from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
-from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic
-from tests.integration.typed import ROWS, sql, typed_world
+from tests.integration.typed import ROWS, sql, typed_listener
 
 pytestmark = pytest.mark.faults
-
-LISTENER = """
-listeners:
-  - {{name: Table, owner: tests@example, adapter: {{type: table, settings: {{table: {target}}}}}}}
-interests:
-  - {{listener: Table, tname: TYPED}}
-"""
 
 
 def test_a_truncate_is_withheld_by_name_and_a_refresh_from_the_source_empties_the_target(
     stack: Stack, settings: Settings, tmp_path: Path
 ) -> None:
-    with typed_world(settings) as world:
-        token = uuid.uuid4().hex[:8]
-        tsettings = settings.model_copy(update={"topic_prefix": f"tt{token}"})
-        target = f"tt_{token}.typed"
-        text = world.registry_yaml.replace("listeners: []\n", LISTENER.format(target=target))
-        registry_file = tmp_path / "registry.yaml"
-        registry_file.write_text(text)
-        registry = parse_registry(text, str(registry_file))
-        wait_raw_records(settings, world.raw_topic, len(ROWS))
-        run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
-        runtime = ListenerRuntime(tsettings, "Table", registry=registry, http_port=None, report=lambda _: None)
-        assert runtime.run(until_caught_up=True) == 0
-        assert len(target_state(tsettings, target)) == len(ROWS)
-
+    with typed_listener(settings, tmp_path, "tt") as t:
+        world, tsettings, registry, registry_file, runtime = t.world, t.settings, t.registry, t.registry_file, t.runtime
+        target = t.target
         sql(settings, f"TRUNCATE {world.table}", f"INSERT INTO {world.table} (id, note) VALUES (90, 'after')")
         wait_raw_records(settings, world.raw_topic, len(ROWS) + 2)
         lines: list[str] = []
-        run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lines.append)
+        run_normalize(tsettings, registry, once=True, checkpoint=t.checkpoint, report=lines.append)
         assert any("WITHHELD 1" in line for line in lines), lines
         (_, withheld), *_ = decode_topic(tsettings, withheld_topic(tsettings.topic_prefix))
         assert withheld is not None and "a TRUNCATE of the table" in withheld["provenance"]["origin"]

@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -16,6 +18,9 @@ from mcq.capture.connector import raw_topic
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.testing.worlds import uncapture, wait_slot_active
+
+if TYPE_CHECKING:
+    from consumers.runtime.listener import ListenerRuntime
 
 # nullable columns with defaults: Debezium puts a column's DEFAULT in its Connect schema, and
 # Kafka Connect's Struct.get and JsonConverter answer a NULL with it unless told not to
@@ -101,3 +106,50 @@ def typed_world(settings: Settings) -> Iterator[TypedWorld]:
         yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
     finally:
         uncapture(settings, registry, schema)
+
+
+TABLE_LISTENER = """
+listeners:
+  - {{name: Table, owner: tests@example, adapter: {{type: table, settings: {{table: {target}}}}}}}
+interests:
+  - {{listener: Table, tname: TYPED}}
+"""
+
+
+@dataclass(frozen=True)
+class Listening:
+    """A typed world with one ``table`` listener (Table) that holds every row."""
+
+    world: TypedWorld
+    settings: Settings
+    """The test's own topic prefix."""
+    target: str
+    registry: Registry
+    registry_file: Path
+    checkpoint: Path
+    runtime: ListenerRuntime
+
+
+@contextmanager
+def typed_listener(settings: Settings, tmp_path: Path, tag: str) -> Iterator[Listening]:
+    """The typed world normalised once (prefix ``<tag><token>``) and applied to its listener."""
+    from consumers.runtime.listener import ListenerRuntime
+    from mcq.testing.listeners import target_state
+    from mcq.testing.worlds import wait_raw_records
+    from streams.runner import run_normalize
+
+    with typed_world(settings) as world:
+        token = uuid.uuid4().hex[:8]
+        tsettings = settings.model_copy(update={"topic_prefix": f"{tag}{token}"})
+        target = f"{tag}_{token}.typed"
+        text = world.registry_yaml.replace("listeners: []\n", TABLE_LISTENER.format(target=target))
+        registry_file = tmp_path / "registry.yaml"
+        registry_file.write_text(text)
+        registry = parse_registry(text, str(registry_file))
+        checkpoint = tmp_path / "checkpoint"
+        wait_raw_records(settings, world.raw_topic, len(ROWS))
+        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
+        runtime = ListenerRuntime(tsettings, "Table", registry=registry, http_port=None, report=lambda _: None)
+        assert runtime.run(until_caught_up=True) == 0
+        assert len(target_state(tsettings, target)) == len(ROWS)
+        yield Listening(world, tsettings, target, registry, registry_file, checkpoint, runtime)
