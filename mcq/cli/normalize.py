@@ -107,8 +107,9 @@ def streams_normalize(
     settings = _settings().for_normaliser()
     port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
     _check_login("mcq streams normalize", settings)
-    # a running normaliser follows the store: its first read is the registry it starts with
-    watch = None if once or registry_file is not None else _registry_watch(settings)
+    # a running normaliser follows the store: its first read is the registry it starts with (a
+    # --once run reads it the same way, for when each table's definition was stored)
+    watch = None if registry_file is not None else _registry_watch(settings)
     registry = _current_registry(registry_file) if watch is None else watch.registry
     try:
         run_normalize(
@@ -125,7 +126,7 @@ def streams_normalize(
             accept_lost_raw=accept_lost_raw,
             health=None if port is None else (http_host, port),
             catch_up_above=catch_up_above,
-            registry_changed=None if watch is None else watch.changed,
+            registry_changed=None if watch is None or once else watch.changed,
             defined_at=None if watch is None else watch.defined_at,
         )
     except HealthAddressTaken as exc:
