@@ -31,3 +31,19 @@ def column_types(conn: psycopg.Connection[Any], tables: list[str]) -> dict[str, 
     ):
         types.setdefault(f"{schema}.{table}", {})[column] = data_type
     return types
+
+
+def unreplicated_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
+    """The generated columns of ``schema.table`` when the server is older than PostgreSQL 18:
+    logical replication does not carry them, so no change would."""
+    version = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+    if version is None or version[0] >= 180000:
+        return set()
+    schema, _, name = table.partition(".")
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''",
+        (schema, name),
+    )
+    return {str(r[0]) for r in rows}

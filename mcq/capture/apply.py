@@ -23,7 +23,7 @@ from mcq.capture.connector import connector_name, install_outbox, refuse_other_o
 from mcq.capture.exceptions import CaptureError
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
-from mcq.pgcatalog import table_columns
+from mcq.pgcatalog import table_columns, unreplicated_columns
 from mcq.registry.model import Registry
 
 log = logging.getLogger(__name__)
@@ -89,9 +89,15 @@ def refuse_missing_columns(conn: psycopg.Connection[Any], registry: Registry) ->
                     f"{feed.table} has no column {', '.join(absent)} (table {table.ref}'s feed names it; "
                     f"the table has {', '.join(sorted(have))})"
                 )
+            generated = sorted(unreplicated_columns(conn, feed.table) & set(feed.columns))
+            if generated:
+                missing.append(
+                    f"{feed.table}'s column {', '.join(generated)} is generated, and this PostgreSQL's logical "
+                    f"replication does not carry generated columns (table {table.ref}'s feed names it)"
+                )
     if missing:
         raise CaptureError(
-            "the registry captures columns the source does not have: " + "; ".join(missing)
+            "the registry captures columns no change of the source carries: " + "; ".join(missing)
             + ": correct the feed's columns (and watch) with `mcq registry apply`, or the table"
         )  # fmt: skip
 

@@ -230,22 +230,27 @@ def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_
     stack: Stack, settings: Settings
 ) -> None:
     """A misspelt or dropped column would be left out by Debezium and its values absent from
-    every change, silently: `mcq connect apply` names it, with the columns the table has."""
+    every change, silently: `mcq connect apply` names it, with the columns the table has. So
+    is a generated column, which PostgreSQL's logical replication (before 18) never carries."""
     token = uuid.uuid4().hex[:8]
     schema = f"mc_{token}"
     _sql(
-        settings, f"CREATE SCHEMA {schema}", f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text)"
+        settings,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text, "
+        "shout text GENERATED ALWAYS AS (upper(name)) STORED)",
     )
-    registry = _people_registry("mc", token, schema, "person_id, name, nmae")
+    registry = _people_registry("mc", token, schema, "person_id, name, nmae, shout")
     try:
         with pytest.raises(CaptureError) as refused:
             apply_capture(registry, settings, report=lambda _: None)
         message = str(refused.value)
         assert "\n" not in message
         assert (
-            f"{schema}.people has no column nmae (table MC_PEOPLE's feed names it; the table has name, person_id)"
-            in message
+            f"{schema}.people has no column nmae (table MC_PEOPLE's feed names it; the table has name, person_id, "
+            "shout)" in message
         )
+        assert f"{schema}.people's column shout is generated" in message, message
         with psycopg.connect(settings.source.dsn()) as conn:  # nothing changed: identity as created
             identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.people'::regclass")
             assert identity.fetchone() == ("d",)

@@ -32,7 +32,7 @@ from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.typed import typed_registry_yaml
+from tests.integration.typed import COLUMNS, typed_registry_yaml
 
 pytestmark = pytest.mark.faults
 
@@ -49,10 +49,12 @@ def _world(settings: Settings, tmp_path: Path) -> tuple[Settings, Registry, Path
 
 
 def _produce(settings: Settings, topic: str, changes: list[tuple[int, str, int]]) -> None:
-    """(id, note, lsn) as Debezium's JSON change events (inserts, then updates)."""
+    """(id, note, lsn) as Debezium's JSON change events (inserts, then updates): every captured
+    column in the row, NULL but for these two."""
     producer = Producer(settings.kafka.client_config())
     for pk, note, lsn in changes:
-        value = {"op": "u", "before": None, "after": {"id": str(pk), "note": note}, "source": {"lsn": lsn}}
+        after = {**dict.fromkeys(COLUMNS), "id": str(pk), "note": note}
+        value = {"op": "u", "before": None, "after": after, "source": {"lsn": lsn}}
         producer.produce(topic, key=json.dumps({"id": pk}).encode(), value=json.dumps(value).encode())
     assert producer.flush(10) == 0
 

@@ -279,12 +279,17 @@ def test_every_record_and_tombstone_carries_its_source_position_header(
     assert int(insert_position[0]) < int(delete["source"]["last_commit_lsn"])  # type: ignore[index]
 
 
+def _row(**values: str) -> dict[str, str | None]:
+    """A row as Debezium sends it: every captured column (NULL but for ``values``)."""
+    return {**dict.fromkeys(COLUMNS), **values}
+
+
 POISON = [
-    (b'{"id":1}', {"op": "c", "before": None, "after": {"id": "1", "note": "fine"}, "source": {"lsn": 10}}),
+    (b'{"id":1}', {"op": "c", "before": None, "after": _row(id="1", note="fine"), "source": {"lsn": 10}}),
     (b'{"id":2}', b"\x00\x00\x00\x00\x07avro-bytes"),  # a record of a connector with an Avro converter
     (b'{"id":3}', {"op": "x", "before": None, "after": {"id": "3"}, "source": {"lsn": 11}}),
     (b'{"id":4}', {"op": "c", "before": None, "after": {"note": "no id"}, "source": {"lsn": 12}}),
-    (b'{"id":5}', {"op": "c", "before": None, "after": {"id": "5", "note": "fine too"}, "source": {"lsn": 13}}),
+    (b'{"id":5}', {"op": "c", "before": None, "after": _row(id="5", note="fine too"), "source": {"lsn": 13}}),
 ]
 WHY = {
     1: "not a Debezium JSON change event",
