@@ -10,11 +10,16 @@ import psycopg
 def table_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
     """The columns of ``schema.table`` (names as stored, exactly); empty when there is no
     such table."""
+    return _attributes(conn, table)
+
+
+def _attributes(conn: psycopg.Connection[Any], table: str, generated_only: bool = False) -> set[str]:
     schema, _, name = table.partition(".")
     rows = conn.execute(
         "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
+        + (" AND a.attgenerated <> ''" if generated_only else ""),
         (schema, name),
     )
     return {str(r[0]) for r in rows}
@@ -39,11 +44,4 @@ def unreplicated_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
     version = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
     if version is None or version[0] >= 180000:
         return set()
-    schema, _, name = table.partition(".")
-    rows = conn.execute(
-        "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''",
-        (schema, name),
-    )
-    return {str(r[0]) for r in rows}
+    return _attributes(conn, table, generated_only=True)
