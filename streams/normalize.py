@@ -595,10 +595,10 @@ class NormalizeJob:
         parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
         records = turned = self.transform(parsed).persist()
         try:
-            from streams.siblings import SiblingLookup, resolve_deletes, shared_feeds  # it reads feed_key from here
+            from streams.siblings import SiblingLookup, resolve_deletes  # it reads this module's names
 
-            if shared_feeds(self.plan):  # a DELETE another source table of its key still holds is no delete
-                lookup = self._once("siblings", lambda: SiblingLookup(self.settings, self.registry, self.plan))
+            lookup = self._once("siblings", lambda: SiblingLookup(self.settings, self.registry, self.plan))
+            if lookup.shared:  # a DELETE another source table of its key still holds is no delete
                 records, kept = resolve_deletes(lookup, turned, self.report)
                 if kept:
                     records = records.persist()

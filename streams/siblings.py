@@ -38,6 +38,8 @@ from mcq.config import Settings
 from mcq.pgcatalog import column_types
 from mcq.registry.model import Registry
 from streams.exceptions import SourceReadError
+from streams.laststate import FIELDS
+from streams.normalize import KEY_TYPE
 from streams.plan import FeedPlan, NormalizePlan
 from streams.source_state import SESSION_INIT, text_expression
 
@@ -67,9 +69,6 @@ class Deleted:
     source_table: str
     last_commit_lsn: int
     lsn: int
-
-
-KEY_FIELDS = ("tname", "subtype", "person_id", "pkey_string", "pkey_number", "aux_string")
 
 
 class SiblingLookup:
@@ -132,7 +131,7 @@ class SiblingLookup:
         self, conn: psycopg.Connection[Any], feed: FeedPlan, types: dict[str, str], chunk: list[Deleted]
     ) -> list[tuple[Deleted, dict[str, str | None]]]:
         """The rows of ``feed``'s table whose key is one of ``chunk``'s."""
-        fields = [(i, f, c) for i, f in enumerate(KEY_FIELDS) for f2, c in feed.keys if f2 == f]
+        fields = [(i, f, c) for i, f in enumerate(FIELDS) for f2, c in feed.keys if f2 == f]
         if not fields or any(c not in types for _, _, c in fields):  # a key column renamed or dropped
             return []
         wanted: dict[tuple[str, ...], list[Deleted]] = defaultdict(list)
@@ -180,7 +179,7 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
     picked = ("topic", "r.key", source.alias("source_table"), "last_commit_lsn", "lsn")
     rows = records.where(delete).select(*picked).collect()
     deleted = [
-        Deleted(r["topic"], tuple(r["key"][f] for f in KEY_FIELDS), r["source_table"], r["last_commit_lsn"], r["lsn"])
+        Deleted(r["topic"], tuple(r["key"][f] for f in FIELDS), r["source_table"], r["last_commit_lsn"], r["lsn"])
         for r in rows
     ]
     held = lookup.holders(deleted)
@@ -189,7 +188,7 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
     spark = records.sparkSession
     turned = spark.createDataFrame(
         [(d.topic, d.key, d.last_commit_lsn, d.lsn, table, row) for d, (table, row) in held.items()],
-        f"h_topic string, h_key {KEY_TYPE_DDL}, h_lcl long, h_lsn long, h_table string, h_after map<string,string>",
+        f"h_topic string, h_key {KEY_TYPE}, h_lcl long, h_lsn long, h_table string, h_after map<string,string>",
     )
     matched = (
         (F.col("topic") == F.col("h_topic"))
@@ -199,7 +198,7 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
     )
     joined = records.join(F.broadcast(turned), matched, "left")
     hit = F.col("h_topic").isNotNull()
-    schema = F.col("h_table")
+    table = F.col("h_table")
     out = (
         joined.where(~(hit & F.coalesce(F.col("r.tombstone"), F.lit(False))))
         .withColumn(
@@ -209,7 +208,7 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
                 F.col("r")
                 .withField("change_type", F.lit("UPDATE"))
                 .withField("after", F.col("h_after"))
-                .withField("origin", F.concat(F.lit("table "), schema)),
+                .withField("origin", F.concat(F.lit("table "), table)),
             ).otherwise(F.col("r")),
         )
         .withColumn(
@@ -217,7 +216,7 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
             F.when(
                 hit,
                 F.col("e")
-                .withField("source.schema", F.substring_index(schema, ".", 1))
+                .withField("source.schema", F.substring_index(table, ".", 1))
                 .withField("source.table", F.expr("substring(h_table, instr(h_table, '.') + 1)")),
             ).otherwise(F.col("e")),
         )
@@ -227,8 +226,3 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
         n = sum(1 for d in held if d.topic == topic)
         report(f"normalize: {topic}: {n} delete(s) of keys another source table still holds, sent as its row")
     return out, len(held)
-
-
-KEY_TYPE_DDL = (
-    "struct<tname:string,subtype:string,person_id:bigint,pkey_string:string,pkey_number:bigint,aux_string:string>"
-)
