@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm helm run test faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
+.PHONY: install system python jvm helm run test long faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
 
 install: system python jvm helm
 
@@ -62,7 +62,13 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not faults and not scale and not soak' --durations=20
+	$(BIN)/pytest -m 'not long and not faults and not scale and not soak' --durations=20
+
+# The long scenarios: a stack of its own (`--secure`), a normaliser followed through its
+# catch-up and hand-over or a registry change. Minutes each on two cores, so a session of
+# their own to keep `make test` under 25 minutes; CI runs it after `make test` (.ci/run).
+long: install
+	$(BIN)/pytest -m long --durations=10
 
 # The fault scenarios (issue 16): components killed and restarted under load, lost slots,
 # poison input. Minutes each (a broker's recovery after SIGKILL alone takes one), so a

@@ -712,6 +712,7 @@ def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_th
     assert "fed by two or more raw topics" in log_path.read_text()
 
 
+@pytest.mark.long  # a normaliser's catch-up then its real-time start: minutes, in make long
 def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exactly(
     world: Captured, nsettings: Settings, tmp_path: Path
 ) -> None:
@@ -767,6 +768,7 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
     assert "incubator" not in log_path.read_text(), log_path.read_text()[:2000]
 
 
+@pytest.mark.long  # a real-time normaliser followed through a registry change: minutes, in make long
 @pytest.mark.timeout(900)  # its own deadlines add up to 540 s
 def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without_a_restart(
     world: Captured, nsettings: Settings, tmp_path: Path

@@ -368,7 +368,8 @@ def wait_for_line(log: Path, text: str, job: subprocess.Popen[bytes], timeout_s:
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGTERM (how Kubernetes stops a pod) in make test; SIGINT (Ctrl-C), the same path, in make long
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.long)])
 def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
     typed: TypedWorld, settings: Settings, tmp_path: Path, signum: signal.Signals
 ) -> None:

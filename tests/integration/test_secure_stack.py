@@ -41,6 +41,8 @@ from tests.integration.pgtext import rows_as_text
 from tests.integration.test_acl import _consume_error, _produce_error, _refused
 from tests.integration.webhook_server import receiving_webhook, replay
 
+pytestmark = pytest.mark.long  # a stack of its own: minutes on two cores, in make long
+
 MCQ = [sys.executable, "-m", "mcq.cli"]
 SERVICES = "postgres,kafka,registry,connect"
 PORTS = ("postgres", "kafka", "kafka_controller", "kafka_sasl", "connect", "registry", "ldap", "ldaps")
