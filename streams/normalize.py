@@ -22,9 +22,11 @@ Per micro-batch (``foreachBatch``, all DataFrame operations, nothing collected b
 4. serialise key and value with the Avro schemas in Confluent's wire format (magic byte,
    registry schema id, Avro body) — what confluent-kafka's deserialisers read — and give
    every record, tombstones included, the header ``mcq.position`` = ``<last commit LSN>/<LSN>``;
-5. repartition by key and sort within partitions by (key, last commit LSN, LSN, raw
-   offset), so every key's records reach its Kafka partition in source commit order,
-   even when they came from different source tables in the same micro-batch.
+5. keep every key's records in source commit order: a key of a logical topic fed by one
+   raw topic comes from one raw partition, whose offset order is Debezium's commit order,
+   and is written in the order read (no shuffle); the keys of a topic fed by two or more
+   source tables are repartitioned by key and sorted by (last commit LSN, LSN, raw
+   offset), as every key is when a raw topic has more than one partition.
 
 The checkpoint makes a restart resume after the last committed batch; a batch cut short
 is written again whole (at-least-once), which a compacted, idempotently applied topic
@@ -86,6 +88,9 @@ POSITION_HEADER = "mcq.position"
 # producer's defaults for a trickle (16 KB batches sent as soon as possible); kafka.extra
 # overrides these
 BATCH_PRODUCER = {
+    # (Kafka's default, said here because each key's order rests on it: a retried batch
+    # never lands behind a later one)
+    "kafka.enable.idempotence": "true",
     "kafka.linger.ms": "10",
     "kafka.batch.size": str(1 << 20),
     "kafka.compression.type": "lz4",
@@ -544,27 +549,37 @@ class NormalizeJob:
         )
         return key_bytes, value_bytes
 
-    def serialize(self, records: DataFrame) -> DataFrame:
-        """Key and value in Confluent's wire format, ordered per key by source position."""
+    def serialize(self, records: DataFrame, one_partition: bool = True) -> DataFrame:
+        """Key and value in Confluent's wire format, each key's records in source order.
+
+        A key of a logical topic fed by one raw topic comes from one raw partition, read by
+        one task in offset order, which is Debezium's commit order: its records go to their
+        Kafka partition in the order read, with no shuffle (the batch's partitions are
+        merged by ``coalesce``, which keeps each one's order; the Kafka producer is
+        idempotent, so a retry does not reorder). The keys of a topic fed by two or more raw
+        topics (``NormalizePlan.shared_topics``), and every key when a raw topic of the
+        batch has more than one partition (``one_partition`` false: a raw topic made by
+        hand), are repartitioned by key and sorted by source position."""
         from pyspark.sql import functions as F
 
         key_bytes, value_bytes = self._once("serialize", self._wire_columns)
-        partitions = self._partitions(records)
-        return (
-            records.where(F.col("r").isNotNull())
-            .select(
-                F.col("topic"),
-                key_bytes.alias("key"),
-                value_bytes.alias("value"),
-                "last_commit_lsn",
-                "lsn",
-                "raw_offset",
-                "pos",
-            )
-            .repartition(partitions, "key")
+        out = records.where(F.col("r").isNotNull()).select(
+            F.col("topic"), key_bytes.alias("key"), value_bytes.alias("value"), "last_commit_lsn", "lsn", "raw_offset",
+            "pos",
+        )  # fmt: skip
+        wire = ("topic", "key", "value", position_headers().alias("headers"))
+        shared = sorted(self.plan.shared_topics)
+        if one_partition and not shared:
+            return out.select(*wire)
+        sorted_part = out.where(F.col("topic").isin(shared)) if one_partition else out
+        ordered = (
+            sorted_part.repartition(self._partitions(records), "key")
             .sortWithinPartitions("key", "last_commit_lsn", "lsn", "raw_offset", "pos")
-            .select("topic", "key", "value", position_headers().alias("headers"))
+            .select(*wire)
         )
+        if not one_partition:
+            return ordered
+        return out.where(~F.col("topic").isin(shared)).select(*wire).unionByName(ordered)
 
     # ------------------------------------------------------------------ the stream
 
@@ -612,6 +627,7 @@ class NormalizeJob:
                     count(F.col("housekeeping")).alias("housekeeping"),
                     count(refresh).alias("refresh"),
                     count(withheld).alias("withheld"),
+                    F.max("raw_partition").alias("raw_partition"),
                     F.min_by(
                         F.when(delivered, F.struct(F.col("r.origin").alias("o"), F.col("r.call_stack").alias("s"))),
                         F.when(delivered, F.col("lsn")),
@@ -628,7 +644,8 @@ class NormalizeJob:
             stats.withheld = sum(int(g["withheld"] or 0) for g in groups)
             if stats.records_out + stats.tombstones + stats.refresh + stats.withheld:
                 mark = time.monotonic()
-                self.serialize(records).write.format("kafka").options(**BATCH_PRODUCER).options(
+                one_partition = all(not g["raw_partition"] for g in groups)
+                self.serialize(records, one_partition).write.format("kafka").options(**BATCH_PRODUCER).options(
                     **self.settings.kafka.spark_options()
                 ).save()
                 stats.phases["written"] = time.monotonic() - mark

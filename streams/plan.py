@@ -61,6 +61,17 @@ class NormalizePlan:
     def logical_topics(self) -> list[str]:
         return sorted({f.topic for f in self.feeds} | {t for _, _, t in self.explicit_topics})
 
+    @property
+    def shared_topics(self) -> frozenset[str]:
+        """Logical topics fed by two or more raw topics: one key's changes come from
+        several raw partitions, so their order needs a sort by source position. Every other
+        logical topic's keys keep it from their one raw partition (Debezium writes a
+        table's changes to one partition in commit order)."""
+        raws: dict[str, set[str]] = {}
+        for feed in self.feeds:
+            raws.setdefault(feed.topic, set()).add(feed.raw_topic)
+        return frozenset(topic for topic, topics in raws.items() if len(topics) > 1)
+
 
 def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
     """The normaliser's plan for a registry and a logical topic prefix."""

@@ -46,20 +46,12 @@ if TYPE_CHECKING:
     from streams.normalize import NormalizeJob
 
 
-def shared_topics(plan: NormalizePlan) -> set[str]:
-    """Logical topics fed by two or more raw topics: their order needs a sort."""
-    raws: dict[str, set[str]] = {}
-    for feed in plan.feeds:
-        raws.setdefault(feed.topic, set()).add(feed.raw_topic)
-    return {topic for topic, topics in raws.items() if len(topics) > 1}
-
-
 def split_plan(plan: NormalizePlan) -> tuple[NormalizePlan, NormalizePlan | None]:
     """(what runs in real time, what needs the ordered micro-batch query, if anything).
 
     The outbox and its explicit tables stay real-time: an explicit table's key has one
     outbox per source, and entries of two databases have no common order to keep."""
-    shared = shared_topics(plan)
+    shared = plan.shared_topics
     realtime = replace(plan, feeds=tuple(f for f in plan.feeds if f.topic not in shared))
     if not shared:
         return realtime, None

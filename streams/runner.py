@@ -327,7 +327,7 @@ def _run_queries(
                 ordered = jobs["ordered"] = job.part(ordered_part, job.checkpoint / "ordered")
                 report(
                     "normalize: fed by two or more raw topics, ordered by source position in micro-batches: "
-                    + ", ".join(sorted(rt.shared_topics(job.plan)))
+                    + ", ".join(sorted(job.plan.shared_topics))
                 )
                 queries.append(ordered.start(spark, once=False, trigger=trigger))
             # the real-time query reads Kafka through the V2 source, which Real-Time Mode

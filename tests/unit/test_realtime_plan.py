@@ -8,7 +8,7 @@ import pytest
 
 from mcq.registry import parse_registry
 from streams.plan import plan_normalize
-from streams.realtime import batch_line, interval_ms, shared_topics, split_plan
+from streams.realtime import batch_line, interval_ms, split_plan
 
 CAMPUS = Path(__file__).resolve().parents[2] / "examples" / "campus.yaml"
 
@@ -48,7 +48,7 @@ def test_a_registry_whose_keys_each_come_from_one_table_runs_wholly_in_real_time
 
 def test_a_logical_table_fed_by_two_raw_topics_is_ordered_in_micro_batches() -> None:
     plan = plan_normalize(parse_registry(TWO_FEEDS, "two.yaml"), "p")
-    assert shared_topics(plan) == {"p.contact"}
+    assert plan.shared_topics == {"p.contact"}
     realtime, ordered = split_plan(plan)
     assert ordered is not None
     assert {f.topic for f in ordered.feeds} == {"p.contact"}
