@@ -66,7 +66,7 @@ class SourceTable:
 def text_expression(column: str, data_type: str) -> sql.Composable:
     """One column rendered as the change record's text (NULL stays NULL): dates and times as
     ``streams/debezium.py`` decodes them, booleans as ``true``/``false``, arrays as JSON,
-    binary as base64, everything else as PostgreSQL's own text."""
+    binary as base64, everything else as PostgreSQL's own text (its output function's)."""
     c = sql.Identifier(column)
     if data_type == "date":
         return sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c)
@@ -86,6 +86,10 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
         return sql.SQL("to_json({})::text").format(c)
     if data_type == "bytea":
         return sql.SQL("translate(encode({}, 'base64'), E'\\n', '')").format(c)
+    if data_type in ("inet", "cidr", "character"):
+        # the type's output, as Debezium receives it: an inet host without its /32 and a
+        # char(n) with its padding, where a cast to text gives 10.0.0.1/32 and trims
+        return sql.SQL("CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END").format(c=c)
     if data_type == "money":
         return sql.SQL("{}::numeric::text").format(c)
     return sql.SQL("{}::text").format(c)

@@ -36,6 +36,8 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
     if data_type == "ARRAY":
         return sql.SQL("to_json({})::text").format(c)
+    if data_type in ("inet", "cidr", "character"):  # their output function's text, not the cast's
+        return sql.SQL("CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END").format(c=c)
     return sql.SQL("{}::text").format(c)
 
 
