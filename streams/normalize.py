@@ -568,18 +568,20 @@ class NormalizeJob:
             "pos",
         )  # fmt: skip
         wire = ("topic", "key", "value", position_headers().alias("headers"))
-        shared = sorted(self.plan.shared_topics)
-        if one_partition and not shared:
-            return out.select(*wire)
-        sorted_part = out.where(F.col("topic").isin(shared)) if one_partition else out
-        ordered = (
-            sorted_part.repartition(self._partitions(records), "key")
-            .sortWithinPartitions("key", "last_commit_lsn", "lsn", "raw_offset", "pos")
-            .select(*wire)
-        )
+
+        def ordered(part: DataFrame) -> DataFrame:
+            return (
+                part.repartition(self._partitions(records), "key")
+                .sortWithinPartitions("key", "last_commit_lsn", "lsn", "raw_offset", "pos")
+                .select(*wire)
+            )
+
         if not one_partition:
-            return ordered
-        return out.where(~F.col("topic").isin(shared)).select(*wire).unionByName(ordered)
+            return ordered(out)
+        if not self.plan.shared_topics:
+            return out.select(*wire)
+        shared = F.col("topic").isin(sorted(self.plan.shared_topics))
+        return out.where(~shared).select(*wire).unionByName(ordered(out.where(shared)))
 
     # ------------------------------------------------------------------ the stream
 

@@ -12,7 +12,6 @@ read them.
 
 from __future__ import annotations
 
-import json
 import shutil
 import uuid
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mcq.capture.connector import raw_topic
@@ -32,7 +31,7 @@ from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.typed import COLUMNS, typed_registry_yaml
+from tests.integration.typed import produce_updates, typed_registry_yaml
 
 pytestmark = pytest.mark.faults
 
@@ -46,17 +45,6 @@ def _world(settings: Settings, tmp_path: Path) -> tuple[Settings, Registry, Path
     topic = raw_topic(registry.sources[0], f"y_{token}.typed")
     apply_topics(settings, [TopicSpec(topic, 1, {"cleanup.policy": "delete"})])
     return settings.model_copy(update={"topic_prefix": f"tk{token}"}), registry, registry_file, topic
-
-
-def _produce(settings: Settings, topic: str, changes: list[tuple[int, str, int]]) -> None:
-    """(id, note, lsn) as Debezium's JSON change events (inserts, then updates): every captured
-    column in the row, NULL but for these two."""
-    producer = Producer(settings.kafka.client_config())
-    for pk, note, lsn in changes:
-        after = {**dict.fromkeys(COLUMNS), "id": str(pk), "note": note}
-        value = {"op": "u", "before": None, "after": after, "source": {"lsn": lsn}}
-        producer.produce(topic, key=json.dumps({"id": pk}).encode(), value=json.dumps(value).encode())
-    assert producer.flush(10) == 0
 
 
 def _notes(records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[int, str]:
@@ -76,12 +64,12 @@ def test_a_deleted_checkpoint_is_said_and_re_derives_the_same_last_states(
     s, registry, _, topic = _world(settings, tmp_path)
     logical = registry.tables[0].topic(s.topic_prefix)
     try:
-        _produce(s, topic, [(1, "a", 10), (2, "b", 11), (1, "a2", 12), (3, "c", 13)])
+        produce_updates(s, topic, [(1, "a", 10), (2, "b", 11), (1, "a2", 12), (3, "c", 13)])
         first = _once(s, registry, tmp_path / "checkpoint")
         assert not [line for line in first if "already hold" in line], first  # a true first run says nothing
         before = decode_topic(s, logical)
         shutil.rmtree(tmp_path / "checkpoint")
-        _produce(s, topic, [(2, "b2", 14)])  # and a change made while the checkpoint was gone
+        produce_updates(s, topic, [(2, "b2", 14)])  # and a change made while the checkpoint was gone
         again = _once(s, registry, tmp_path / "checkpoint")
         said = [line for line in again if "no microbatch checkpoint at" in line]
         assert said and f"already hold {len(before)} records" in said[0] and "re-deriving" in said[0], again
@@ -102,9 +90,9 @@ def test_raw_records_deleted_before_they_were_read_stop_the_normaliser_with_the_
     env = {"MCQ_TOPIC_PREFIX": s.topic_prefix}
     command = ["streams", "normalize", "--once", "--registry", str(registry_file), "--checkpoint", str(checkpoint)]
     try:
-        _produce(s, topic, [(1, "a", 10), (2, "b", 11), (3, "c", 12)])
+        produce_updates(s, topic, [(1, "a", 10), (2, "b", 11), (3, "c", 12)])
         _once(s, registry, checkpoint)
-        _produce(s, topic, [(4, "lost", 13), (5, "lost too", 14), (6, "kept", 15)])
+        produce_updates(s, topic, [(4, "lost", 13), (5, "lost too", 14), (6, "kept", 15)])
         admin = AdminClient(s.kafka.client_config())
         for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
             future.result(30)  # retention, as it would have happened: offsets 3 and 4 are gone

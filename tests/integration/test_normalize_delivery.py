@@ -44,7 +44,15 @@ from streams.normalize import POSITION_HEADER
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.typed import COLUMNS, ROWS, TypedWorld, sql, typed_registry_yaml, typed_world
+from tests.integration.typed import (
+    COLUMNS,
+    ROWS,
+    TypedWorld,
+    debezium_row,
+    sql,
+    typed_registry_yaml,
+    typed_world,
+)
 from tests.integration.webhook_server import receiving_webhook, replay
 
 
@@ -279,17 +287,12 @@ def test_every_record_and_tombstone_carries_its_source_position_header(
     assert int(insert_position[0]) < int(delete["source"]["last_commit_lsn"])  # type: ignore[index]
 
 
-def _row(**values: str) -> dict[str, str | None]:
-    """A row as Debezium sends it: every captured column (NULL but for ``values``)."""
-    return {**dict.fromkeys(COLUMNS), **values}
-
-
 POISON = [
-    (b'{"id":1}', {"op": "c", "before": None, "after": _row(id="1", note="fine"), "source": {"lsn": 10}}),
+    (b'{"id":1}', {"op": "c", "before": None, "after": debezium_row(id="1", note="fine"), "source": {"lsn": 10}}),
     (b'{"id":2}', b"\x00\x00\x00\x00\x07avro-bytes"),  # a record of a connector with an Avro converter
     (b'{"id":3}', {"op": "x", "before": None, "after": {"id": "3"}, "source": {"lsn": 11}}),
     (b'{"id":4}', {"op": "c", "before": None, "after": {"note": "no id"}, "source": {"lsn": 12}}),
-    (b'{"id":5}', {"op": "c", "before": None, "after": _row(id="5", note="fine too"), "source": {"lsn": 13}}),
+    (b'{"id":5}', {"op": "c", "before": None, "after": debezium_row(id="5", note="fine too"), "source": {"lsn": 13}}),
 ]
 WHY = {
     1: "not a Debezium JSON change event",

@@ -5,11 +5,8 @@ then orders every key of the batch by source position before writing it."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
-
-from confluent_kafka import Producer
 
 from mcq.capture.connector import raw_topic
 from mcq.config import Settings
@@ -19,7 +16,7 @@ from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.runner import run_normalize
 from tests.integration.test_normalize import decode_topic, last_state
-from tests.integration.typed import COLUMNS, typed_registry_yaml
+from tests.integration.typed import produce_updates, typed_registry_yaml
 
 
 def test_a_key_spread_over_several_raw_partitions_ends_at_its_newest_source_position(
@@ -30,18 +27,11 @@ def test_a_key_spread_over_several_raw_partitions_ends_at_its_newest_source_posi
     topic = raw_topic(registry.sources[0], f"y_{token}.typed")
     s = settings.model_copy(update={"topic_prefix": f"rp{token}"})
     apply_topics(s, [TopicSpec(topic, 3, {"cleanup.policy": "delete"})])
-    # (id, note, LSN, raw partition): key 1's newest change sits in the partition read first,
-    # its oldest in the one read last; key 2's changes are all in one partition, in order
-    changes = [(1, "newest", 300, 0), (2, "b1", 110, 0), (2, "b2", 120, 0), (1, "middle", 200, 1),
-               (1, "oldest", 100, 2), (3, "c", 130, 2)]  # fmt: skip
-    producer = Producer(s.kafka.client_config())
-    for pk, note, lsn, partition in changes:
-        after = {**dict.fromkeys(COLUMNS), "id": str(pk), "note": note}
-        value = {"op": "u", "before": None, "after": after, "source": {"lsn": lsn}}
-        producer.produce(
-            topic, key=json.dumps({"id": pk}).encode(), value=json.dumps(value).encode(), partition=partition
-        )
-    assert producer.flush(10) == 0
+    # key 1's newest change sits in the partition read first, its oldest in the one read
+    # last; key 2's changes are all in one partition, in order: (id, note, LSN) per partition
+    produce_updates(s, topic, [(1, "newest", 300), (2, "b1", 110), (2, "b2", 120)], partition=0)
+    produce_updates(s, topic, [(1, "middle", 200)], partition=1)
+    produce_updates(s, topic, [(1, "oldest", 100), (3, "c", 130)], partition=2)
     try:
         run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
         records = decode_topic(s, registry.tables[0].topic(s.topic_prefix))

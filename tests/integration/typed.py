@@ -4,6 +4,7 @@ the epoch, JSON, arrays), created by the test and captured only through
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
+from confluent_kafka import Producer
 
 from mcq.capture.apply import apply_capture
 from mcq.capture.connector import raw_topic
@@ -80,6 +82,24 @@ tables:
         columns: [{", ".join(COLUMNS)}]
 listeners: []
 """
+
+
+def debezium_row(**values: str) -> dict[str, str | None]:
+    """A typed row as Debezium sends it: every captured column, NULL but for ``values``."""
+    return {**dict.fromkeys(COLUMNS), **values}
+
+
+def produce_updates(
+    settings: Settings, topic: str, changes: list[tuple[int, str, int]], partition: int | None = None
+) -> None:
+    """(id, note, LSN) as Debezium's JSON update events of the typed table, to ``topic``
+    (to ``partition`` when given, else by key)."""
+    producer = Producer(settings.kafka.client_config())
+    where = {} if partition is None else {"partition": partition}
+    for pk, note, lsn in changes:
+        value = {"op": "u", "before": None, "after": debezium_row(id=str(pk), note=note), "source": {"lsn": lsn}}
+        producer.produce(topic, key=json.dumps({"id": pk}).encode(), value=json.dumps(value).encode(), **where)
+    assert producer.flush(10) == 0
 
 
 def sql(settings: Settings, *statements: str) -> None:
