@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a command as USER with USER's own groups only.
+
+    ``subprocess``'s ``user=`` alone changes the uid and keeps the caller's groups: run from
+    root, the service would keep root's group and its rights. None: as the caller.
+    """
+    if user is None:
+        return {}
+    return {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
 
 
 @dataclass
@@ -59,7 +72,7 @@ class ProcessHandle:
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
                 env=dict(env),
-                user=user,
+                **as_user(user),
                 start_new_session=True,
             )
         self.pid_file.write_text(f"{proc.pid}\n")

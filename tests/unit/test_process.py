@@ -3,12 +3,16 @@ recycled pid is never taken for ours."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import signal
 import sys
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 from mcq.stack.process import ProcessHandle
 
@@ -75,3 +79,29 @@ def test_a_kraft_cluster_id_never_starts_with_a_dash_and_is_a_base64_uuid() -> N
     for _ in range(2000):
         cid = new_cluster_id()
         assert not cid.startswith("-") and len(base64.urlsafe_b64decode(cid + "==")) == 16
+
+
+def _someone_else() -> pwd.struct_passwd | None:
+    """A user other than root whose primary group is not root's (to run a service as)."""
+    for name in ("postgres", "nobody", "daemon"):
+        with contextlib.suppress(KeyError):
+            pw = pwd.getpwnam(name)
+            if pw.pw_uid != 0 and pw.pw_gid != 0:
+                return pw
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a service as another user")
+def test_a_service_run_as_another_user_has_that_users_groups_not_roots(tmp_path: Path) -> None:
+    pw = _someone_else()
+    if pw is None:
+        pytest.skip("no user other than root on this machine")
+    tmp_path.chmod(0o777)
+    handle = _handle(tmp_path, "id -G")
+    handle.spawn(["sh", "-c", "id -u; id -G"], os.environ, cwd=tmp_path, user=pw.pw_name)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and handle.pid() is not None:
+        time.sleep(0.05)
+    uid, groups = handle.log_file.read_text().splitlines()[-2:]
+    assert int(uid) == pw.pw_uid
+    assert groups.split() == [str(pw.pw_gid)]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from mcq.config import Settings
 from mcq.stack.exceptions import MissingRuntime, ServiceFailed
-from mcq.stack.process import ProcessHandle
+from mcq.stack.process import ProcessHandle, as_user
 
 if TYPE_CHECKING:
     pass
@@ -105,7 +105,7 @@ class Service(ABC):
         with self.handle.log_file.open("ab") as log:
             log.write(f"\n=== mcq: {shown}\n".encode())
             log.flush()
-            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, user=user, check=False).returncode
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False, **as_user(user)).returncode
         if rc != 0:
             raise ServiceFailed(self.name, f"`{Path(argv[0]).name}` exited with {rc}", self.handle.log_file)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import LOOPBACK
 from mcq.stack.exceptions import ServiceFailed
+from mcq.stack.process import as_user
 from mcq.stack.services.base import NotReady, Service
 from mcq.stack.tls import stack_tls
 
@@ -66,7 +67,7 @@ class Postgres(Service):
         user = self.run_as()
         if user is None:
             return
-        probe = subprocess.run(["test", "-x", str(self.home)], user=user, check=False)
+        probe = subprocess.run(["test", "-x", str(self.home)], check=False, **as_user(user))
         if probe.returncode != 0:
             raise ServiceFailed(
                 self.name,
