@@ -26,7 +26,13 @@ timestamptz (``ZonedTimestamp``: ISO text)  the same instant in UTC: ``2024-02-2
 time (``MicroTime``/``Time``/``NanoTime``)   ``13:14:15`` or ``13:14:15.250000``
 timetz (``ZonedTime``)                      Debezium's UTC text, e.g. ``11:14:15Z``
 numeric, decimal, money                     the exact decimal text (``decimal.handling.mode``
-                                            = string): ``1234.50``
+                                            = string): ``1234.50``; numeric's special values
+                                            as PostgreSQL spells them: ``NaN``, ``Infinity``,
+                                            ``-Infinity`` (Debezium writes ``NAN``,
+                                            ``POSITIVE_INFINITY``, ``NEGATIVE_INFINITY``; the
+                                            column's source type, which the connector's
+                                            ``datatype.propagate.source.type`` puts in its
+                                            schema, says which strings are numbers)
 boolean                                     ``true`` / ``false``
 uuid                                        canonical lower-case text
 json, jsonb                                 the JSON text as PostgreSQL prints it
@@ -59,7 +65,9 @@ SOURCE = (
 )
 ENVELOPE_FIELDS = f"op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, source {SOURCE}, ts_ms BIGINT"
 ENVELOPE = f"STRUCT<{ENVELOPE_FIELDS}>"
-COLUMN_NAMES = "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING>>>>"
+COLUMN_NAMES = (
+    "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING, parameters MAP<STRING,STRING>>>>>"
+)
 # both forms in one parse: a schema-carrying record's envelope is its payload, a schemaless
 # record's envelope is the record itself
 RAW_VALUE = f"schema STRUCT<fields {COLUMN_NAMES}>, payload {ENVELOPE}, {ENVELOPE_FIELDS}"
@@ -72,6 +80,10 @@ ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 MILLI_TIME = ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time")
 MICRO_TIME = "io.debezium.time.MicroTime"
 NANO_TIME = "io.debezium.time.NanoTime"
+SOURCE_TYPE = "__debezium.source.column.type"
+"""The schema parameter Debezium's ``datatype.propagate.source.type`` sets."""
+NUMERIC = "mcq.numeric"
+"""The name given here to a numeric column's field (Debezium gives it none in string mode)."""
 
 
 def iso_timestamp(ts: Column) -> Column:
@@ -97,6 +109,18 @@ def time_of_day(micros: Column) -> Column:
     return F.concat(text, F.when(fraction != 0, F.format_string(".%06d", fraction.cast("long"))).otherwise(F.lit("")))
 
 
+def special_numeric(value: Column) -> Column:
+    """Debezium's spelling of numeric's NaN and infinities -> PostgreSQL's; others stay."""
+    from pyspark.sql import functions as F
+
+    return (
+        F.when(value == "NAN", F.lit("NaN"))
+        .when(value == "POSITIVE_INFINITY", F.lit("Infinity"))
+        .when(value == "NEGATIVE_INFINITY", F.lit("-Infinity"))
+        .otherwise(value)
+    )
+
+
 def natural(name: Column, value: Column) -> Column:
     """One column's value as text, by its Connect schema's semantic ``name``."""
     from pyspark.sql import functions as F
@@ -114,6 +138,7 @@ def natural(name: Column, value: Column) -> Column:
         .when(name.isin(*MILLI_TIME), time_of_day(number * 1000))
         .when(name == MICRO_TIME, time_of_day(number))
         .when(name == NANO_TIME, time_of_day(F.floor(number / 1000)))
+        .when(name == NUMERIC, special_numeric(value))
         .otherwise(value)
     )
 
@@ -150,7 +175,12 @@ class EnvelopeReader:
         names = F.map_from_entries(
             F.transform(
                 F.get(row_schema, 0).getField("fields"),
-                lambda c: F.struct(c.getField("field").alias("key"), c.getField("name").alias("value")),
+                lambda c: F.struct(
+                    c.getField("field").alias("key"),
+                    F.when(F.upper(c.getField("parameters")[SOURCE_TYPE]) == "NUMERIC", F.lit(NUMERIC))
+                    .otherwise(c.getField("name"))
+                    .alias("value"),
+                ),
             )
         )
         self._split = (env.alias("_mcq_env"), names.alias("_mcq_names"))

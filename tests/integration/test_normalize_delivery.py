@@ -131,10 +131,11 @@ def records_with_headers(
 def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     world: str, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """date, timestamp(3/6), timestamptz, time, numeric(12,2), boolean, uuid, jsonb, text[],
-    integer and text, NULLs included, compared with PostgreSQL's own rendering of each type:
-    made text in the Connect worker (the default), or decoded by the normaliser from values
-    that carry their Connect schema."""
+    """date, timestamp(3/6), timestamptz, time, numeric(12,2) and numeric (NaN and the
+    infinities too), boolean, uuid, jsonb, text[], integer, text, inet and char(4), NULLs
+    included, compared with PostgreSQL's own rendering of each type: made text in the
+    Connect worker (the default), or decoded by the normaliser from values that carry their
+    Connect schema."""
     typed: TypedWorld = request.getfixturevalue(world)
     tsettings = prefixed(settings, "y")
     wait_raw_records(settings, typed.raw_topic, len(ROWS))
@@ -157,6 +158,9 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     assert first["ref"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
     assert json.loads(first["doc"]) == {"a": "x", "b": [1, 2]} and json.loads(first["tags"]) == ["x", 'y "q"', None]
     assert state[2]["after"]["seen"] == "1969-12-31T23:59:59" and state[2]["after"]["changed"] == "2000-01-01T04:00:00Z"
+    # numeric's special values as PostgreSQL spells them (Debezium writes NAN, POSITIVE_INFINITY)
+    assert (first["ratio"], state[2]["after"]["ratio"], state[4]["after"]["ratio"]) == ("NaN", "Infinity", "-Infinity")
+    assert state[4]["after"]["amount"] == "NaN"
     assert all(value is None for column, value in state[3]["after"].items() if column != "id")
 
 

@@ -42,18 +42,20 @@ COLUMNS = {
     "note": "text DEFAULT 'none'",
     "addr": "inet",
     "code": "char(4)",
+    "ratio": "numeric",  # unconstrained: the only numeric that holds an infinity
 }
 ROWS = [
     "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "
     "'13:14:15.25', 1234.50, true, 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"b\": [1, 2], \"a\": \"x\"}', "
-    "ARRAY['x', 'y \"q\"', NULL], 42, 'plain', '10.0.0.1', 'ab')",
+    "ARRAY['x', 'y \"q\"', NULL], 42, 'plain', '10.0.0.1', 'ab', 'NaN')",
     "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
     "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '', '192.168.1.5/24', "
-    "'wxyz')",
+    "'wxyz', 'Infinity')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     # fractions of a second before the epoch: negative counts of micro/milliseconds
     "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
-    "'23:59:59.999999', 0, NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch')",
+    "'23:59:59.999999', 'NaN', NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch', NULL, NULL, "
+    "'-Infinity')",
 ]
 
 

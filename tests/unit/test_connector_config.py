@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -60,6 +61,8 @@ def test_the_converters_are_the_connectors_own_and_dates_and_times_become_text_i
     assert config["decimal.handling.mode"] == "string" and config["interval.handling.mode"] == "string"
     # a NULL stays NULL in a column declared with a DEFAULT (the converter would write the default)
     assert config["value.converter.replace.null.with.default"] == "false"
+    # numeric columns say so in their schema, so NaN and the infinities get PostgreSQL's spelling
+    assert re.fullmatch(config["datatype.propagate.source.type"], "mcq_source.campus.people.numeric")
 
 
 def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,6 +37,12 @@ import org.apache.kafka.connect.transforms.Transformation;
  *       and a {@code Z}</li>
  *   <li>time (milli/micro/nano, or Connect's Time): {@code 13:14:15} plus {@code .ffffff}
  *       when the fraction is not zero ({@code 24:00:00} stays)</li>
+ *   <li>numeric's special values (a field whose schema parameter
+ *       {@code __debezium.source.column.type} is {@code NUMERIC}: the connector's
+ *       {@code datatype.propagate.source.type}): PostgreSQL's own {@code NaN}, {@code Infinity},
+ *       {@code -Infinity} where Debezium's string mode writes {@code NAN},
+ *       {@code POSITIVE_INFINITY}, {@code NEGATIVE_INFINITY} (which no numeric column accepts
+ *       back); every other numeric value is already PostgreSQL's text</li>
  * </ul>
  * Every other field, and every record that is not a change event (tombstones, heartbeats),
  * passes unchanged. A NULL stays NULL: fields are read without their schema's default
@@ -59,6 +65,8 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
     private static final String CONNECT_TIME = "org.apache.kafka.connect.data.Time";
     private static final String MICRO_TIME = "io.debezium.time.MicroTime";
     private static final String NANO_TIME = "io.debezium.time.NanoTime";
+    /** The schema parameter Debezium's {@code datatype.propagate.source.type} sets. */
+    static final String SOURCE_TYPE = "__debezium.source.column.type";
 
     /** Envelope schema -> its converted schema; a connector has one per table and version. */
     private final Map<Schema, Schema> converted = new LinkedHashMap<>(64, 0.75f, true) {
@@ -165,10 +173,27 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
             Object x = row.getWithoutDefault(field.name());
             if (x != null && isTemporal(field.schema().name())) {
                 x = text(field.schema().name(), x);
+            } else if (x instanceof String number && isNumeric(field.schema())) {
+                x = numeric(number);
             }
             result.put(field.name(), x);
         }
         return result;
+    }
+
+    private static boolean isNumeric(Schema schema) {
+        return schema.type() == Schema.Type.STRING && schema.parameters() != null
+                && "NUMERIC".equalsIgnoreCase(schema.parameters().get(SOURCE_TYPE));
+    }
+
+    /** A numeric column's text in Debezium's string mode -> PostgreSQL's spelling of it. */
+    static String numeric(String text) {
+        return switch (text) {
+            case "NAN" -> "NaN";
+            case "POSITIVE_INFINITY" -> "Infinity";
+            case "NEGATIVE_INFINITY" -> "-Infinity";
+            default -> text;
+        };
     }
 
     /** One temporal value as its natural text. */
