@@ -43,6 +43,10 @@ bytea                                       base64 (Kafka Connect's JSON encodin
 integers, floats, text                      as JSON prints them
 ==========================================  ===============================================
 
+A date's or timestamp's ``infinity`` and ``-infinity`` are those words, as PostgreSQL
+writes them (and as Debezium already sends a timestamptz's), not the far-off dates
+Debezium's encodings of them would read as.
+
 timestamptz is normalised to UTC with ``Z`` (Debezium already converts to UTC, but pads
 the fraction to the column's precision): one instant has one text, so comparing two
 records' values, e.g. to detect a housekeeping-only update, compares instants.
@@ -80,6 +84,12 @@ ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 MILLI_TIME = ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time")
 MICRO_TIME = "io.debezium.time.MicroTime"
 NANO_TIME = "io.debezium.time.NanoTime"
+# PostgreSQL's infinity and -infinity as Debezium encodes a date (days), a timestamp(0-3)
+# (ms: its driver's infinite instants) and a timestamp(4-6) (µs): far outside the values
+# PostgreSQL holds, so never a real date (the NaturalText transform knows the same numbers)
+DAY_INFINITY, DAY_MINUS_INFINITY = -622_191_234, -625_821_272
+MILLI_INFINITY, MILLI_MINUS_INFINITY = 9_223_372_036_825_200_000, -9_223_372_036_832_400_000
+LONG_MAX, LONG_MIN = 2**63 - 1, -(2**63)
 SOURCE_TYPE = "__debezium.source.column.type"
 """The schema parameter Debezium's ``datatype.propagate.source.type`` sets."""
 NUMERIC = "mcq.numeric"
@@ -126,8 +136,22 @@ def natural(name: Column, value: Column) -> Column:
     from pyspark.sql import functions as F
 
     number = value.try_cast("long")
+    infinite = (
+        (name.isin(*DATE) & (number == DAY_INFINITY))
+        | (name.isin(*MILLI_TIMESTAMP) & (number == MILLI_INFINITY))
+        | ((name == MICRO_TIMESTAMP) & (number == LONG_MAX))
+        | ((name == ZONED_TIMESTAMP) & (value == "infinity"))  # Debezium's own text for a timestamptz
+    )
+    minus_infinite = (
+        (name.isin(*DATE) & (number == DAY_MINUS_INFINITY))
+        | (name.isin(*MILLI_TIMESTAMP) & (number == MILLI_MINUS_INFINITY))
+        | ((name == MICRO_TIMESTAMP) & (number == LONG_MIN))
+        | ((name == ZONED_TIMESTAMP) & (value == "-infinity"))
+    )
     return (
-        F.when(
+        F.when(infinite, F.lit("infinity"))
+        .when(minus_infinite, F.lit("-infinity"))
+        .when(
             name.isin(*DATE),
             F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), number.cast("int")), "yyyy-MM-dd"),
         )

@@ -69,11 +69,11 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
     binary as base64, everything else as PostgreSQL's own text (its output function's)."""
     c = sql.Identifier(column)
     if data_type == "date":
-        return sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c)
+        return _finite(c, sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c))
     if data_type == "timestamp without time zone":
-        return _iso(c)
+        return _finite(c, _iso(c))
     if data_type == "timestamp with time zone":
-        return sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c)))
+        return _finite(c, sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c))))
     if data_type == "time without time zone":
         # 24:00:00 is a valid time; a timestamp cannot hold it
         return sql.SQL(
@@ -93,6 +93,12 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
     if data_type == "money":
         return sql.SQL("{}::numeric::text").format(c)
     return sql.SQL("{}::text").format(c)
+
+
+def _finite(c: sql.Composable, rendered: sql.Composable) -> sql.Composable:
+    """``rendered`` for a finite date or timestamp; ``infinity`` / ``-infinity`` as PostgreSQL
+    writes them (``to_char`` gives NULL for them)."""
+    return sql.SQL("CASE WHEN isfinite({c}) THEN {r} ELSE {c}::text END").format(c=c, r=rendered)
 
 
 def _iso(expr: sql.Composable) -> sql.Composable:

@@ -13,6 +13,12 @@ import psycopg
 from psycopg import sql
 
 
+def _finite(c: sql.Composable, rendered: sql.Composable) -> sql.Composable:
+    """``rendered`` for a finite date or timestamp; ``infinity`` / ``-infinity`` as PostgreSQL
+    writes them (``to_char`` gives NULL for them)."""
+    return sql.SQL("CASE WHEN isfinite({c}) THEN {r} ELSE {c}::text END").format(c=c, r=rendered)
+
+
 def _iso(expr: sql.Composable) -> sql.Composable:
     """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero."""
     return sql.SQL(
@@ -25,11 +31,11 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
     """The SQL rendering of one column as the change record's text (NULL stays NULL)."""
     c = sql.Identifier(column)
     if data_type == "date":
-        return sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c)
+        return _finite(c, sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c))
     if data_type == "timestamp without time zone":
-        return _iso(c)
+        return _finite(c, _iso(c))
     if data_type == "timestamp with time zone":
-        return sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c)))
+        return _finite(c, sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c))))
     if data_type == "time without time zone":
         return sql.SQL("substr({}, 12)").format(_iso(sql.SQL("('2000-01-01'::date + {})").format(c)))
     if data_type == "boolean":

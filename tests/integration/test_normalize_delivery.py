@@ -131,9 +131,9 @@ def records_with_headers(
 def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     world: str, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """date, timestamp(3/6), timestamptz, time, numeric(12,2) and numeric (NaN and the
-    infinities too), boolean, uuid, jsonb, text[], integer, text, inet and char(4), NULLs
-    included, compared with PostgreSQL's own rendering of each type: made text in the
+    """date, timestamp(3/6), timestamptz (infinity and -infinity too), time, numeric(12,2) and
+    numeric (NaN and the infinities too), boolean, uuid, jsonb, text[], integer, text, inet
+    and char(4), NULLs included, compared with PostgreSQL's own rendering of each type: made text in the
     Connect worker (the default), or decoded by the normaliser from values that carry their
     Connect schema."""
     typed: TypedWorld = request.getfixturevalue(world)
@@ -161,6 +161,13 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     # numeric's special values as PostgreSQL spells them (Debezium writes NAN, POSITIVE_INFINITY)
     assert (first["ratio"], state[2]["after"]["ratio"], state[4]["after"]["ratio"]) == ("NaN", "Infinity", "-Infinity")
     assert state[4]["after"]["amount"] == "NaN"
+    # infinite dates and timestamps by name, as PostgreSQL writes them (not far-off dates)
+    assert [state[5]["after"][c] for c in ("born", "seen", "seen_ms", "changed")] == ["infinity", "infinity"] + [
+        "-infinity"
+    ] * 2
+    assert [state[6]["after"][c] for c in ("born", "seen", "seen_ms", "changed")] == ["-infinity"] * 2 + [
+        "infinity"
+    ] * 2
     assert all(value is None for column, value in state[3]["after"].items() if column != "id")
 
 

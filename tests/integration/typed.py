@@ -56,6 +56,10 @@ ROWS = [
     "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
     "'23:59:59.999999', 'NaN', NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch', NULL, NULL, "
     "'-Infinity')",
+    # PostgreSQL's infinite dates and timestamps (an account valid until 'infinity'); the
+    # columns left out take their defaults
+    "(5, 'infinity', 'infinity', '-infinity', '-infinity')",
+    "(6, '-infinity', '-infinity', 'infinity', 'infinity')",
 ]
 
 

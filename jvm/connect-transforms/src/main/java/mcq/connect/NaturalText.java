@@ -37,6 +37,8 @@ import org.apache.kafka.connect.transforms.Transformation;
  *       and a {@code Z}</li>
  *   <li>time (milli/micro/nano, or Connect's Time): {@code 13:14:15} plus {@code .ffffff}
  *       when the fraction is not zero ({@code 24:00:00} stays)</li>
+ *   <li>date and timestamp's {@code infinity} and {@code -infinity} as those words (as
+ *       timestamptz's already are), not the far-off dates Debezium's encodings of them read as</li>
  *   <li>numeric's special values (a field whose schema parameter
  *       {@code __debezium.source.column.type} is {@code NUMERIC}: the connector's
  *       {@code datatype.propagate.source.type}): PostgreSQL's own {@code NaN}, {@code Infinity},
@@ -199,12 +201,12 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
     /** One temporal value as its natural text. */
     static String text(String name, Object value) {
         return switch (name) {
-            case DATE -> LocalDate.ofEpochDay(((Number) value).longValue()).toString();
+            case DATE -> date(((Number) value).longValue());
             case CONNECT_DATE -> LocalDate.ofEpochDay(
                     Math.floorDiv(((java.util.Date) value).getTime(), 86_400_000L)).toString();
-            case MILLI_TIMESTAMP -> timestamp(((Number) value).longValue() * 1000);
+            case MILLI_TIMESTAMP -> milliTimestamp(((Number) value).longValue());
             case CONNECT_TIMESTAMP -> timestamp(((java.util.Date) value).getTime() * 1000);
-            case MICRO_TIMESTAMP -> timestamp(((Number) value).longValue());
+            case MICRO_TIMESTAMP -> microTimestamp(((Number) value).longValue());
             case NANO_TIMESTAMP -> timestamp(Math.floorDiv(((Number) value).longValue(), 1000L));
             case ZONED_TIMESTAMP -> zoned(value.toString());
             case MILLI_TIME -> timeOfDay(((Number) value).longValue() * 1000);
@@ -213,6 +215,38 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
             case NANO_TIME -> timeOfDay(Math.floorDiv(((Number) value).longValue(), 1000L));
             default -> value.toString();
         };
+    }
+
+    /*
+     * PostgreSQL's infinity and -infinity, as Debezium encodes them: its driver's infinite
+     * instants (PGStatement.DATE_POSITIVE_INFINITY, ms) as they come out of its conversions,
+     * each far outside the dates and timestamps PostgreSQL holds, so never a real value.
+     */
+    static final long DAY_INFINITY = -622_191_234L;
+    static final long DAY_MINUS_INFINITY = -625_821_272L;
+    static final long MILLI_INFINITY = 9_223_372_036_825_200_000L;
+    static final long MILLI_MINUS_INFINITY = -9_223_372_036_832_400_000L;
+
+    /** Days since the epoch -> {@code yyyy-MM-dd}; PostgreSQL's infinities by name. */
+    static String date(long days) {
+        if (days == DAY_INFINITY) {
+            return "infinity";
+        }
+        return days == DAY_MINUS_INFINITY ? "-infinity" : LocalDate.ofEpochDay(days).toString();
+    }
+
+    static String milliTimestamp(long millis) {
+        if (millis == MILLI_INFINITY) {
+            return "infinity";
+        }
+        return millis == MILLI_MINUS_INFINITY ? "-infinity" : timestamp(millis * 1000);
+    }
+
+    static String microTimestamp(long micros) {
+        if (micros == Long.MAX_VALUE) {
+            return "infinity";
+        }
+        return micros == Long.MIN_VALUE ? "-infinity" : timestamp(micros);
     }
 
     /** {@code yyyy-MM-ddTHH:mm:ss} plus {@code .ffffff} when the fraction is not zero. */
