@@ -47,7 +47,7 @@ BLOCKS_PER_TASK = 2_000
 """Source table blocks (8 KB each) one Spark task reads at least (~16 MB)."""
 FETCH_SIZE = 10_000
 SESSION_INIT = (
-    # Debezium's interval.handling.mode=string is ISO 8601 (P1Y2M3DT4H5M6.78S); refresh only reads
+    # (intervals and times with a zone are rendered field by field: text_expression); refresh only reads
     "SET intervalstyle = 'iso_8601'; SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 )
 
@@ -80,6 +80,10 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
             "CASE WHEN {c} = '24:00:00' THEN '24:00:00' ELSE to_char({c}, 'HH24:MI:SS') || "
             "CASE WHEN date_part('microseconds', {c})::bigint % 1000000 <> 0 THEN to_char({c}, '.US') ELSE '' END END"
         ).format(c=c)
+    if data_type == "time with time zone":
+        return _utc_time(c)
+    if data_type == "interval":
+        return _interval(c)
     if data_type == "boolean":
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
     if data_type == "ARRAY":
@@ -93,6 +97,34 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
     if data_type == "money":
         return sql.SQL("{}::numeric::text").format(c)
     return sql.SQL("{}::text").format(c)
+
+
+def _utc_time(c: sql.Composable) -> sql.Composable:
+    """A timetz as Debezium sends it: the same instant in UTC, ``HH:MM:SS``, the fraction
+    without trailing zeros, then ``Z`` (``13:14:15.5+02`` -> ``11:14:15.5Z``)."""
+    t = sql.SQL("(({} AT TIME ZONE 'UTC')::time)").format(c)
+    return sql.SQL(
+        "CASE WHEN {c} IS NOT NULL THEN to_char({t}, 'HH24:MI:SS') || CASE WHEN date_part('microseconds', {t})::bigint "
+        "% 1000000 <> 0 THEN '.' || rtrim(to_char(date_part('microseconds', {t})::bigint % 1000000, 'FM000000'), '0') "
+        "ELSE '' END || 'Z' END"
+    ).format(c=c, t=t)
+
+
+def _interval(c: sql.Composable) -> sql.Composable:
+    """An interval as Debezium sends it (``interval.handling.mode`` string): every field,
+    each with its own sign, seconds without trailing zeros (``-1 day 02:00:00`` ->
+    ``P0Y0M-1DT2H0M0S``), where PostgreSQL's ISO 8601 style leaves zero fields out."""
+    parts: list[sql.Composable] = [sql.Literal("P")]
+    for field, unit in (("year", "Y"), ("month", "M"), ("day", "DT"), ("hour", "H"), ("minute", "M")):
+        parts += [sql.SQL("extract({} FROM {})::bigint").format(sql.SQL(field), c), sql.Literal(unit)]
+    # the seconds' trailing zeros cut by pattern (trim_scale needs PostgreSQL 13)
+    parts += [
+        sql.SQL(
+            r"regexp_replace(regexp_replace(extract(second FROM {})::numeric::text, '(\.\d*?)0+$', '\1'), '\.$', '')"
+        ).format(c),
+        sql.Literal("S"),
+    ]
+    return sql.SQL("CASE WHEN {} IS NOT NULL THEN concat({}) END").format(c, sql.SQL(", ").join(parts))
 
 
 def _finite(c: sql.Composable, rendered: sql.Composable) -> sql.Composable:

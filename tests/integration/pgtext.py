@@ -13,6 +13,34 @@ import psycopg
 from psycopg import sql
 
 
+def _utc_time(c: sql.Composable) -> sql.Composable:
+    """A timetz as Debezium sends it: the same instant in UTC, ``HH:MM:SS``, the fraction
+    without trailing zeros, then ``Z`` (``13:14:15.5+02`` -> ``11:14:15.5Z``)."""
+    t = sql.SQL("(({} AT TIME ZONE 'UTC')::time)").format(c)
+    return sql.SQL(
+        "CASE WHEN {c} IS NOT NULL THEN to_char({t}, 'HH24:MI:SS') || CASE WHEN date_part('microseconds', {t})::bigint "
+        "% 1000000 <> 0 THEN '.' || rtrim(to_char(date_part('microseconds', {t})::bigint % 1000000, 'FM000000'), '0') "
+        "ELSE '' END || 'Z' END"
+    ).format(c=c, t=t)
+
+
+def _interval(c: sql.Composable) -> sql.Composable:
+    """An interval as Debezium sends it (``interval.handling.mode`` string): every field,
+    each with its own sign, seconds without trailing zeros (``-1 day 02:00:00`` ->
+    ``P0Y0M-1DT2H0M0S``), where PostgreSQL's ISO 8601 style leaves zero fields out."""
+    parts: list[sql.Composable] = [sql.Literal("P")]
+    for field, unit in (("year", "Y"), ("month", "M"), ("day", "DT"), ("hour", "H"), ("minute", "M")):
+        parts += [sql.SQL("extract({} FROM {})::bigint").format(sql.SQL(field), c), sql.Literal(unit)]
+    # the seconds' trailing zeros cut by pattern (trim_scale needs PostgreSQL 13)
+    parts += [
+        sql.SQL(
+            r"regexp_replace(regexp_replace(extract(second FROM {})::numeric::text, '(\.\d*?)0+$', '\1'), '\.$', '')"
+        ).format(c),
+        sql.Literal("S"),
+    ]
+    return sql.SQL("CASE WHEN {} IS NOT NULL THEN concat({}) END").format(c, sql.SQL(", ").join(parts))
+
+
 def _finite(c: sql.Composable, rendered: sql.Composable) -> sql.Composable:
     """``rendered`` for a finite date or timestamp; ``infinity`` / ``-infinity`` as PostgreSQL
     writes them (``to_char`` gives NULL for them)."""
@@ -38,6 +66,10 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
         return _finite(c, sql.SQL("{} || 'Z'").format(_iso(sql.SQL("({} AT TIME ZONE 'UTC')").format(c))))
     if data_type == "time without time zone":
         return sql.SQL("substr({}, 12)").format(_iso(sql.SQL("('2000-01-01'::date + {})").format(c)))
+    if data_type == "time with time zone":
+        return _utc_time(c)
+    if data_type == "interval":
+        return _interval(c)
     if data_type == "boolean":
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
     if data_type == "ARRAY":

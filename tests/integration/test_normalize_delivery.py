@@ -132,10 +132,10 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     world: str, settings: Settings, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """date, timestamp(3/6), timestamptz (infinity and -infinity too), time, numeric(12,2) and
-    numeric (NaN and the infinities too), boolean, uuid, jsonb, text[], integer, text, inet
-    and char(4), NULLs included, compared with PostgreSQL's own rendering of each type: made text in the
-    Connect worker (the default), or decoded by the normaliser from values that carry their
-    Connect schema."""
+    numeric (NaN and the infinities too), boolean, uuid, jsonb, text[], integer, text, inet,
+    char(4), interval and timetz, NULLs included, compared with PostgreSQL's own rendering of
+    each type: made text in the Connect worker (the default), or decoded by the normaliser from
+    values that carry their Connect schema."""
     typed: TypedWorld = request.getfixturevalue(world)
     tsettings = prefixed(settings, "y")
     wait_raw_records(settings, typed.raw_topic, len(ROWS))
@@ -161,6 +161,9 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     # numeric's special values as PostgreSQL spells them (Debezium writes NAN, POSITIVE_INFINITY)
     assert (first["ratio"], state[2]["after"]["ratio"], state[4]["after"]["ratio"]) == ("NaN", "Infinity", "-Infinity")
     assert state[4]["after"]["amount"] == "NaN"
+    # intervals with every field (as Debezium writes them), times with a zone in UTC
+    assert (first["span"], first["local"]) == ("P1Y2M3DT4H5M6.5S", "11:14:15.5Z")
+    assert (state[2]["after"]["span"], state[2]["after"]["local"]) == ("P0Y0M-1DT2H0M0S", "05:30:00Z")
     # infinite dates and timestamps by name, as PostgreSQL writes them (not far-off dates)
     assert [state[5]["after"][c] for c in ("born", "seen", "seen_ms", "changed")] == ["infinity", "infinity"] + [
         "-infinity"
