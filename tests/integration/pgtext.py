@@ -14,31 +14,18 @@ from psycopg import sql
 
 
 def _utc_time(c: sql.Composable) -> sql.Composable:
-    """A timetz as Debezium sends it: the same instant in UTC, ``HH:MM:SS``, the fraction
-    without trailing zeros, then ``Z`` (``13:14:15.5+02`` -> ``11:14:15.5Z``)."""
-    t = sql.SQL("(({} AT TIME ZONE 'UTC')::time)").format(c)
-    return sql.SQL(
-        "CASE WHEN {c} IS NOT NULL THEN to_char({t}, 'HH24:MI:SS') || CASE WHEN date_part('microseconds', {t})::bigint "
-        "% 1000000 <> 0 THEN '.' || rtrim(to_char(date_part('microseconds', {t})::bigint % 1000000, 'FM000000'), '0') "
-        "ELSE '' END || 'Z' END"
-    ).format(c=c, t=t)
+    """A timetz as the same instant's time in UTC (PostgreSQL's time output drops trailing
+    zeros of the fraction) and ``Z``."""
+    return sql.SQL("(({} AT TIME ZONE 'UTC')::time)::text || 'Z'").format(c)
 
 
 def _interval(c: sql.Composable) -> sql.Composable:
-    """An interval as Debezium sends it (``interval.handling.mode`` string): every field,
-    each with its own sign, seconds without trailing zeros (``-1 day 02:00:00`` ->
-    ``P0Y0M-1DT2H0M0S``), where PostgreSQL's ISO 8601 style leaves zero fields out."""
-    parts: list[sql.Composable] = [sql.Literal("P")]
-    for field, unit in (("year", "Y"), ("month", "M"), ("day", "DT"), ("hour", "H"), ("minute", "M")):
-        parts += [sql.SQL("extract({} FROM {})::bigint").format(sql.SQL(field), c), sql.Literal(unit)]
-    # the seconds' trailing zeros cut by pattern (trim_scale needs PostgreSQL 13)
-    parts += [
-        sql.SQL(
-            r"regexp_replace(regexp_replace(extract(second FROM {})::numeric::text, '(\.\d*?)0+$', '\1'), '\.$', '')"
-        ).format(c),
-        sql.Literal("S"),
-    ]
-    return sql.SQL("CASE WHEN {} IS NOT NULL THEN concat({}) END").format(c, sql.SQL(", ").join(parts))
+    """An interval with every field, each signed: ``P<y>Y<m>M<d>DT<h>H<m>M<s>S``."""
+    fields = ", ".join(f"date_part('{f}', {{c}})" for f in ("year", "month", "day", "hour", "minute"))
+    s = "date_part('second', {c})::numeric"  # whole seconds without a point, a fraction without trailing zeros
+    seconds = f"CASE WHEN {s} = trunc({s}) THEN trunc({s})::bigint::text ELSE rtrim({s}::text, '0') END"
+    text = f"CASE WHEN {{c}} IS NOT NULL THEN format('P%sY%sM%sDT%sH%sM%sS', {fields}, {seconds}) END"
+    return sql.SQL(text).format(c=c)  # type: ignore[arg-type]
 
 
 def _finite(c: sql.Composable, rendered: sql.Composable) -> sql.Composable:
