@@ -9,6 +9,8 @@
      │    ├── ChangeFailed            this change failed, may succeed later: retry in place, then
      │    │                           park in the retry lane, dead-letter after N attempts
      │    └── ChangeRejected          the target will never take this change: dead-letter now
+     ├── KafkaUnavailable             a read the broker could not answer now (a restart,
+     │                                leaders being elected): wait for it and ask again
      ├── ListenerConfigError          unknown listener or adapter, bad adapter settings
      ├── LdapConnectError             the directory cannot be reached or refused the bind
      │                                (consumers.ldap.connection)
@@ -45,6 +47,11 @@ class ChangeFailed(AdapterError):
 
 class ChangeRejected(AdapterError):
     """The target refused this change for good (4xx, a business rule that will not change)."""
+
+
+class KafkaUnavailable(ConsumerError):
+    """The broker could not answer a read now (a restart, leaders still being elected): the
+    runtime waits for it and asks again (``consumers.runtime.outage``)."""
 
 
 class ListenerConfigError(ConsumerError):

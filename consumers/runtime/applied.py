@@ -50,7 +50,7 @@ from pathlib import Path
 from confluent_kafka import Message, Producer, TopicPartition
 
 from consumers import state_snapshot
-from consumers.exceptions import ConsumerError
+from consumers.exceptions import ConsumerError, KafkaUnavailable
 from consumers.runtime.acks import ExposureMark, fold_mark
 from mcq.change import ChangeKey, Position
 from mcq.config import Settings
@@ -66,6 +66,11 @@ Applied = tuple[int, int, bool]
 """The last change applied for a key: its position (last commit LSN, LSN; compared as a
 tuple, as :class:`~mcq.change.Position` compares) and whether the key is at the target now.
 A plain tuple: a snapshot restores 85k of them with no object built per key."""
+
+
+def _read_error(exc: TopicReadError) -> ConsumerError:
+    """The applied positions could not be read: for now (the broker restarting), or at all."""
+    return (KafkaUnavailable if exc.retriable else ConsumerError)(f"applied positions: {exc}")
 
 
 def applied_text(applied: Applied) -> str:
@@ -93,7 +98,7 @@ class AppliedPositions:
         try:
             self._follower = TopicFollower(settings, [topic], self._fold_record, "applied", required=True)
         except TopicReadError as exc:
-            raise ConsumerError(f"applied positions: {exc}") from None
+            raise _read_error(exc) from None
         self._partitions = [tp.partition for tp in self._follower.partitions]
         self._offsets = self._follower.admin  # offsets without waiting behind a fetch
         self._snapshot = snapshot
@@ -253,7 +258,7 @@ class AppliedPositions:
         try:
             self._follower.catch_up(timeout_s)
         except TopicReadError as exc:
-            raise ConsumerError(f"applied positions: {exc}") from None
+            raise _read_error(exc) from None
 
     def refresh(self) -> None:
         """Take in whatever has arrived, without waiting; a partition's unread records that
@@ -262,7 +267,7 @@ class AppliedPositions:
         try:
             self._follower.refresh()
         except TopicReadError as exc:
-            raise ConsumerError(f"applied positions: {exc}") from None
+            raise _read_error(exc) from None
 
     def _pass_own_writes(self) -> None:
         """Skip what is unread of a partition when every offset of it is one of this

@@ -460,7 +460,8 @@ class ListenerRuntime:
         """Decode, judge each change against this listener's view and what it applied, apply
         the newest change per key, then flush and commit (the acknowledgement)."""
         started, waited = time.monotonic(), self.target.waited_s
-        self.applied.refresh()  # what the other instances resolved meanwhile
+        # what the other instances resolved meanwhile (a broker restarting is waited for)
+        self._kafka("reading the applied positions", self.applied.refresh)
         todo: dict[str, list[Item]] = {}  # key text -> the key's changes in this batch
         blocked: set[TP] = set()
         last: dict[TP, int] = {}

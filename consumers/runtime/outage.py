@@ -3,7 +3,8 @@
 A listener is a long-running service: a broker that went away must not end it. A call
 that fails with a *transient* Kafka error (``mcq.topics.read.transient``: the broker is
 unreachable, still electing leaders, or fenced a client's stale leader epoch after a
-restart) is asked again with backoff until the broker answers or a stop is requested.
+restart; :class:`consumers.exceptions.KafkaUnavailable` for a read the runtime made of it)
+is asked again with backoff until the broker answers or a stop is requested.
 The operator is told once when the outage starts and once when it ends; meanwhile the
 caller's liveness tick keeps moving (the process is alive and waiting, not hung), and its
 readiness is its own business. Any other error is raised at once.
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from consumers.exceptions import KafkaUnavailable
 from consumers.runtime.parking import backoff_s
 from mcq.topics.read import transient
 
@@ -43,7 +45,7 @@ def until_kafka_answers(
         try:
             result = call()
         except Exception as exc:
-            if not transient(exc):
+            if not (transient(exc) or isinstance(exc, KafkaUnavailable)):
                 raise
             if since is None:
                 since = time.monotonic()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from consumers.exceptions import ConsumerError
 from consumers.runtime.outage import Stopped, until_kafka_answers
 from mcq.config import KAFKA_CLIENT_LOGGER, KafkaSettings
 from mcq.topics.exceptions import TopicReadError
@@ -61,6 +62,28 @@ def test_a_transient_failure_is_asked_again_and_the_outage_said_once_at_each_end
     assert got == 7
     assert len(lines) == 2 and "not answering while reading offsets" in lines[0] and "answers again" in lines[1]
     assert len(ticks) == 2  # the caller's liveness moved while it waited
+
+
+def test_the_applied_positions_unreadable_while_the_broker_restarts_are_waited_for() -> None:
+    """A broker killed mid-run: the applied positions' offsets had no leader for longer than
+    their read's own deadline, and the listener exited 1 (found by the chaos test)."""
+    from consumers.runtime.applied import _read_error
+
+    answers: list[Exception | int] = [
+        _read_error(TopicReadError("reading offsets of [x]: No leaders found", retriable=True)),
+        3,
+    ]
+
+    def call() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert until_kafka_answers("reading", call, stop=threading.Event(), report=lambda _: None, max_backoff_s=0.01) == 3
+    fatal = _read_error(TopicReadError("reading offsets of [x]: not authorized"))
+    with pytest.raises(ConsumerError, match="applied positions: reading offsets"):
+        until_kafka_answers("reading", lambda: (_ for _ in ()).throw(fatal), stop=threading.Event(), report=print)
 
 
 def test_a_lasting_failure_that_is_not_transient_is_raised_at_once() -> None:
