@@ -14,9 +14,14 @@ from psycopg import sql
 
 
 def _utc_time(c: sql.Composable) -> sql.Composable:
-    """A timetz as the same instant's time in UTC (PostgreSQL's time output drops trailing
-    zeros of the fraction) and ``Z``."""
-    return sql.SQL("(({} AT TIME ZONE 'UTC')::time)::text || 'Z'").format(c)
+    """A timetz as the same instant's time in UTC, ``HH:MM:SS``, the fraction's digits without
+    trailing zeros, and ``Z``."""
+    t = sql.SQL("(({} AT TIME ZONE 'UTC')::time)").format(c)
+    micros = sql.SQL("(date_part('microseconds', {})::bigint % 1000000)").format(t)
+    return sql.SQL(
+        "CASE WHEN {c} IS NOT NULL THEN to_char({t}, 'HH24:MI:SS') || CASE WHEN {u} <> 0 "
+        "THEN '.' || rtrim(to_char({u}, 'FM000000'), '0') ELSE '' END || 'Z' END"
+    ).format(c=c, t=t, u=micros)
 
 
 def _interval(c: sql.Composable) -> sql.Composable:
