@@ -680,8 +680,9 @@ class NormalizeJob:
             self._known_refs.add(ref)
             self.report(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
 
-    def start(self, spark: SparkSession, once: bool, trigger: str = "1 second") -> Any:
-        """Start the streaming query (returns pyspark's StreamingQuery)."""
+    def start(self, spark: SparkSession, once: bool, trigger: str = "1 second", starting: str = "earliest") -> Any:
+        """Start the streaming query (returns pyspark's StreamingQuery); ``starting``: its
+        source's ``startingOffsets`` when it has no checkpoint yet."""
         reader = (
             spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
@@ -689,7 +690,7 @@ class NormalizeJob:
             # for its table (an empty table, the outbox before its first entry), and Spark
             # reads a topic that appears later from its beginning
             .option("subscribePattern", "^(" + "|".join(re.escape(t) for t in self.plan.raw_topics) + ")$")
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", starting)
             # raw topics are never compacted or truncated under us: a gap means lost changes, so stop
             .option("failOnDataLoss", str(not self.accept_lost_raw).lower())
         )

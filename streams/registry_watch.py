@@ -11,6 +11,8 @@ Interests, listeners and provenance records change nothing here.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from mcq.config import Settings
@@ -29,6 +31,18 @@ def planned_definitions(registry: Registry) -> dict[str, dict[str, Any]]:
     }
 
 
+@dataclass(frozen=True)
+class PlanChange:
+    """A registry whose sources or tables differ from the ones being normalised."""
+
+    registry: Registry
+    definitions: list[str]
+    """The store keys that differ (``table/PERSON/Telephone``, ``source/campus``)."""
+    since_ms: int
+    """When the earliest of them was written to the store (Kafka timestamp, ms; now for
+    one removed): a change captured after it is the new plan's to normalise."""
+
+
 class RegistryWatch:
     """Reports a registry whose sources or tables differ from the ones being normalised.
     Its first read of the store is the registry the normaliser starts with (``registry``)."""
@@ -39,8 +53,8 @@ class RegistryWatch:
         self.registry = self._reader.registry()
         self._planned = planned_definitions(self.registry)
 
-    def changed(self) -> tuple[Registry, list[str]] | None:
-        """The new registry and the definitions that differ, once per change; else None."""
+    def changed(self) -> PlanChange | None:
+        """The new registry, once per change of what is planned; else None."""
         if not self._reader.poll(0):
             return None
         registry = self._reader.registry()
@@ -49,7 +63,8 @@ class RegistryWatch:
             return None
         differ = sorted(k for k in wanted.keys() | self._planned.keys() if wanted.get(k) != self._planned.get(k))
         self._planned = wanted
-        return registry, differ
+        now = int(time.time() * 1000)
+        return PlanChange(registry, differ, min(self._reader.stamps.get(k, now) for k in differ))
 
     def defined_at(self, registry: Registry) -> dict[str, int]:
         """When each table/subtype's definition was written to the store (ms): a raw row

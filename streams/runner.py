@@ -26,9 +26,10 @@ from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, started
 from streams.exceptions import NormalizeError
 from streams.metrics import NormalizeMetrics, behind
+from streams.replan import remember, replay
 
 if TYPE_CHECKING:
-    pass
+    from streams.registry_watch import PlanChange
 
 from streams.normalize import NormalizeJob, Report
 
@@ -96,8 +97,8 @@ class StopRequest:
 MODES = ("realtime", "microbatch")
 REGISTRY_LOOK_S = 2.0
 """How often a running normaliser looks for a registry change."""
-RegistryChanged = Callable[[], "tuple[Registry, list[str]] | None"]
-"""A new registry whose sources or tables differ from the running plan's, and which differ."""
+RegistryChanged = Callable[[], "PlanChange | None"]
+"""A new registry whose sources or tables differ from the running plan's (streams/registry_watch.py)."""
 DefinedAt = Callable[["Registry"], dict[str, int]]
 """When each table/subtype's definition of a registry was stored (ms since the epoch)."""
 
@@ -320,6 +321,12 @@ def _run_queries(
     try:
         if stopping.requested:
             return None
+        replayed: list[Any] = []
+        replay(job, spark, stopping, replayed.append)  # a registry change's window, first
+        queries.extend(replayed)  # stopped with the others if it is still running
+        if stopping.requested:
+            return None
+        queries[:] = [q for q in queries if all(q is not r for r in replayed)]  # it has ended
         if interval is None:
             queries.append(job.start(spark, once=once, trigger=trigger))
         else:
@@ -366,9 +373,10 @@ def _run_queries(
                     look_at = ticked[0] + REGISTRY_LOOK_S
                     change = registry_changed()
                     if change is not None:
-                        replan = change[0]
+                        replan = change.registry
+                        remember(job.checkpoint, change)  # before the stop: what it commits is run again
                         report(
-                            f"normalize: the registry changed what it normalises ({', '.join(change[1])}): "
+                            f"normalize: the registry changed what it normalises ({', '.join(change.definitions)}): "
                             "restarting its queries on the new plan"
                         )
                         break

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from mcq.topics.listener import ListenerTopics
 
 Report = Callable[[str], None]
+KafkaCall = Callable[[str, Callable[[], None]], None]
+"""(what, call): make a Kafka request named ``what``."""
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Delivery:
         tally: Tally,
         stop: threading.Event,
         report: Report,
+        kafka: KafkaCall | None = None,
     ) -> None:
         self.name = topics.listener
         self.topics = topics
@@ -104,6 +107,8 @@ class Delivery:
         self._tally = tally
         self._stop = stop
         self._report = report
+        self._kafka: KafkaCall = kafka or (lambda what, call: call())
+        """How a Kafka request is made: the runtime's waits out a broker restart (``outage.py``)."""
 
     # ------------------------------------------------------------------ judging
 
@@ -225,7 +230,7 @@ class Delivery:
         """After a wait for the target: the changes no other instance applied a newer
         change of meanwhile (this one may have been removed from the group while it
         waited, and its partitions' changes applied elsewhere)."""
-        self.applied.refresh()
+        self._kafka("reading the applied positions", self.applied.refresh)
         out = []
         for item in items:
             assert item.change is not None

@@ -342,7 +342,7 @@ class ListenerRuntime:
         self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self.report, self._tick)
         self._deliver = Delivery(
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
-            self.report,
+            self.report, self._kafka,
         )  # fmt: skip
         self._rt = self._consumer(self.topics.group)
         self._bulk = self._consumer(self.topics.bulk_group)

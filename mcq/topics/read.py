@@ -113,6 +113,35 @@ def all_watermarks(
             time.sleep(0.5)
 
 
+def offsets_since(settings: Settings, topics: list[str], since_ms: int) -> dict[str, dict[int, tuple[int, int]]]:
+    """topic -> partition -> (the first offset written at or after ``since_ms``, the end)
+    for the existing ones of ``topics``; a partition with nothing since has both at its end."""
+    admin = RenewingAdmin(settings.kafka.client_config())
+    meta = admin.client.list_topics(timeout=30).topics
+    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    ends = all_watermarks(admin, tps)
+    if not tps:
+        return {}
+    spec = OffsetSpec.for_timestamp(since_ms)  # type: ignore[no-untyped-call]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            futures = admin.client.list_offsets({tp: spec for tp in tps}, request_timeout=15)
+            firsts = {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+            break
+        except KafkaException as exc:
+            if not transient(exc) or time.monotonic() > deadline:
+                raise TopicReadError(f"reading offsets of {sorted(topics)} at {since_ms} ms: {exc.args[0]}",
+                                     transient(exc)) from None  # fmt: skip
+            admin.renew()
+            time.sleep(0.5)
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for (topic, partition), (_, end) in ends.items():
+        first = firsts[(topic, partition)]
+        out.setdefault(topic, {})[partition] = (end if first < 0 else first, end)  # -1: nothing since
+    return out
+
+
 def records_held(settings: Settings, topics: list[str]) -> int:
     """Records the existing ones of ``topics`` hold now (high - low watermark of every
     partition). Topics are listed whole: asking a missing one by name would create it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -151,6 +152,12 @@ class Rig:
     producer: Producer = field(default_factory=Producer)
     tally: Tally = field(default_factory=lambda: Tally("LDAP", Counters(), ListenerMetrics("LDAP")))
     lines: list[str] = field(default_factory=list)
+    kafka_calls: list[str] = field(default_factory=list)
+
+    def kafka(self, what: str, call: Callable[[], None]) -> None:
+        """The runtime's wait for a broker that does not answer: here, a note of what was asked."""
+        self.kafka_calls.append(what)
+        call()
 
     def run(self, *changes: Change) -> None:
         stop = threading.Event()
@@ -158,7 +165,7 @@ class Rig:
         job = Delivery(
             ListenerTopics("t", "LDAP"), Policy(**{**FAST, **self.policy}),
             ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"), self.applied, self.producer,  # type: ignore[arg-type]
-            watch, self.tally, stop, self.lines.append,
+            watch, self.tally, stop, self.lines.append, self.kafka,
         )  # fmt: skip
         todo: dict[str, list[Item]] = {}
         for i, c in enumerate(changes):
@@ -246,6 +253,15 @@ def test_an_unavailable_target_is_waited_for_said_once_and_its_return_said_once(
     said = [line.split(": ")[1] for line in rig.lines]
     assert len(said) == 2 and said[0] == "target unavailable, waiting"
     assert said[1].startswith("target available again after ")
+
+
+def test_after_a_wait_for_the_target_the_applied_positions_are_read_through_the_broker_restart_wait() -> None:
+    """Another instance may have applied the batch's keys meanwhile: the positions are read
+    again, and a broker restarting at that moment is waited out, not the listener's end."""
+    rig = Rig(Target({"555-1": [TargetUnavailable("connection refused")]}, up_after=1))
+    rig.run(change(1, "555-1", 10))
+    assert rig.kafka_calls == ["reading the applied positions"]
+    assert rig.took() == [("1", "555-1")]
 
 
 def test_a_stop_while_the_target_is_down_abandons_the_batch() -> None:
