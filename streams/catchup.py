@@ -110,15 +110,23 @@ def catch_up(
     started = time.monotonic()
     query = job.part(part, location).start(spark, once=True)
     on_query(query)
-    while query.isActive and not stopping.requested:
-        query.awaitTermination(0.5)
-    if stopping.requested:
-        if query.isActive:
-            query.stop()
+    if not run_to_end(query, stopping):
         return None
-    query.awaitTermination()  # raises what ended it, if that was an error
     offsets = committed_offsets(location)
     if offsets is None:  # nothing was there after all: start from the beginning
         return None
     job.report(f"normalize: caught up in {time.monotonic() - started:.1f} s; real time starts where it ended")
     return offsets
+
+
+def run_to_end(query: Any, stopping: StopRequest) -> bool:
+    """Wait for a bounded (``once``) query to end; False if a stop was requested first (the
+    query is stopped: its checkpoint resumes it). Raises what ended it, if that was an error."""
+    while query.isActive and not stopping.requested:
+        query.awaitTermination(0.5)
+    if stopping.requested:
+        if query.isActive:
+            query.stop()
+        return False
+    query.awaitTermination()
+    return True

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcq.refs import table_ref
+from streams.catchup import run_to_end
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
@@ -106,13 +107,8 @@ def replay(job: NormalizeJob, spark: SparkSession, stopping: StopRequest, on_que
         starting = {t: {str(p): first for p, (first, _) in partitions.items()} for t, partitions in since.items()}
         query = job.part(part, location).start(spark, once=True, starting=json.dumps(starting))
         on_query(query)
-        while query.isActive and not stopping.requested:
-            query.awaitTermination(0.5)
-        if stopping.requested:
-            if query.isActive:
-                query.stop()
+        if not run_to_end(query, stopping):
             return  # still pending: the next start runs it
-        query.awaitTermination()  # raises what ended it, if that was an error
         job.report(f"normalize: normalised again in {time.monotonic() - started:.1f} s")
     shutil.rmtree(location, ignore_errors=True)
     (job.checkpoint / PENDING).unlink()
