@@ -396,13 +396,7 @@ def _run_queries(
                 if interval:
                     # interrupted real-time tasks log their aborted writes: expected, not news
                     silence_jvm_log(spark)
-                for query in queries:
-                    if query.isActive:
-                        try:
-                            query.stop()  # abandons a batch in flight: the checkpoint re-runs it
-                        except StreamingQueryException:
-                            if not stopping.requested:
-                                raise
+                _stop_all(queries, stopping)
     finally:
         with _unless_jvm_gone(stopping, report):
             # before Python goes away: the JVM would call back into a closed py4j gateway
@@ -411,6 +405,30 @@ def _run_queries(
                 fresh.streams.removeListener(listener)
             spark.stop()
     return replan
+
+
+def _stop_all(queries: list[Any], stopping: StopRequest) -> None:
+    """Stop the running queries, all at once: each stop abandons its batch in flight (the
+    checkpoint re-runs it) and waits for its tasks to end, seconds each on 2 loaded cores.
+    One after the other, 18 queries outlasted a SIGTERM's grace: a clean-clone CI run of
+    the kill test saw six of them stopped in its 60 s (Kubernetes gives 30 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.errors import StreamingQueryException
+
+    def stop(query: Any) -> None:
+        try:
+            query.stop()
+        except StreamingQueryException:
+            if not stopping.requested:
+                raise
+
+    active = [q for q in queries if q.isActive]
+    if not active:
+        return
+    with ThreadPoolExecutor(len(active), thread_name_prefix="stop-query") as pool:
+        for done in [pool.submit(stop, q) for q in active]:
+            done.result()  # raises what a stop raised
 
 
 @contextmanager
