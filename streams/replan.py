@@ -92,7 +92,7 @@ def replay(job: NormalizeJob, spark: SparkSession, stopping: StopRequest, on_que
     since = offsets_since(job.settings, part.raw_topics, window["since_ms"])
     waiting = sum(end - first for partitions in since.values() for first, end in partitions.values())
     location = job.checkpoint / "replan"
-    if waiting and since:
+    if waiting:
         part = replace(
             part,
             feeds=tuple(f for f in part.feeds if f.raw_topic in since),

@@ -86,23 +86,18 @@ class RenewingAdmin:
         self.client = AdminClient(self._conf)
 
 
-def all_watermarks(
-    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], timeout_s: float = 30.0
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """(low, high) of many partitions in two requests, through the admin client: a consumer's
-    own offset queries wait behind its outstanding fetch (``fetch.wait.max.ms``) one by one."""
-    if not tps:
-        return {}
+def list_offsets(
+    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], spec: OffsetSpec, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """Each partition's offset by ``spec`` (earliest, latest, for a timestamp: -1 when no
+    record is that new) in one request through the admin client, a broker restart waited
+    out (up to ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         client = admin.client if isinstance(admin, RenewingAdmin) else admin
         try:
-            answers = []
-            for spec in (OffsetSpec.earliest(), OffsetSpec.latest()):  # type: ignore[no-untyped-call]
-                futures = client.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps},
-                                             request_timeout=15)  # fmt: skip
-                answers.append({(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()})
-            return {key: (answers[0][key], answers[1][key]) for key in answers[1]}
+            futures = client.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps}, request_timeout=15)
+            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
         except KafkaException as exc:
             passing = transient(exc)
             if isinstance(admin, RenewingAdmin) and exc.args[0].code() in _STALE_EPOCH:
@@ -113,30 +108,30 @@ def all_watermarks(
             time.sleep(0.5)
 
 
+def all_watermarks(
+    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], timeout_s: float = 30.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) of many partitions in two requests, through the admin client: a consumer's
+    own offset queries wait behind its outstanding fetch (``fetch.wait.max.ms``) one by one."""
+    if not tps:
+        return {}
+    lows = list_offsets(admin, tps, OffsetSpec.earliest(), timeout_s)  # type: ignore[no-untyped-call]
+    highs = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s)  # type: ignore[no-untyped-call]
+    return {key: (lows[key], highs[key]) for key in highs}
+
+
 def offsets_since(settings: Settings, topics: list[str], since_ms: int) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> (the first offset written at or after ``since_ms``, the end)
     for the existing ones of ``topics``; a partition with nothing since has both at its end."""
     admin = RenewingAdmin(settings.kafka.client_config())
     meta = admin.client.list_topics(timeout=30).topics
     tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
-    ends = all_watermarks(admin, tps)
     if not tps:
         return {}
-    spec = OffsetSpec.for_timestamp(since_ms)  # type: ignore[no-untyped-call]
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            futures = admin.client.list_offsets({tp: spec for tp in tps}, request_timeout=15)
-            firsts = {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
-            break
-        except KafkaException as exc:
-            if not transient(exc) or time.monotonic() > deadline:
-                raise TopicReadError(f"reading offsets of {sorted(topics)} at {since_ms} ms: {exc.args[0]}",
-                                     transient(exc)) from None  # fmt: skip
-            admin.renew()
-            time.sleep(0.5)
+    ends = list_offsets(admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    firsts = list_offsets(admin, tps, OffsetSpec.for_timestamp(since_ms))  # type: ignore[no-untyped-call]
     out: dict[str, dict[int, tuple[int, int]]] = {}
-    for (topic, partition), (_, end) in ends.items():
+    for (topic, partition), end in ends.items():
         first = firsts[(topic, partition)]
         out.setdefault(topic, {})[partition] = (end if first < 0 else first, end)  # -1: nothing since
     return out
