@@ -36,6 +36,9 @@ RUN groupadd --gid 10001 mcq && useradd --uid 10001 --gid mcq --home-dir /var/li
 COPY --from=python /opt/venv /opt/venv
 COPY --from=jvm /build/cache /opt/mcq/jvm
 COPY streams/submit.py /opt/mcq/submit.py
+# the Spark driver's class-data archive for this image's java and jars (streams/jvm_archive.py)
+RUN JAVA_HOME=/usr/lib/jvm/default-java MCQ_STACK__JVM_CACHE=/opt/mcq/jvm MCQ_HOME=/tmp/mcq \
+    /opt/venv/bin/python -m streams.jvm_archive && rm -rf /tmp/mcq
 ENV PATH=/opt/venv/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/default-java \
     MCQ_STACK__JVM_CACHE=/opt/mcq/jvm \

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 from streams.exceptions import SparkSetupError
+from streams.jvm_archive import java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,6 +140,8 @@ def spark_session(settings: Settings, app_name: str, master: str | None = None) 
     launching = "PYSPARK_GATEWAY_PORT" not in os.environ  # not under spark-submit: the JVM is ours to start
     if launching and (chosen is None or chosen.startswith("local")):
         options.update(_no_fork_files([j for j in jars if j.name.startswith(LOCAL_FS_JAR)]))
+    if launching and (archive := java_options(settings, jars)):  # its classes mapped, not loaded (jvm_archive)
+        options["spark.driver.extraJavaOptions"] += f" {archive}"
     if chosen:
         options["spark.master"] = chosen
     if launching:

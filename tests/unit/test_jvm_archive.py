@@ -1,0 +1,117 @@
+"""The Spark driver's class-data archive (streams/jvm_archive.py): which archive a JVM is
+given, and that a JVM is never given a partial or stale one."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcq.config import Settings, load_settings
+from streams import jvm_archive
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, list[Path]]:
+    """A java and connector jars of a machine of its own (files only: nothing runs)."""
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    monkeypatch.delenv(jvm_archive.DUMP_ENV, raising=False)
+    jars = [tmp_path / "jars" / "spark-sql-kafka-0-10_2.13-4.1.1.jar", tmp_path / "jars" / "kafka-clients-3.9.1.jar"]
+    jars[0].parent.mkdir()
+    for jar in jars:
+        jar.write_bytes(b"PK")
+    settings = load_settings()
+    stack = settings.stack.model_copy(update={"jvm_cache": tmp_path / "cache"})
+    return settings.model_copy(update={"stack": stack}), jars
+
+
+def test_without_a_built_archive_the_jvm_gets_no_archive_option(machine: tuple[Settings, list[Path]]) -> None:
+    settings, jars = machine
+    assert jvm_archive.java_options(settings, jars) == ""
+
+
+def test_a_built_archive_is_mapped_and_the_jvm_says_nothing_about_it(machine: tuple[Settings, list[Path]]) -> None:
+    settings, jars = machine
+    path = jvm_archive.archive_path(settings, jars)
+    assert path is not None and path.parent == settings.stack.jvm_cache / "cds"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    options = jvm_archive.java_options(settings, jars).split()
+    assert f"-XX:SharedArchiveFile={path}" in options
+    assert "-Xlog:cds=off" in options and "-Xlog:cds+dynamic=off" in options
+
+
+def test_a_changed_jar_or_another_java_names_another_archive(
+    machine: tuple[Settings, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    before = jvm_archive.archive_path(settings, jars)
+    jars[1].write_bytes(b"PK and more")  # a jar re-resolved with other content
+    after_jar = jvm_archive.archive_path(settings, jars)
+    other = tmp_path / "jdk21" / "bin" / "java"
+    other.parent.mkdir(parents=True)
+    other.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk21"))
+    after_java = jvm_archive.archive_path(settings, jars)
+    assert len({before, after_jar, after_java}) == 3
+
+
+def test_without_java_there_is_no_archive(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    assert jvm_archive.archive_path(settings, jars) is None
+    assert jvm_archive.java_options(settings, jars) == ""
+
+
+def test_the_training_run_writes_the_archive_where_it_is_told(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    monkeypatch.setenv(jvm_archive.DUMP_ENV, "/somewhere/x.partial")
+    assert "-XX:ArchiveClassesAtExit=/somewhere/x.partial" in jvm_archive.java_options(settings, jars).split()
+
+
+def test_a_failed_training_run_leaves_no_archive_and_no_partial_file(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
+
+    def half_written(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
+        Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"half an archive")  # the JVM died while writing
+        return subprocess.CompletedProcess(cmd, 134, "", "# A fatal error has been detected")
+
+    monkeypatch.setattr(jvm_archive.subprocess, "run", half_written)
+    with pytest.raises(SystemExit, match="training run failed \\(134\\)"):
+        jvm_archive.build(settings, report=False)
+    assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
+    assert jvm_archive.java_options(settings, jars) == ""
+
+
+def test_a_built_archive_replaces_those_of_another_java_or_class_path(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
+    stale = settings.stack.jvm_cache / "cds" / "spark-0123456789abcdef.jsa"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+
+    def trained(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
+        Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"a whole archive")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(jvm_archive.subprocess, "run", trained)
+    path = jvm_archive.build(settings, report=False)
+    assert path is not None and path.read_bytes() == b"a whole archive"
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    calls: list[str] = []
+    monkeypatch.setattr(jvm_archive.subprocess, "run", lambda *a, **k: calls.append("ran"))
+    assert jvm_archive.build(settings, report=False) == path and calls == []  # built once
