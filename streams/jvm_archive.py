@@ -31,7 +31,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mcq.config import Settings, load_settings
 
@@ -106,12 +108,52 @@ def _train() -> None:
         ).alias("t"),
     ).select(to_avro(F.col("r")).alias("value"), "t")
     out.collect()  # code generation, tasks, Avro
+    _kafka_clients(spark)
     spark.stop()
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
     if proc is not None:  # the JVM ends when our end of its stdin closes, then writes the archive
         proc.stdin.close()
         proc.wait(300)
+
+
+def _kafka_clients(spark: Any) -> None:
+    """Kafka's client classes (a consumer, a producer, an admin) as the normaliser's sources
+    and sink load them: each made, asked for a topic of a broker that is not there, closed."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    for key, value in {
+        "bootstrap.servers": "127.0.0.1:9",  # discard: refused at once
+        "group.id": "mcq-jvm-archive",
+        "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+        "value.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer",
+        "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+        "value.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+        "max.block.ms": "500",
+        "default.api.timeout.ms": "500",
+        "request.timeout.ms": "500",
+    }.items():
+        props.setProperty(key, value)
+    kafka = jvm.org.apache.kafka.clients
+    short = jvm.java.time.Duration.ofMillis(500)
+    clients: list[tuple[Any, Callable[[Any], Any]]] = [
+        (kafka.consumer.KafkaConsumer, lambda c: c.partitionsFor("mcq", short)),
+        (kafka.producer.KafkaProducer, lambda p: p.partitionsFor("mcq")),
+        (
+            kafka.admin.AdminClient.create,
+            lambda a: a.listTopics().names().get(500, jvm.java.util.concurrent.TimeUnit.MILLISECONDS),
+        ),
+    ]
+    for make, ask in clients:
+        client = make(props)
+        try:
+            ask(client)
+        except Py4JJavaError:
+            pass  # no broker: expected
+        finally:
+            client.close(short)
 
 
 def build(settings: Settings, report: bool = True) -> Path | None:
