@@ -41,6 +41,8 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 """The JVM's notes about the archive (classes it skips, e.g. from signed jars) are not news."""
 DUMP_ENV = "MCQ_SPARK_ARCHIVE_DUMP"
 """Set (to a file) in the training run only: its JVM writes the archive there at exit."""
+CHECK_ENV = "MCQ_SPARK_ARCHIVE_CHECK"
+"""Set (to a file) in the check run only: its JVM maps that archive before it is put in place."""
 
 
 def _java() -> Path | None:
@@ -58,7 +60,8 @@ def archive_path(settings: Settings, jars: list[Path]) -> Path | None:
     if java is None:
         return None
     digest = hashlib.sha256()
-    for f in [java, *sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")), *jars]:
+    libjvm = list(java.parent.parent.glob("lib/server/libjvm.so"))  # the JVM itself, beside its launcher
+    for f in [java, *libjvm, *sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")), *jars]:
         st = f.stat()
         digest.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return settings.stack.jvm_cache / "cds" / f"spark-{digest.hexdigest()[:16]}.jsa"
@@ -68,6 +71,8 @@ def java_options(settings: Settings, jars: list[Path]) -> str:
     """The driver's JVM options for the archive: use it when built, write it in the training run."""
     if dump := os.environ.get(DUMP_ENV):
         return f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
+    if candidate := os.environ.get(CHECK_ENV):
+        return f"-XX:SharedArchiveFile={candidate} {QUIET}"
     path = archive_path(settings, jars)
     return f"-XX:SharedArchiveFile={path} {QUIET}" if path is not None and path.is_file() else ""
 
@@ -117,6 +122,21 @@ def _train() -> None:
         proc.wait(300)
 
 
+def _check() -> None:
+    """The check run: a Spark start with the new archive, which must map it and run a query
+    (a truncated or damaged archive crashes the JVM, or is not mapped)."""
+    from streams.session import spark_session
+
+    spark = spark_session(load_settings(), "mcq-jvm-archive-check")
+    if spark.range(3).count() != 3:
+        raise SystemExit("a query on the new archive counted wrong")
+    jvm: Any = spark._jvm
+    maps = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/maps")
+    if maps.exists() and os.environ[CHECK_ENV] not in maps.read_text():
+        raise SystemExit("the JVM started without mapping the new archive")
+    spark.stop()
+
+
 def _kafka_clients(spark: Any) -> None:
     """Kafka's client classes (a consumer, a producer, an admin) as the normaliser's sources
     and sink load them: each made, asked for a topic of a broker that is not there, closed."""
@@ -156,8 +176,17 @@ def _kafka_clients(spark: Any) -> None:
             client.close(short)
 
 
+class ArchiveError(Exception):
+    """The archive could not be built: Spark starts without one (slower, nothing else)."""
+
+
+def _tail(done: subprocess.CompletedProcess[str]) -> str:
+    return " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+
+
 def build(settings: Settings, report: bool = True) -> Path | None:
-    """Build the archive for this machine unless it is there; returns its path (None without java)."""
+    """Build the archive for this machine unless it is there; returns its path (None without
+    java). Raises ``ArchiveError`` when the training run or the check run on its archive fails."""
     from streams.session import connector_jars
 
     path = archive_path(settings, connector_jars(settings))
@@ -177,9 +206,17 @@ def build(settings: Settings, report: bool = True) -> Path | None:
             timeout=600,
         )
         if done.returncode != 0 or not partial.is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-            raise SystemExit(f"jvm-archive: the training run failed ({done.returncode}): " + " | ".join(tail))
-        partial.replace(path)  # whole or not at all: a JVM never maps a partial archive
+            raise ArchiveError(f"the training run failed ({done.returncode}): {_tail(done)}")
+        checked = subprocess.run(
+            [sys.executable, "-m", "streams.jvm_archive", "--check"],
+            env={**os.environ, CHECK_ENV: str(partial)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if checked.returncode != 0:
+            raise ArchiveError(f"a Spark start on the new archive failed ({checked.returncode}): {_tail(checked)}")
+        partial.replace(path)  # whole and checked, or not at all: a JVM never maps a partial archive
     finally:
         partial.unlink(missing_ok=True)
     for old in path.parent.glob("spark-*.jsa"):  # archives of another java or class path
@@ -196,12 +233,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m streams.jvm_archive", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.train:
-        _train()
+    if args.train or args.check:
+        (_train if args.train else _check)()
         return 0
-    if build(load_settings()) is None:
-        print("jvm-archive: no java found (JAVA_HOME or PATH): Spark starts without an archive", file=sys.stderr)
+    try:
+        if build(load_settings()) is None:
+            print("jvm-archive: no java found (JAVA_HOME or PATH): Spark starts without an archive", file=sys.stderr)
+    except ArchiveError as exc:  # an accelerator: its failure must not stop an install
+        print(f"jvm-archive: {exc}; Spark starts without an archive (seconds slower)", file=sys.stderr)
     return 0
 
 

@@ -46,7 +46,7 @@ def test_a_built_archive_is_mapped_and_the_jvm_says_nothing_about_it(machine: tu
     assert "-Xlog:cds=off" in options and "-Xlog:cds+dynamic=off" in options
 
 
-def test_a_changed_jar_or_another_java_names_another_archive(
+def test_a_changed_jar_or_another_jvm_names_another_archive(
     machine: tuple[Settings, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, jars = machine
@@ -58,7 +58,11 @@ def test_a_changed_jar_or_another_java_names_another_archive(
     other.write_text("#!/bin/sh\n")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk21"))
     after_java = jvm_archive.archive_path(settings, jars)
-    assert len({before, after_jar, after_java}) == 3
+    libjvm = tmp_path / "jdk21" / "lib" / "server" / "libjvm.so"  # a JDK update beside the same launcher
+    libjvm.parent.mkdir(parents=True)
+    libjvm.write_bytes(b"\x7fELF")
+    after_update = jvm_archive.archive_path(settings, jars)
+    assert len({before, after_jar, after_java, after_update}) == 4
 
 
 def test_without_java_there_is_no_archive(
@@ -89,7 +93,7 @@ def test_a_failed_training_run_leaves_no_archive_and_no_partial_file(
         return subprocess.CompletedProcess(cmd, 134, "", "# A fatal error has been detected")
 
     monkeypatch.setattr(jvm_archive.subprocess, "run", half_written)
-    with pytest.raises(SystemExit, match="training run failed \\(134\\)"):
+    with pytest.raises(jvm_archive.ArchiveError, match="training run failed \\(134\\)"):
         jvm_archive.build(settings, report=False)
     assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
     assert jvm_archive.java_options(settings, jars) == ""
@@ -105,7 +109,10 @@ def test_a_built_archive_replaces_those_of_another_java_or_class_path(
     stale.write_bytes(b"old")
 
     def trained(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
-        Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"a whole archive")
+        if "--train" in cmd:
+            Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"a whole archive")
+        else:  # the check run maps the candidate where it was written, not yet in place
+            assert Path(env[jvm_archive.CHECK_ENV]).read_bytes() == b"a whole archive"
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(jvm_archive.subprocess, "run", trained)
@@ -115,3 +122,36 @@ def test_a_built_archive_replaces_those_of_another_java_or_class_path(
     calls: list[str] = []
     monkeypatch.setattr(jvm_archive.subprocess, "run", lambda *a, **k: calls.append("ran"))
     assert jvm_archive.build(settings, report=False) == path and calls == []  # built once
+
+
+def test_an_archive_a_spark_start_cannot_map_is_never_put_in_place(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, jars = machine
+    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
+
+    def truncated(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if "--train" in cmd:  # the dump ended early, and its JVM still exited 0
+            Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"the first megabyte")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, -7, "", "#  SIGBUS (0x7) at pc=0x00007f77a18bc53d")
+
+    monkeypatch.setattr(jvm_archive.subprocess, "run", truncated)
+    with pytest.raises(jvm_archive.ArchiveError, match="a Spark start on the new archive failed \\(-7\\): #  SIGBUS"):
+        jvm_archive.build(settings, report=False)
+    assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
+    assert jvm_archive.java_options(settings, jars) == ""
+
+
+def test_a_failed_build_does_not_fail_the_install(
+    machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, _ = machine
+    monkeypatch.setattr(jvm_archive, "load_settings", lambda: settings)
+
+    def fails(_: Settings, report: bool = True) -> Path:
+        raise jvm_archive.ArchiveError("the training run failed (1): no space left on device")
+
+    monkeypatch.setattr(jvm_archive, "build", fails)
+    assert jvm_archive.main([]) == 0
+    assert "no space left on device; Spark starts without an archive" in capsys.readouterr().err
