@@ -4,6 +4,8 @@
 
     StreamsError                  (mcq.errors.McqError)
     ├── SparkSetupError           Spark cannot start as configured: what is missing
+    │   └── ArchiveError          the driver JVM's class-data archive could not be built;
+    │                             Spark starts without it (streams/jvm_archive.py)
     ├── NormalizeError            the normaliser cannot run as configured: what to change
     ├── SelectionError            a refresh's selection is not right (unknown table, a rule that
     │                             does not parse, a key file's bad line at file:line); exit 2
@@ -27,6 +29,11 @@ class StreamsError(McqError):
 
 class SparkSetupError(StreamsError):
     """Spark cannot be started as configured; the message says what is missing."""
+
+
+class ArchiveError(SparkSetupError):
+    """The driver JVM's class-data archive could not be built: Spark starts without one
+    (seconds slower, nothing else); the message says which run failed and its last lines."""
 
 
 class NormalizeError(StreamsError):

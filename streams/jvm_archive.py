@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mcq.config import Settings, load_settings
+from streams.exceptions import ArchiveError
 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 """The JVM's notes about the archive (classes it skips, e.g. from signed jars) are not news."""
@@ -176,10 +177,6 @@ def _kafka_clients(spark: Any) -> None:
             client.close(short)
 
 
-class ArchiveError(Exception):
-    """The archive could not be built: Spark starts without one (slower, nothing else)."""
-
-
 def _tail(done: subprocess.CompletedProcess[str]) -> str:
     return " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
 
@@ -201,6 +198,7 @@ def build(settings: Settings, report: bool = True) -> Path | None:
         done = subprocess.run(
             [sys.executable, "-m", "streams.jvm_archive", "--train"],
             env={**os.environ, DUMP_ENV: str(partial)},
+            cwd=path.parent,  # a crashed JVM's hs_err file lands beside the archives, not in the user's directory
             capture_output=True,
             text=True,
             timeout=600,
@@ -210,6 +208,7 @@ def build(settings: Settings, report: bool = True) -> Path | None:
         checked = subprocess.run(
             [sys.executable, "-m", "streams.jvm_archive", "--check"],
             env={**os.environ, CHECK_ENV: str(partial)},
+            cwd=path.parent,  # a crashed JVM's hs_err file lands beside the archives, not in the user's directory
             capture_output=True,
             text=True,
             timeout=300,
