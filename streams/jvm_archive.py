@@ -177,6 +177,18 @@ def _kafka_clients(spark: Any) -> None:
             client.close(short)
 
 
+def _run(flag: str, env_key: str, partial: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """The training (``--train``) or check (``--check``) run, a Python process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "streams.jvm_archive", flag],
+        env={**os.environ, env_key: str(partial)},
+        cwd=partial.parent,  # a crashed JVM's hs_err file lands beside the archives, not in the user's directory
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def _tail(done: subprocess.CompletedProcess[str]) -> str:
     return " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
 
@@ -195,24 +207,10 @@ def build(settings: Settings, report: bool = True) -> Path | None:
     if report:
         print(f"jvm-archive: building {path} (a Spark start that saves its classes: about a minute) ...", flush=True)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "streams.jvm_archive", "--train"],
-            env={**os.environ, DUMP_ENV: str(partial)},
-            cwd=path.parent,  # a crashed JVM's hs_err file lands beside the archives, not in the user's directory
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        done = _run("--train", DUMP_ENV, partial, 600)
         if done.returncode != 0 or not partial.is_file():
             raise ArchiveError(f"the training run failed ({done.returncode}): {_tail(done)}")
-        checked = subprocess.run(
-            [sys.executable, "-m", "streams.jvm_archive", "--check"],
-            env={**os.environ, CHECK_ENV: str(partial)},
-            cwd=path.parent,  # a crashed JVM's hs_err file lands beside the archives, not in the user's directory
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        checked = _run("--check", CHECK_ENV, partial, 300)
         if checked.returncode != 0:
             raise ArchiveError(f"a Spark start on the new archive failed ({checked.returncode}): {_tail(checked)}")
         partial.replace(path)  # whole and checked, or not at all: a JVM never maps a partial archive

@@ -4,6 +4,7 @@ given, and that a JVM is never given a partial or stale one."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,21 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, 
     jars[0].parent.mkdir()
     for jar in jars:
         jar.write_bytes(b"PK")
+    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)  # what build() reads
     settings = load_settings()
     stack = settings.stack.model_copy(update={"jvm_cache": tmp_path / "cache"})
     return settings.model_copy(update={"stack": stack}), jars
+
+
+def _fails_leaving_nothing(
+    settings: Settings, jars: list[Path], monkeypatch: pytest.MonkeyPatch, run: Callable[..., Any], error: str
+) -> None:
+    """A build whose runs go as ``run`` says ``error`` and leaves no file a JVM would be given."""
+    monkeypatch.setattr(jvm_archive.subprocess, "run", run)
+    with pytest.raises(jvm_archive.ArchiveError, match=error):
+        jvm_archive.build(settings, report=False)
+    assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
+    assert jvm_archive.java_options(settings, jars) == ""
 
 
 def test_without_a_built_archive_the_jvm_gets_no_archive_option(machine: tuple[Settings, list[Path]]) -> None:
@@ -86,24 +99,18 @@ def test_a_failed_training_run_leaves_no_archive_and_no_partial_file(
     machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, jars = machine
-    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
 
     def half_written(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
         Path(env[jvm_archive.DUMP_ENV]).write_bytes(b"half an archive")  # the JVM died while writing
         return subprocess.CompletedProcess(cmd, 134, "", "# A fatal error has been detected")
 
-    monkeypatch.setattr(jvm_archive.subprocess, "run", half_written)
-    with pytest.raises(jvm_archive.ArchiveError, match="training run failed \\(134\\)"):
-        jvm_archive.build(settings, report=False)
-    assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
-    assert jvm_archive.java_options(settings, jars) == ""
+    _fails_leaving_nothing(settings, jars, monkeypatch, half_written, "training run failed \\(134\\)")
 
 
 def test_a_built_archive_replaces_those_of_another_java_or_class_path(
     machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings, jars = machine
-    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
+    settings, _ = machine
     stale = settings.stack.jvm_cache / "cds" / "spark-0123456789abcdef.jsa"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
@@ -128,7 +135,6 @@ def test_an_archive_a_spark_start_cannot_map_is_never_put_in_place(
     machine: tuple[Settings, list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, jars = machine
-    monkeypatch.setattr("streams.session.connector_jars", lambda _: jars)
 
     def truncated(cmd: list[str], env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
         if "--train" in cmd:  # the dump ended early, and its JVM still exited 0
@@ -136,11 +142,9 @@ def test_an_archive_a_spark_start_cannot_map_is_never_put_in_place(
             return subprocess.CompletedProcess(cmd, 0, "", "")
         return subprocess.CompletedProcess(cmd, -7, "", "#  SIGBUS (0x7) at pc=0x00007f77a18bc53d")
 
-    monkeypatch.setattr(jvm_archive.subprocess, "run", truncated)
-    with pytest.raises(jvm_archive.ArchiveError, match="a Spark start on the new archive failed \\(-7\\): #  SIGBUS"):
-        jvm_archive.build(settings, report=False)
-    assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
-    assert jvm_archive.java_options(settings, jars) == ""
+    _fails_leaving_nothing(
+        settings, jars, monkeypatch, truncated, "a Spark start on the new archive failed \\(-7\\): #  SIGBUS"
+    )
 
 
 def test_a_failed_build_does_not_fail_the_install(
