@@ -13,8 +13,9 @@ where the checkout has it, a batch query with the normaliser's functions) and wr
 classes at exit. The file name is a digest of the ``java`` that Spark's launcher picks
 and of the class path (pyspark's jars and the connector jars): after a JDK upgrade or a
 changed jar no archive matches, and Spark starts as it did without one until the next
-``make install``. The archive is
-written to a temporary name and renamed: a JVM that mapped a partial archive would crash.
+``make install``. The archive is written to a temporary name, mapped by a check run (a
+Spark start that must map it and run a query), then renamed: a JVM given a partial
+archive crashes (SIGBUS). A failed build warns and leaves Spark without an archive.
 A JVM that cannot use a matching archive (another heap size, ``-XX`` flags) starts
 without it, silently.
 
