@@ -191,7 +191,7 @@ def main() -> int:
         f"p50 {percentile(loaded, 50):.3f} s, p99 {percentile(loaded, 99):.3f} s "
         f"(idle: p50 {percentile(idle, 50):.3f} s, p99 {percentile(idle, 99):.3f} s, "
         f"mean {statistics.mean(idle):.3f} s; target p99 ≤ 1.5 x idle); "
-        f"bulk lane {rate:,.0f} changes/s"
+        + (f"bulk lane {rate:,.0f} changes/s" if rate is not None else "bulk lane already applied (rate not measured)")
     )
     return 0
 

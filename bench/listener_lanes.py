@@ -98,9 +98,14 @@ def main() -> int:
             f"| {name} | {len(lat)} | {percentile(lat, 50):.3f} | {percentile(lat, 99):.3f} | {max(lat):.3f} | "
             f"{statistics.mean(lat):.3f} |"
         )
+    lane = (
+        f"{rate:,.0f} changes/s"
+        if rate is not None
+        else f"not measured (all {args.bulk:,} applied during the loaded samples: a larger --bulk measures it)"
+    )
     print(
-        f"\nbulk lane throughput: {rate:,.0f} changes/s; real-time burst of {args.burst:,} "
-        f"(produce included): {burst_rate:,.0f} changes/s"
+        f"\nbulk lane throughput: {lane}; real-time burst of {args.burst:,} (produce included): "
+        f"{burst_rate:,.0f} changes/s"
     )
     return 0
 

@@ -81,9 +81,12 @@ def wait_bulk_started(w: Any, before: int, timeout_s: float = 600) -> None:
         time.sleep(0.2)
 
 
-def bulk_rate(w: Any, seconds: float = 10.0) -> float:
-    """Changes per second the listener commits in its bulk lane over ``seconds`` (or until it is empty)."""
-    _, first = bulk_pending(w)
+def bulk_rate(w: Any, seconds: float = 10.0) -> float | None:
+    """Changes per second the listener commits in its bulk lane over ``seconds`` (or until it is
+    empty); None when the lane is already empty: nothing left to measure."""
+    left, first = bulk_pending(w)
+    if left == 0:
+        return None
     started = time.monotonic()
     while True:
         time.sleep(0.5)

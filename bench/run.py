@@ -44,7 +44,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
     "batch_jobs": (["--keys", "1000000", "--samples", "30"], ["--keys", "50000", "--samples", "10"]),
     "listener_lanes": (
         ["--samples", "30", "--bulk", "100000", "--burst", "20000"],
-        ["--samples", "10", "--bulk", "5000", "--burst", "2000"],
+        ["--samples", "10", "--bulk", "20000", "--burst", "2000"],
     ),
 }
 

@@ -27,11 +27,15 @@ def _attributes(conn: psycopg.Connection[Any], table: str, generated_only: bool 
 
 def column_types(conn: psycopg.Connection[Any], tables: list[str]) -> dict[str, dict[str, str]]:
     """``schema.table`` -> column -> its ``information_schema`` data type, for those of
-    ``tables`` that exist."""
+    ``tables`` that exist; an array's is its elements' type and ``[]`` (``date[]``)."""
     types: dict[str, dict[str, str]] = {}
     for schema, table, column, data_type in conn.execute(
-        "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema || '.' || table_name = ANY(%s)",
+        "SELECT c.table_schema, c.table_name, c.column_name, "
+        "CASE WHEN c.data_type = 'ARRAY' AND e.data_type IS NOT NULL THEN e.data_type || '[]' ELSE c.data_type END "
+        "FROM information_schema.columns c LEFT JOIN information_schema.element_types e "
+        "ON (c.table_catalog, c.table_schema, c.table_name, 'TABLE', c.dtd_identifier) "
+        "= (e.object_catalog, e.object_schema, e.object_name, e.object_type, e.collection_type_identifier) "
+        "WHERE c.table_schema || '.' || c.table_name = ANY(%s)",
         (sorted(tables),),
     ):
         types.setdefault(f"{schema}.{table}", {})[column] = data_type

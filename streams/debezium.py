@@ -36,7 +36,11 @@ numeric, decimal, money                     the exact decimal text (``decimal.ha
 boolean                                     ``true`` / ``false``
 uuid                                        canonical lower-case text
 json, jsonb                                 the JSON text as PostgreSQL prints it
-arrays                                      a JSON array: ``["x","y",null]``, ``[1,2]``
+arrays                                      a JSON array: ``["x","y",null]``, ``[1,2]``; an
+                                            array of dates, timestamps or times holds each
+                                            element's text as above (``["1987-06-05",null]``);
+                                            numeric and json elements are strings
+                                            (``["1.50","2"]``, ``["{\"a\": 1}"]``)
 interval                                    ISO 8601 (``interval.handling.mode`` = string):
                                             ``P1Y2M3DT4H5M6.5S``
 bytea                                       base64 (Kafka Connect's JSON encoding of bytes)
@@ -70,7 +74,8 @@ SOURCE = (
 ENVELOPE_FIELDS = f"op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, source {SOURCE}, ts_ms BIGINT"
 ENVELOPE = f"STRUCT<{ENVELOPE_FIELDS}>"
 COLUMN_NAMES = (
-    "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING, parameters MAP<STRING,STRING>>>>>"
+    "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING, parameters MAP<STRING,STRING>, "
+    "items STRUCT<name STRING>>>>>"
 )
 # both forms in one parse: a schema-carrying record's envelope is its payload, a schemaless
 # record's envelope is the record itself
@@ -94,6 +99,9 @@ SOURCE_TYPE = "__debezium.source.column.type"
 """The schema parameter Debezium's ``datatype.propagate.source.type`` sets."""
 NUMERIC = "mcq.numeric"
 """The name given here to a numeric column's field (Debezium gives it none in string mode)."""
+ARRAY_OF = "mcq.array:"
+"""The name given here to an array column's field whose elements have a semantic name:
+this, then the elements' name (``mcq.array:io.debezium.time.Date``)."""
 
 
 def iso_timestamp(ts: Column) -> Column:
@@ -167,14 +175,26 @@ def natural(name: Column, value: Column) -> Column:
     )
 
 
+def natural_array(name: Column, value: Column) -> Column:
+    """An array's JSON text whose elements are named ``name`` -> the JSON array of each
+    element's natural text (``[19723,null]`` -> ``["2024-01-01",null]``)."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.transform(F.from_json(value, "ARRAY<STRING>"), lambda e: natural(name, e)))
+
+
 def decode_image(image: Column, names: Column) -> Column:
     """A row image (column -> Debezium's JSON text) with every value decoded; null stays null."""
     from pyspark.sql import functions as F
 
-    return F.transform_values(
-        image,
-        lambda k, v: F.when(v.isNull(), v).otherwise(natural(F.coalesce(F.try_element_at(names, k), F.lit("")), v)),
-    )
+    def decode(k: Column, v: Column) -> Column:
+        name = F.coalesce(F.try_element_at(names, k), F.lit(""))
+        array = F.substring(name, len(ARRAY_OF) + 1, 200)
+        return (
+            F.when(v.isNull(), v).when(name.startswith(ARRAY_OF), natural_array(array, v)).otherwise(natural(name, v))
+        )
+
+    return F.transform_values(image, decode)
 
 
 class EnvelopeReader:
@@ -202,6 +222,10 @@ class EnvelopeReader:
                 lambda c: F.struct(
                     c.getField("field").alias("key"),
                     F.when(F.upper(c.getField("parameters")[SOURCE_TYPE]) == "NUMERIC", F.lit(NUMERIC))
+                    .when(
+                        c.getField("items").getField("name").isNotNull(),
+                        F.concat(F.lit(ARRAY_OF), c.getField("items").getField("name")),
+                    )
                     .otherwise(c.getField("name"))
                     .alias("value"),
                 ),

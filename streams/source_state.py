@@ -63,11 +63,40 @@ class SourceTable:
     blocks: int
 
 
+ELEMENT_TEXT = {
+    "date", "timestamp without time zone", "timestamp with time zone", "time without time zone",
+    "time with time zone", "numeric", "json", "jsonb",
+}  # fmt: skip
+"""Array element types whose elements a change record holds as the text a lone value of the
+type has (Debezium sends numeric and json elements as strings; the NaturalText transform
+makes dates and times text; a time array's elements come in milliseconds); other arrays are
+PostgreSQL's JSON (``[1,2]``, ``["x"]``)."""
+
+
 def text_expression(column: str, data_type: str) -> sql.Composable:
     """One column rendered as the change record's text (NULL stays NULL): dates and times as
     ``streams/debezium.py`` decodes them, booleans as ``true``/``false``, arrays as JSON,
-    binary as base64, everything else as PostgreSQL's own text (its output function's)."""
-    c = sql.Identifier(column)
+    binary as base64, everything else as PostgreSQL's own text (its output function's).
+    ``data_type``: ``information_schema``'s, an array's as its elements' plus ``[]``
+    (``mcq.pgcatalog.column_types``)."""
+    return _rendered(sql.Identifier(column), data_type)
+
+
+def _rendered(c: sql.Composable, data_type: str) -> sql.Composable:
+    if data_type.endswith("[]") and data_type[:-2] in ELEMENT_TEXT:
+        # each element as a lone one, in the array's order; an empty array stays []
+        element: sql.Composable = sql.SQL("u.e")
+        if data_type == "time without time zone[]":
+            # Debezium sends a time array's elements in milliseconds (a lone time in microseconds):
+            # cut here the same way, so a refresh sends what capture sends
+            element = sql.SQL("(u.e - (extract(microseconds FROM u.e)::bigint % 1000) * interval '1 microsecond')")
+        each = _rendered(element, data_type[:-2])
+        return sql.SQL(
+            "CASE WHEN {c} IS NOT NULL THEN to_json(ARRAY(SELECT {each} FROM unnest({c}) WITH ORDINALITY AS u(e, n) "
+            "ORDER BY u.n))::text END"
+        ).format(c=c, each=each)
+    if data_type.endswith("[]") or data_type == "ARRAY":
+        return sql.SQL("to_json({})::text").format(c)
     if data_type == "date":
         return _finite(c, sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c))
     if data_type == "timestamp without time zone":
@@ -86,8 +115,6 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
         return _interval(c)
     if data_type == "boolean":
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
-    if data_type == "ARRAY":
-        return sql.SQL("to_json({})::text").format(c)
     if data_type == "bytea":
         return sql.SQL("translate(encode({}, 'base64'), E'\\n', '')").format(c)
     if data_type in ("inet", "cidr", "character"):

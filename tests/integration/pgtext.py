@@ -47,9 +47,32 @@ def _iso(expr: sql.Composable) -> sql.Composable:
     ).format(e=expr)
 
 
-def text_expression(column: str, data_type: str) -> sql.Composable:
-    """The SQL rendering of one column as the change record's text (NULL stays NULL)."""
+# an array of these holds each element as a lone value's text; other arrays are JSON as such
+ELEMENT_TEXT = {
+    "_date": "date", "_timestamp": "timestamp without time zone", "_timestamptz": "timestamp with time zone",
+    "_time": "time without time zone", "_timetz": "time with time zone", "_numeric": "numeric",
+    "_json": "json", "_jsonb": "jsonb",
+}  # fmt: skip
+
+
+def text_expression(column: str, data_type: str, udt: str = "") -> sql.Composable:
+    """The SQL rendering of one column as the change record's text (NULL stays NULL);
+    ``udt``: its ``information_schema`` udt_name (an array's: ``_`` and its element type's)."""
     c = sql.Identifier(column)
+    if data_type == "ARRAY" and udt in ELEMENT_TEXT:
+        # element by element, by subscript: [] for an empty array
+        value: sql.Composable = sql.SQL("{}[i]").format(c)
+        if udt == "_time":  # Debezium sends a time array's elements in milliseconds, cut (not rounded)
+            value = sql.SQL("date_trunc('milliseconds', '2000-01-01'::date + {})::time").format(value)
+        element = _scalar(value, ELEMENT_TEXT[udt])
+        return sql.SQL(
+            "CASE WHEN {c} IS NOT NULL THEN coalesce((SELECT to_json(array_agg({e} ORDER BY i)) "
+            "FROM generate_subscripts({c}, 1) AS i), '[]')::text END"
+        ).format(c=c, e=element)
+    return _scalar(c, data_type)
+
+
+def _scalar(c: sql.Composable, data_type: str) -> sql.Composable:
     if data_type == "date":
         return _finite(c, sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c))
     if data_type == "timestamp without time zone":
@@ -74,15 +97,19 @@ def text_expression(column: str, data_type: str) -> sql.Composable:
 def rows_as_text(conn: psycopg.Connection[Any], table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """Every row of ``schema.table`` with each (or each named) column as its change-record text."""
     schema, _, name = table.partition(".")
-    types = dict(
-        conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+    types = {
+        column: (data_type, udt)
+        for column, data_type, udt in conn.execute(
+            "SELECT column_name, data_type, udt_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s",
             (schema, name),
         ).fetchall()
-    )
+    }
     wanted = columns or list(types)
     query = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join(sql.SQL("{} AS {}").format(text_expression(c, types[c]), sql.Identifier(c)) for c in wanted),
+        sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(text_expression(c, *types[c]), sql.Identifier(c)) for c in wanted
+        ),
         sql.Identifier(schema, name),
     )
     cur = conn.execute(query)

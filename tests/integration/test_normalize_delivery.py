@@ -133,7 +133,8 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
 ) -> None:
     """date, timestamp(3/6), timestamptz (infinity and -infinity too), time, numeric(12,2) and
     numeric (NaN and the infinities too), boolean, uuid, jsonb, text[], integer, text, inet,
-    char(4), interval and timetz, NULLs included, compared with PostgreSQL's own rendering of
+    char(4), interval and timetz, arrays of dates, timestamps, times, numerics and jsonb (each
+    element as a lone value), NULLs included, compared with PostgreSQL's own rendering of
     each type: made text in the Connect worker (the default), or decoded by the normaliser from
     values that carry their Connect schema."""
     typed: TypedWorld = request.getfixturevalue(world)
@@ -164,6 +165,16 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     # intervals with every field (as Debezium writes them), times with a zone in UTC
     assert (first["span"], first["local"]) == ("P1Y2M3DT4H5M6.5S", "11:14:15.5Z")
     assert (state[2]["after"]["span"], state[2]["after"]["local"]) == ("P0Y0M-1DT2H0M0S", "05:30:00Z")
+    # arrays: each element as a lone value of its type (Debezium sends day numbers and
+    # microseconds there), numeric and jsonb elements as strings, NULL elements kept
+    assert json.loads(first["days"]) == ["1987-06-05", None, "infinity"]
+    assert json.loads(first["stamps"]) == ["2024-02-29T13:14:15.123456", "1969-12-31T23:59:59.500000"]
+    assert json.loads(first["instants"]) == ["2024-02-29T11:14:15.500000Z"]
+    assert json.loads(first["times"]) == ["13:14:15.250000", "00:00:00"]
+    assert json.loads(first["zones"]) == ["11:14:15.5Z"]
+    assert json.loads(first["amounts"]) == ["1.50", "2", "-0.001", None]
+    assert json.loads(first["docs"]) == ['{"a": "x", "b": [1, 2]}', None]
+    assert state[2]["after"]["days"] == "[]" and state[4]["after"]["stamps"] == '["1969-12-31T23:59:59.999999"]'
     # infinite dates and timestamps by name, as PostgreSQL writes them (not far-off dates)
     assert [state[5]["after"][c] for c in ("born", "seen", "seen_ms", "changed")] == ["infinity", "infinity"] + [
         "-infinity"

@@ -45,20 +45,33 @@ COLUMNS = {
     "ratio": "numeric",  # unconstrained: the only numeric that holds an infinity
     "span": "interval",
     "local": "timetz",
+    # arrays whose elements Debezium encodes as a lone value of their type (day numbers,
+    # microseconds) or sends as strings (numeric, jsonb)
+    "days": "date[]",
+    "stamps": "timestamp[]",
+    "instants": "timestamptz[]",
+    "times": "time[]",
+    "zones": "timetz[]",
+    "amounts": "numeric[]",
+    "docs": "jsonb[]",
 }
 ROWS = [
     "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "
     "'13:14:15.25', 1234.50, true, 'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '{\"b\": [1, 2], \"a\": \"x\"}', "
     "ARRAY['x', 'y \"q\"', NULL], 42, 'plain', '10.0.0.1', 'ab', 'NaN', '1 year 2 mons 3 days 04:05:06.5', "
-    "'13:14:15.5+02')",
+    "'13:14:15.5+02', '{1987-06-05,NULL,infinity}', '{\"2024-02-29 13:14:15.123456\",\"1969-12-31 23:59:59.5\"}', "
+    "'{\"2024-02-29 13:14:15.5+02\"}', '{13:14:15.25,00:00:00}', '{13:14:15.5+02}', '{1.50,2,-0.001,NULL}', "
+    'ARRAY[\'{"b": [1, 2], "a": "x"}\'::jsonb, NULL])',
     "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
     "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '', '192.168.1.5/24', "
-    "'wxyz', 'Infinity', '-1 day 02:00:00', '00:00:00-05:30')",
+    "'wxyz', 'Infinity', '-1 day 02:00:00', '00:00:00-05:30', '{}', '{}', '{}', '{}', '{}', '{}', '{}')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     # fractions of a second before the epoch: negative counts of micro/milliseconds
     "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
     "'23:59:59.999999', 'NaN', NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch', NULL, NULL, "
-    "'-Infinity', '1 year -1 mons 0.000001 seconds', '23:59:59.999999+00')",
+    "'-Infinity', '1 year -1 mons 0.000001 seconds', '23:59:59.999999+00', '{1969-12-31}', "
+    "'{\"1969-12-31 23:59:59.999999\"}', '{\"1969-12-31 23:59:59.25+00\"}', '{23:59:59.999999}', '{00:00:00-05:30}', "
+    "'{0}', '{}')",
     # PostgreSQL's infinite dates and timestamps (an account valid until 'infinity'); the
     # columns left out take their defaults
     "(5, 'infinity', 'infinity', '-infinity', '-infinity')",

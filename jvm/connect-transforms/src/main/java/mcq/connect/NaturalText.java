@@ -6,7 +6,9 @@ import java.time.LocalDateTime;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeParseException;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.kafka.common.config.ConfigDef;
@@ -45,6 +47,8 @@ import org.apache.kafka.connect.transforms.Transformation;
  *       {@code -Infinity} where Debezium's string mode writes {@code NAN},
  *       {@code POSITIVE_INFINITY}, {@code NEGATIVE_INFINITY} (which no numeric column accepts
  *       back); every other numeric value is already PostgreSQL's text</li>
+ *   <li>an array of dates, timestamps or times: each element as above (Debezium sends day
+ *       numbers and counts of microseconds there too), NULL elements kept</li>
  * </ul>
  * Every other field, and every record that is not a change event (tombstones, heartbeats),
  * passes unchanged. A NULL stays NULL: fields are read without their schema's default
@@ -135,6 +139,9 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
             if (isTemporal(s.name())) {
                 SchemaBuilder text = SchemaBuilder.string();
                 builder.field(field.name(), s.isOptional() ? text.optional().build() : text.build());
+            } else if (isTemporalArray(s)) {
+                SchemaBuilder texts = SchemaBuilder.array(Schema.OPTIONAL_STRING_SCHEMA);
+                builder.field(field.name(), s.isOptional() ? texts.optional().build() : texts.build());
             } else {
                 builder.field(field.name(), s);
             }
@@ -169,12 +176,25 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
         };
     }
 
+    /** An array of dates, timestamps or times: its elements are made text as a lone value is. */
+    private static boolean isTemporalArray(Schema schema) {
+        return schema.type() == Schema.Type.ARRAY && schema.valueSchema() != null
+                && isTemporal(schema.valueSchema().name());
+    }
+
     private static Struct row(Struct row, Schema out) {
         Struct result = new Struct(out);
         for (Field field : row.schema().fields()) {
             Object x = row.getWithoutDefault(field.name());
             if (x != null && isTemporal(field.schema().name())) {
                 x = text(field.schema().name(), x);
+            } else if (x instanceof List<?> values && isTemporalArray(field.schema())) {
+                String name = field.schema().valueSchema().name();
+                List<String> texts = new ArrayList<>(values.size());
+                for (Object value : values) {
+                    texts.add(value == null ? null : text(name, value));
+                }
+                x = texts;
             } else if (x instanceof String number && isNumeric(field.schema())) {
                 x = numeric(number);
             }
