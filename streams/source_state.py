@@ -65,10 +65,10 @@ class SourceTable:
 
 ELEMENT_TEXT = {
     "date", "timestamp without time zone", "timestamp with time zone", "time without time zone",
-    "time with time zone", "numeric", "json", "jsonb",
+    "time with time zone", "numeric", "json", "jsonb", "bytea",
 }  # fmt: skip
 """Array element types whose elements a change record holds as the text a lone value of the
-type has (Debezium sends numeric and json elements as strings; the NaturalText transform
+type has (Debezium sends numeric and json elements as strings, bytea's in base64; the NaturalText transform
 makes dates and times text; a time array's elements come in milliseconds); other arrays are
 PostgreSQL's JSON (``[1,2]``, ``["x"]``)."""
 
@@ -95,6 +95,8 @@ def _rendered(c: sql.Composable, data_type: str) -> sql.Composable:
             "CASE WHEN {c} IS NOT NULL THEN to_json(ARRAY(SELECT {each} FROM unnest({c}) WITH ORDINALITY AS u(e, n) "
             "ORDER BY u.n))::text END"
         ).format(c=c, each=each)
+    if data_type == "oid[]":  # numbers, as Debezium sends them (PostgreSQL's JSON has them as strings)
+        return sql.SQL("to_json({}::bigint[])::text").format(c)
     if data_type.endswith("[]") or data_type == "ARRAY":
         return sql.SQL("to_json({})::text").format(c)
     if data_type == "date":

@@ -51,7 +51,7 @@ def _iso(expr: sql.Composable) -> sql.Composable:
 ELEMENT_TEXT = {
     "_date": "date", "_timestamp": "timestamp without time zone", "_timestamptz": "timestamp with time zone",
     "_time": "time without time zone", "_timetz": "time with time zone", "_numeric": "numeric",
-    "_json": "json", "_jsonb": "jsonb",
+    "_json": "json", "_jsonb": "jsonb", "_bytea": "bytea",
 }  # fmt: skip
 
 
@@ -73,6 +73,8 @@ def text_expression(column: str, data_type: str, udt: str = "") -> sql.Composabl
 
 
 def _scalar(c: sql.Composable, data_type: str) -> sql.Composable:
+    if data_type == "bytea":  # base64, as Kafka Connect's JSON writes bytes
+        return sql.SQL("replace(encode({}, 'base64'), chr(10), '')").format(c)
     if data_type == "date":
         return _finite(c, sql.SQL("to_char({}, 'YYYY-MM-DD')").format(c))
     if data_type == "timestamp without time zone":

@@ -174,6 +174,7 @@ def test_every_column_type_arrives_as_the_text_postgresql_gives_it(
     assert json.loads(first["zones"]) == ["11:14:15.5Z"]
     assert json.loads(first["amounts"]) == ["1.50", "2", "-0.001", None]
     assert json.loads(first["docs"]) == ['{"a": "x", "b": [1, 2]}', None]
+    assert json.loads(first["blobs"]) == ["AQI=", None, ""]
     assert state[2]["after"]["days"] == "[]" and state[4]["after"]["stamps"] == '["1969-12-31T23:59:59.999999"]'
     # infinite dates and timestamps by name, as PostgreSQL writes them (not far-off dates)
     assert [state[5]["after"][c] for c in ("born", "seen", "seen_ms", "changed")] == ["infinity", "infinity"] + [
