@@ -67,6 +67,11 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 
+GARBLED = ('["[L', ";@")
+"""How Debezium's PostgreSQL connector writes a multi-dimensional array (``{{a,b},{c,d}}``):
+a JSON array of Java object names (``["[Ljava.lang.String;@2a86a75b", ...]``), not its
+values. A value that starts with the first and holds the second is withheld."""
+
 UNAVAILABLE = "__debezium_unavailable_value"
 """Debezium's placeholder (``unavailable.value.placeholder``) for a large (TOAST) value an
 update left unchanged when the table's REPLICA IDENTITY is not FULL: the value is not in
@@ -95,6 +100,11 @@ BATCH_PRODUCER = {
     "kafka.batch.size": str(1 << 20),
     "kafka.compression.type": "lz4",
 }
+
+
+def _garbled(value: Column) -> Column:
+    """A value as Debezium writes a multi-dimensional array (``GARBLED``)."""
+    return value.startswith(GARBLED[0]) & value.contains(GARBLED[1])
 
 
 def position_headers() -> Column:
@@ -242,6 +252,7 @@ class NormalizeJob:
                 F.coalesce(
                     F.exists(F.map_values(F.col("e.after")), lambda v: v.contains(UNAVAILABLE)), F.lit(False)
                 ).alias("unavailable"),
+                F.coalesce(F.exists(F.map_values(F.col("e.after")), _garbled), F.lit(False)).alias("garbled"),
             ]
 
         reader: EnvelopeReader
@@ -298,6 +309,9 @@ class NormalizeJob:
         withheld = self._record(
             S.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._withheld_reason(), no_stack, False
         )
+        garbled = self._record(
+            S.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._garbled_reason(), no_stack, False
+        )
         image = S.when(op == "d", before).otherwise(after)
         lacking = [S.when(~S.map_contains_key(image, column), S.lit(column)) for _, column in feed.keys]
         missing = S.concat_ws(", ", *lacking) if lacking else S.lit("")
@@ -334,6 +348,7 @@ class NormalizeJob:
                 & (S.coalesce(S.col("e.source.ts_ms"), S.lit(0)) >= self.defined_at.get(feed.ref, 0)),
                 S.array(lost),
             )
+            .when(op.isin("c", "r", "u") & S.col("garbled"), S.array(garbled))
             .when(op.isin("c", "r"), S.array(rec(new_key, "INSERT", after, null_map)))
             .when((op == "u") & S.col("unavailable") & (moved | touches), S.array(withheld))
             .when(
@@ -408,6 +423,23 @@ class NormalizeJob:
                 columns,
                 S.lit(" unchanged and they are not in the WAL (the table's REPLICA IDENTITY is not FULL); repair: "
                       "ALTER TABLE ... REPLICA IDENTITY FULL, then mcq refresh LISTENER --from source"),
+            )
+        )  # fmt: skip
+
+    @staticmethod
+    def _garbled_reason() -> Sql:
+        """Why a change holding a multi-dimensional array was withheld, and the repair."""
+        prefix, marker = GARBLED
+        columns = S.array_join(
+            S.map_keys(S.map_filter(S.col("e.after"), lambda _, v: v.startswith(prefix) & v.contains(marker))), ", "
+        )
+        return NormalizeJob._quarantine_reason(
+            S.concat(
+                S.lit("column(s) "),
+                columns,
+                S.lit(" hold a multi-dimensional array, which Debezium's connector sends as Java object names "
+                      "([Ljava.lang.String;@...), not its values; repair: make the column's values one-dimensional "
+                      "or leave it out of the feed's columns, then mcq refresh LISTENER --from source"),
             )
         )  # fmt: skip
 

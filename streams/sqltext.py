@@ -73,6 +73,9 @@ class Sql:
     def contains(self, other: object) -> Sql:
         return Sql(f"contains({self}, {_sql(other)})")
 
+    def startswith(self, other: object) -> Sql:
+        return Sql(f"startswith({self}, {_sql(other)})")
+
     def getItem(self, key: str | int) -> Sql:
         return Sql(f"{self}[{_sql(key)}]")
 
