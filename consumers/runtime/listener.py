@@ -65,7 +65,7 @@ from consumers.runtime.delivery import Delivery, Item, Tally
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.offsets import LaneOffsets
-from consumers.runtime.outage import Stopped, until_kafka_answers
+from consumers.runtime.outage import FLUSH_WAIT_S, Stopped, flushed, until_kafka_answers
 from consumers.runtime.pacing import BatchPacer
 from consumers.runtime.parking import Origin, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
@@ -599,10 +599,12 @@ class ListenerRuntime:
                     )
 
     def _flush(self) -> None:
-        """Everything produced for this batch is in Kafka before its offsets are committed."""
-        left = self._producer.flush(60)
-        if left:
-            raise ConsumerError(f"listener {self.name}: {left} record(s) not delivered to Kafka after 60 s")
+        """Everything produced for this batch is in Kafka before its offsets are committed; a
+        broker restarting meanwhile is waited for (up to ``FLUSH_WAIT_S``), as every other call."""
+        give_up_at = time.monotonic() + FLUSH_WAIT_S
+        self._kafka(
+            "delivering the batch's records", lambda: flushed(self._producer, give_up_at, f"listener {self.name}")
+        )
 
     def _beat(self, state: str, force: bool = False, detail: str | None = None) -> None:
         self._heartbeat.beat(

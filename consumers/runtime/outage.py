@@ -15,13 +15,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from consumers.exceptions import KafkaUnavailable
+from consumers.exceptions import ConsumerError, KafkaUnavailable
 from consumers.runtime.parking import backoff_s
 from mcq.topics.read import transient
 
 T = TypeVar("T")
+
+FLUSH_WAIT_S = 240.0
+"""How long a batch's records may wait for the broker (its restart) before that is an error:
+inside the producer's message timeout (librdkafka's 300 s), so a record still queued is
+delivered when the broker is back, never dropped meanwhile."""
+
+
+class Flushable(Protocol):
+    def flush(self, timeout: float) -> int: ...
 
 
 class Stopped(Exception):
@@ -58,3 +67,14 @@ def until_kafka_answers(
         if since is not None:
             report(f"kafka answers again after {time.monotonic() - since:.0f} s ({what})")
         return result
+
+
+def flushed(producer: Flushable, give_up_at: float, who: str, step_s: float = 10.0) -> None:
+    """One flush of ``producer``. Records still queued raise :class:`KafkaUnavailable` (the
+    outage wait asks again) until ``give_up_at`` (``time.monotonic``), then :class:`ConsumerError`."""
+    left = producer.flush(step_s)
+    if not left:
+        return
+    if time.monotonic() < give_up_at:
+        raise KafkaUnavailable(f"{left} record(s) of the batch not delivered yet")
+    raise ConsumerError(f"{who}: {left} record(s) not delivered to Kafka after {FLUSH_WAIT_S:.0f} s")

@@ -86,6 +86,35 @@ def test_the_applied_positions_unreadable_while_the_broker_restarts_are_waited_f
         until_kafka_answers("reading", lambda: (_ for _ in ()).throw(fatal), stop=threading.Event(), report=print)
 
 
+def test_a_batch_s_records_queued_while_the_broker_restarts_are_waited_for_then_it_is_an_error() -> None:
+    """A broker killed mid-batch: its records stayed queued past one 60 s flush and the
+    listener exited 1 (found by the chaos test). Now the flush is asked again until the
+    broker takes them, and only a wait as long as FLUSH_WAIT_S ends the listener."""
+    import time
+
+    from consumers.runtime.outage import flushed
+
+    class Queue:
+        def __init__(self, left: list[int]) -> None:
+            self.left = left
+
+        def flush(self, timeout: float) -> int:
+            return self.left.pop(0) if len(self.left) > 1 else self.left[0]
+
+    lines: list[str] = []
+    restarting = Queue([3, 3, 0])
+    until_kafka_answers(
+        "delivering", lambda: flushed(restarting, time.monotonic() + 60, "listener L"), stop=threading.Event(),
+        report=lines.append, max_backoff_s=0.01,
+    )  # fmt: skip
+    assert restarting.left == [0] and len(lines) == 2 and "not delivered yet" in lines[0]
+    with pytest.raises(ConsumerError, match="listener L: 3 record"):
+        until_kafka_answers(
+            "delivering", lambda: flushed(Queue([3]), time.monotonic() - 1, "listener L"), stop=threading.Event(),
+            report=lambda _: None,
+        )  # fmt: skip
+
+
 def test_a_lasting_failure_that_is_not_transient_is_raised_at_once() -> None:
     calls = []
 
