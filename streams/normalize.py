@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
@@ -102,8 +102,12 @@ BATCH_PRODUCER = {
 }
 
 
-def _garbled(value: Column) -> Column:
-    """A value as Debezium writes a multi-dimensional array (``GARBLED``)."""
+Value = TypeVar("Value", "Column", Sql)
+
+
+def _garbled(value: Value) -> Value:
+    """A value as Debezium writes a multi-dimensional array (``GARBLED``): a pyspark column in
+    the parse, SQL text in a withheld record's reason."""
     return value.startswith(GARBLED[0]) & value.contains(GARBLED[1])
 
 
@@ -429,10 +433,7 @@ class NormalizeJob:
     @staticmethod
     def _garbled_reason() -> Sql:
         """Why a change holding a multi-dimensional array was withheld, and the repair."""
-        prefix, marker = GARBLED
-        columns = S.array_join(
-            S.map_keys(S.map_filter(S.col("e.after"), lambda _, v: v.startswith(prefix) & v.contains(marker))), ", "
-        )
+        columns = S.array_join(S.map_keys(S.map_filter(S.col("e.after"), lambda _, v: _garbled(v))), ", ")
         return NormalizeJob._quarantine_reason(
             S.concat(
                 S.lit("column(s) "),
