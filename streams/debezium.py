@@ -44,6 +44,11 @@ arrays                                      a JSON array: ``["x","y",null]``, ``
 interval                                    ISO 8601 (``interval.handling.mode`` = string):
                                             ``P1Y2M3DT4H5M6.5S``
 bytea                                       base64 (Kafka Connect's JSON encoding of bytes)
+bit(n), n above 1 (``Bits``: bytes, lowest  PostgreSQL's text: ``101`` (the column's source
+bit first)                                  type, propagated as numeric's, tells it from
+                                            varbit's bytes, which lose their length and which
+                                            ``mcq connect apply`` refuses); bit(1) is a
+                                            boolean: ``true`` / ``false``
 integers, floats, text                      as JSON prints them
 ==========================================  ===============================================
 
@@ -99,6 +104,11 @@ SOURCE_TYPE = "__debezium.source.column.type"
 """The schema parameter Debezium's ``datatype.propagate.source.type`` sets."""
 NUMERIC = "mcq.numeric"
 """The name given here to a numeric column's field (Debezium gives it none in string mode)."""
+BITS = "io.debezium.data.Bits"
+BITS_OF = "mcq.bits:"
+"""The name given here to a ``bit(n)`` column's field, n above 1: this, then n (``mcq.bits:12``).
+Debezium's Bits without a propagated source type of ``BIT`` (a ``varbit``, which
+``mcq connect apply`` refuses) keeps its bytes."""
 ARRAY_OF = "mcq.array:"
 """The name given here to an array column's field whose elements have a semantic name:
 this, then the elements' name (``mcq.array:io.debezium.time.Date``)."""
@@ -171,8 +181,25 @@ def natural(name: Column, value: Column) -> Column:
         .when(name == MICRO_TIME, time_of_day(number))
         .when(name == NANO_TIME, time_of_day(F.floor(number / 1000)))
         .when(name == NUMERIC, special_numeric(value))
+        .when(name.startswith(BITS_OF), bit_text(value, F.substring(name, len(BITS_OF) + 1, 20).cast("int")))
         .otherwise(value)
     )
+
+
+def bit_text(value: Column, length: Column) -> Column:
+    """Debezium's base64 bytes of a ``bit(length)`` (bit i of the value in byte i / 8, bit
+    i % 8, lowest first; trailing zero bytes cut) -> PostgreSQL's text, highest bit first
+    (``BQ==`` of a ``bit(3)`` -> ``101``): each byte's bits highest first, the bytes in
+    reverse, then the last ``length`` of them after ``length`` zeros."""
+    from pyspark.sql import functions as F
+
+    hexed = F.hex(F.unbase64(value))
+    per_byte = F.transform(
+        F.sequence(F.lit(0), F.floor(F.length(hexed) / 2).cast("int") - 1),
+        lambda i: F.lpad(F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 2), 8, "0"),
+    )
+    ones = F.when(F.length(hexed) == 0, F.lit("")).otherwise(F.array_join(F.reverse(per_byte), ""))
+    return F.right(F.concat(F.repeat(F.lit("0"), length), ones), length)
 
 
 def natural_array(name: Column, value: Column) -> Column:
@@ -222,6 +249,10 @@ class EnvelopeReader:
                 lambda c: F.struct(
                     c.getField("field").alias("key"),
                     F.when(F.upper(c.getField("parameters")[SOURCE_TYPE]) == "NUMERIC", F.lit(NUMERIC))
+                    .when(
+                        (c.getField("name") == BITS) & (F.upper(c.getField("parameters")[SOURCE_TYPE]) == "BIT"),
+                        F.concat(F.lit(BITS_OF), c.getField("parameters")["length"]),
+                    )
                     .when(
                         c.getField("items").getField("name").isNotNull(),
                         F.concat(F.lit(ARRAY_OF), c.getField("items").getField("name")),

@@ -119,6 +119,10 @@ def _rendered(c: sql.Composable, data_type: str) -> sql.Composable:
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
     if data_type == "bytea":
         return sql.SQL("translate(encode({}, 'base64'), E'\\n', '')").format(c)
+    if data_type == "bit":  # Debezium sends a bit(1) as a boolean; a bit(n) as PostgreSQL's text (NaturalText)
+        return sql.SQL(
+            "CASE WHEN length({c}) = 1 THEN CASE WHEN {c} = B'1' THEN 'true' ELSE 'false' END ELSE {c}::text END"
+        ).format(c=c)
     if data_type in ("inet", "cidr", "character"):
         # the type's output, as Debezium receives it: an inet host without its /32 and a
         # char(n) with its padding, where a cast to text gives 10.0.0.1/32 and trims

@@ -80,6 +80,9 @@ UNCARRIED = {
     "point[]": "leaves it out of every change",
     "name[]": "leaves it out of every change",
     "bit[]": "sends it as NULL",
+    "bit varying": "sends its bits as bytes without their number, so B'1' and B'0001' arrive alike, and a "
+    "varbit(1) as a boolean, an empty one as NULL",
+    "bit varying[]": "leaves it out of every change",
 }
 """Column types (``mcq.pgcatalog.column_types``' names) Debezium's PostgreSQL connector
 (3.7, tried column by column) does not carry, and what it does instead. Captured, every change

@@ -91,6 +91,11 @@ def _scalar(c: sql.Composable, data_type: str) -> sql.Composable:
         return sql.SQL("CASE WHEN {c} THEN 'true' WHEN NOT {c} THEN 'false' END").format(c=c)
     if data_type == "ARRAY":
         return sql.SQL("to_json({})::text").format(c)
+    if data_type == "bit":  # bit(1): a boolean, as Debezium sends it; bit(n): PostgreSQL's text
+        return sql.SQL(
+            "CASE WHEN bit_length({c}) = 1 THEN CASE get_bit({c}, 0) WHEN 1 THEN 'true' ELSE 'false' END "
+            "ELSE {c}::text END"
+        ).format(c=c)
     if data_type in ("inet", "cidr", "character"):  # their output function's text, not the cast's
         return sql.SQL("CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END").format(c=c)
     return sql.SQL("{}::text").format(c)

@@ -232,24 +232,26 @@ def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_
     """A misspelt or dropped column would be left out by Debezium and its values absent from
     every change, silently: `mcq connect apply` names it, with the columns the table has. So
     is a generated column, which PostgreSQL's logical replication (before 18) never carries,
-    and a column of a type Debezium leaves out (an interval[]) or sends as NULL (a bit[])."""
+    and a column of a type Debezium leaves out (an interval[]), sends as NULL (a bit[]) or
+    sends without what tells its values apart (a varbit: B'1' and B'0001' arrive alike)."""
     token = uuid.uuid4().hex[:8]
     schema = f"mc_{token}"
     _sql(
         settings,
         f"CREATE SCHEMA {schema}",
         f"CREATE TABLE {schema}.people (person_id integer PRIMARY KEY, name text, "
-        "shout text GENERATED ALWAYS AS (upper(name)) STORED, spans interval[], flags bit(2)[])",
+        "shout text GENERATED ALWAYS AS (upper(name)) STORED, spans interval[], flags bit(2)[], "
+        "mask varbit(8))",
     )
-    registry = _people_registry("mc", token, schema, "person_id, name, nmae, shout, spans, flags")
+    registry = _people_registry("mc", token, schema, "person_id, name, nmae, shout, spans, flags, mask")
     try:
         with pytest.raises(CaptureError) as refused:
             apply_capture(registry, settings, report=lambda _: None)
         message = str(refused.value)
         assert "\n" not in message
         assert (
-            f"{schema}.people has no column nmae (table MC_PEOPLE's feed names it; the table has flags, name, "
-            "person_id, shout, spans)" in message
+            f"{schema}.people has no column nmae (table MC_PEOPLE's feed names it; the table has flags, mask, "
+            "name, person_id, shout, spans)" in message
         )
         assert (
             f"{schema}.people's column spans is interval[], which Debezium's PostgreSQL connector does not carry (it "
@@ -258,6 +260,10 @@ def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_
         assert (
             f"{schema}.people's column flags is bit[], which Debezium's PostgreSQL connector does not carry (it "
             "sends it as NULL" in message
+        ), message
+        assert (
+            f"{schema}.people's column mask is bit varying, which Debezium's PostgreSQL connector does not carry (it "
+            "sends its bits as bytes without their number, so B'1' and B'0001' arrive alike" in message
         ), message
         assert f"{schema}.people's column shout is generated" in message, message
         with psycopg.connect(settings.source.dsn()) as conn:  # nothing changed: identity as created

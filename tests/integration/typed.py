@@ -55,6 +55,8 @@ COLUMNS = {
     "amounts": "numeric[]",
     "docs": "jsonb[]",
     "blobs": "bytea[]",
+    "flags": "bit(12)",  # Debezium: bytes, lowest bit first
+    "flag": "bit(1)",  # Debezium: a boolean
 }
 ROWS = [
     "(1, '1987-06-05', '2024-02-29 13:14:15.123456', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', "
@@ -62,17 +64,19 @@ ROWS = [
     "ARRAY['x', 'y \"q\"', NULL], 42, 'plain', '10.0.0.1', 'ab', 'NaN', '1 year 2 mons 3 days 04:05:06.5', "
     "'13:14:15.5+02', '{1987-06-05,NULL,infinity}', '{\"2024-02-29 13:14:15.123456\",\"1969-12-31 23:59:59.5\"}', "
     "'{\"2024-02-29 13:14:15.5+02\"}', '{13:14:15.25,00:00:00}', '{13:14:15.5+02}', '{1.50,2,-0.001,NULL}', "
-    "ARRAY['{\"b\": [1, 2], \"a\": \"x\"}'::jsonb, NULL], ARRAY['\\x0102'::bytea, NULL, ''::bytea])",
+    "ARRAY['{\"b\": [1, 2], \"a\": \"x\"}'::jsonb, NULL], ARRAY['\\x0102'::bytea, NULL, ''::bytea], "
+    "B'100000000001', B'1')",
     "(2, '1969-12-31', '1969-12-31 23:59:59', '2000-01-01 00:00:00', '1999-12-31 23:00:00-05', "
     "'00:00:00', -0.05, false, '00000000-0000-0000-0000-000000000000', '[]', '{}', -7, '', '192.168.1.5/24', "
-    "'wxyz', 'Infinity', '-1 day 02:00:00', '00:00:00-05:30', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')",
+    "'wxyz', 'Infinity', '-1 day 02:00:00', '00:00:00-05:30', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
+    "B'000000000000', B'0')",
     "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     # fractions of a second before the epoch: negative counts of micro/milliseconds
     "(4, '1969-12-31', '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.5', '1969-12-31 23:59:59.25+00', "
     "'23:59:59.999999', 'NaN', NULL, NULL, 'null', ARRAY[]::text[], 0, 'before the epoch', NULL, NULL, "
     "'-Infinity', '1 year -1 mons 0.000001 seconds', '23:59:59.999999+00', '{1969-12-31}', "
     "'{\"1969-12-31 23:59:59.999999\"}', '{\"1969-12-31 23:59:59.25+00\"}', '{23:59:59.999999}', '{00:00:00-05:30}', "
-    "'{0}', '{}')",
+    "'{0}', '{}', NULL, B'011111111110', NULL)",
     # PostgreSQL's infinite dates and timestamps (an account valid until 'infinity'); the
     # columns left out take their defaults
     "(5, 'infinity', 'infinity', '-infinity', '-infinity')",

@@ -63,6 +63,9 @@ def test_the_converters_are_the_connectors_own_and_dates_and_times_become_text_i
     assert config["value.converter.replace.null.with.default"] == "false"
     # numeric columns say so in their schema, so NaN and the infinities get PostgreSQL's spelling
     assert re.fullmatch(config["datatype.propagate.source.type"], "mcq_source.campus.people.numeric")
+    # and bit(n) columns, so their bytes are told from bytea's and from varbit's
+    assert re.fullmatch(config["datatype.propagate.source.type"], "mcq_source.campus.people.bit")
+    assert not re.fullmatch(config["datatype.propagate.source.type"], "mcq_source.campus.people.varbit")
 
 
 def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,6 +49,11 @@ import org.apache.kafka.connect.transforms.Transformation;
  *       back); every other numeric value is already PostgreSQL's text</li>
  *   <li>an array of dates, timestamps or times: each element as above (Debezium sends day
  *       numbers and counts of microseconds there too), NULL elements kept</li>
+ *   <li>a {@code bit(n)} with n above 1 (a field named {@code io.debezium.data.Bits} whose source type,
+ *       propagated as for numeric, is {@code BIT}): PostgreSQL's text of it, {@code 101}, where
+ *       Debezium sends the bits as bytes, lowest bit first, trailing zero bytes cut; its
+ *       {@code length} parameter gives n. ({@code bit(1)} arrives as a boolean and stays one;
+ *       {@code varbit} loses its length in the same bytes, so {@code mcq connect apply} refuses it.)</li>
  * </ul>
  * Every other field, and every record that is not a change event (tombstones, heartbeats),
  * passes unchanged. A NULL stays NULL: fields are read without their schema's default
@@ -71,6 +76,7 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
     private static final String CONNECT_TIME = "org.apache.kafka.connect.data.Time";
     private static final String MICRO_TIME = "io.debezium.time.MicroTime";
     private static final String NANO_TIME = "io.debezium.time.NanoTime";
+    private static final String BITS = "io.debezium.data.Bits";
     /** The schema parameter Debezium's {@code datatype.propagate.source.type} sets. */
     static final String SOURCE_TYPE = "__debezium.source.column.type";
 
@@ -139,6 +145,9 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
             if (isTemporal(s.name())) {
                 SchemaBuilder text = SchemaBuilder.string();
                 builder.field(field.name(), s.isOptional() ? text.optional().build() : text.build());
+            } else if (isBits(s)) {
+                SchemaBuilder text = SchemaBuilder.string();
+                builder.field(field.name(), s.isOptional() ? text.optional().build() : text.build());
             } else if (isTemporalArray(s)) {
                 SchemaBuilder texts = SchemaBuilder.array(Schema.OPTIONAL_STRING_SCHEMA);
                 builder.field(field.name(), s.isOptional() ? texts.optional().build() : texts.build());
@@ -195,6 +204,9 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
                     texts.add(value == null ? null : text(name, value));
                 }
                 x = texts;
+            } else if (x != null && isBits(field.schema())) {
+                x = bits(x instanceof java.nio.ByteBuffer buffer ? bytes(buffer) : (byte[]) x,
+                        Integer.parseInt(field.schema().parameters().get("length")));
             } else if (x instanceof String number && isNumeric(field.schema())) {
                 x = numeric(number);
             }
@@ -206,6 +218,32 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
     private static boolean isNumeric(Schema schema) {
         return schema.type() == Schema.Type.STRING && schema.parameters() != null
                 && "NUMERIC".equalsIgnoreCase(schema.parameters().get(SOURCE_TYPE));
+    }
+
+    /** A {@code bit(n)}, n above 1: Debezium's Bits with its length, from a column whose source type is BIT. */
+    private static boolean isBits(Schema schema) {
+        return BITS.equals(schema.name()) && schema.parameters() != null
+                && "BIT".equalsIgnoreCase(schema.parameters().get(SOURCE_TYPE))
+                && schema.parameters().get("length") != null;
+    }
+
+    private static byte[] bytes(java.nio.ByteBuffer buffer) {
+        byte[] out = new byte[buffer.remaining()];
+        buffer.duplicate().get(out);
+        return out;
+    }
+
+    /**
+     * Debezium's bytes of a {@code bit(length)} (bit i of the value in byte i / 8, bit i % 8,
+     * lowest first; trailing zero bytes cut) -> PostgreSQL's text, highest bit first.
+     */
+    static String bits(byte[] littleEndian, int length) {
+        StringBuilder text = new StringBuilder(length);
+        for (int i = length - 1; i >= 0; i--) {
+            boolean set = i / 8 < littleEndian.length && ((littleEndian[i / 8] >> (i % 8)) & 1) == 1;
+            text.append(set ? '1' : '0');
+        }
+        return text.toString();
     }
 
     /** A numeric column's text in Debezium's string mode -> PostgreSQL's spelling of it. */
