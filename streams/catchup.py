@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams.checkpoint import planned
+from streams.checkpoint import Offsets, batch_offsets, planned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,9 +43,6 @@ after the catch-up, so a small backlog is through sooner in Real-Time Mode: meas
 45,000 raw rows reached the target in 74 s by a catch-up but real time ran only ~60 s
 later, against 99 s in real time from the start; with 89,000 rows the 10,000-people
 pipeline test took 2:53 minutes, against 6:50 before (``BENCHMARKS.md``)."""
-
-Offsets = dict[str, dict[str, int]]
-"""Spark's Kafka offsets: topic -> partition (as text) -> the next offset to read."""
 
 
 def realtime_started(checkpoint: Path) -> bool:
@@ -63,15 +60,8 @@ def committed_offsets(checkpoint: Path) -> Offsets | None:
     batch with a commit. None before its first commit."""
     done = set(_batch_ids(checkpoint / "commits"))
     for batch in reversed(_batch_ids(checkpoint / "offsets")):
-        if batch not in done:
-            continue
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-        out: Offsets = {}
-        for line in lines[2:]:
-            if line.strip() and line.strip() != "-":
-                for topic, partitions in json.loads(line).items():
-                    out[topic] = {str(p): int(o) for p, o in partitions.items()}
-        return out
+        if batch in done:
+            return batch_offsets(checkpoint, batch)
     return None
 
 

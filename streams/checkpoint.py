@@ -11,8 +11,12 @@ be empty on batch 0"). Those files are removed before a query starts.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+Offsets = dict[str, dict[str, int]]
+"""Spark's Kafka offsets: topic -> partition (as text) -> the next offset to read."""
 
 TORN = re.compile(r"^\.\.?[^/]+\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.tmp(\.crc)?$")
 
@@ -28,6 +32,34 @@ def clear_torn_writes(location: Path) -> list[Path]:
             path.unlink()
             removed.append(path)
     return removed
+
+
+def batch_offsets(location: Path, batch: int) -> Offsets | None:
+    """Where micro-batch ``batch`` of the query checkpointed at ``location`` ends: its offset
+    log entry (``v1``, the batch's metadata, then one line per source). None without one."""
+    entry = location / "offsets" / str(batch)
+    if batch < 0 or not entry.is_file():
+        return None
+    out: Offsets = {}
+    for line in entry.read_text().splitlines()[2:]:
+        if line.strip() and line.strip() != "-":
+            for topic, partitions in json.loads(line).items():
+                out[topic] = {str(p): int(o) for p, o in partitions.items()}
+    return out
+
+
+def topics_read(location: Path, batch: int) -> set[str] | None:
+    """The topics micro-batch ``batch`` reads records of: those whose offsets moved since the
+    batch before it (a topic or partition new since then reads from its beginning). None when
+    that cannot be told (the first batch starts at the source's ``startingOffsets``, which no
+    entry holds; an entry missing or unreadable): then every topic may have records."""
+    try:
+        end, start = batch_offsets(location, batch), batch_offsets(location, batch - 1)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if end is None or start is None:
+        return None
+    return {t for t, parts in end.items() if any(start.get(t, {}).get(p) != o for p, o in parts.items())}
 
 
 def started(location: Path, mode: str) -> bool:

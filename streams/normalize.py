@@ -56,6 +56,7 @@ from mcq.registry.model import Registry
 from mcq.registry.store import RegistryStore
 from mcq.topics.plan import apply_topics, plan_topics
 from streams import sqltext as S
+from streams.checkpoint import topics_read
 from streams.debezium import EnvelopeReader
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 from streams.sqltext import Sql
@@ -160,6 +161,8 @@ class BatchStats:
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     """Where the batch's time went: read and counted (first-seen provenance with it), written."""
+    projected: tuple[int, int] = (0, 0)
+    """(projections planned, the job's projections): only those of the raw topics the batch read."""
 
     def line(self) -> str:
         phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.phases.items())
@@ -169,6 +172,11 @@ class BatchStats:
             + (f"WITHHELD {self.withheld} (see {self.withheld_topic}), " if self.withheld else "")
             + f"{self.seconds:.1f} s"
             + (f" ({phases})" if phases else "")
+            + (
+                f"; {self.projected[0]} of {self.projected[1]} raw topics read"
+                if self.projected[0] < self.projected[1]
+                else ""
+            )
         )
 
 
@@ -482,16 +490,28 @@ class NormalizeJob:
             .otherwise(S.array(plain))
         )
 
-    def _projections(self) -> list[tuple[Column, Column, Column]]:
-        """(which raw rows, housekeeping flag, exploded records) of each raw topic and the outbox.
+    def projection_groups(self) -> list[tuple[str, ...]]:
+        """The raw topics each projection reads: one per raw topic with feeds (sorted), then
+        the outbox topics together."""
+        groups: list[tuple[str, ...]] = [(t,) for t in sorted({f.raw_topic for f in self.plan.feeds})]
+        if self.plan.outbox_topics:
+            groups.append(tuple(self.plan.outbox_topics))
+        return groups
+
+    def projection(self, topics: tuple[str, ...]) -> tuple[Column, Column, Column]:
+        """(which raw rows, housekeeping flag, exploded records) of the projection of ``topics``
+        (one of ``projection_groups``), built at its first use.
 
         Written as SQL text and parsed once per raw topic (``streams.sqltext``): built with
         pyspark's column calls, the campus registry's took 6 s of py4j round trips."""
+        built: tuple[Column, Column, Column] = self._once(
+            f"projection {','.join(topics)}", lambda: self._build_projection(topics)
+        )
+        return built
+
+    def _build_projection(self, topics: tuple[str, ...]) -> tuple[Column, Column, Column]:
         from pyspark.sql import functions as F
 
-        by_topic: dict[str, list[FeedPlan]] = {}
-        for feed in self.plan.feeds:
-            by_topic.setdefault(feed.raw_topic, []).append(feed)
         poison = self._poison()
         null_map = S.lit(None).cast("map<string,string>")
         unreadable = self._record(
@@ -504,30 +524,38 @@ class NormalizeJob:
             records = S.when(poison.isNotNull(), S.array(unreadable)).otherwise(projected)
             return S.to_column(where), S.to_column(housekeeping), F.posexplode_outer(S.to_column(records))
 
-        out: list[tuple[Column, Column, Column]] = []
-        for raw_topic, feeds in sorted(by_topic.items()):
-            outputs: list[Sql] = []
-            housekeeping: Sql = S.lit(False)
-            for feed in feeds:
-                projected, hk = self.project_feed(feed)
-                outputs.append(projected)
-                housekeeping = housekeeping | hk
-            out.append(part(S.col("raw_topic") == raw_topic, housekeeping, S.concat(*outputs)))
-        if self.plan.outbox_topics:
-            out.append(part(S.col("raw_topic").isin(*self.plan.outbox_topics), S.lit(False), self.project_outbox()))
-        return out
+        feeds = [f for f in self.plan.feeds if f.raw_topic in topics]
+        if not feeds:  # the outbox
+            return part(S.col("raw_topic").isin(*topics), S.lit(False), self.project_outbox())
+        outputs: list[Sql] = []
+        housekeeping: Sql = S.lit(False)
+        for feed in feeds:
+            projected, hk = self.project_feed(feed)
+            outputs.append(projected)
+            housekeeping = housekeeping | hk
+        return part(S.col("raw_topic") == topics[0], housekeeping, S.concat(*outputs))
 
-    def transform(self, parsed: DataFrame) -> DataFrame:
-        """All logical records of a batch, with what the sink and the counters need.
+    def groups_read(self, read: set[str] | None) -> list[tuple[str, ...]]:
+        """The projection groups holding a raw topic of ``read`` (None: every group)."""
+        return [g for g in self.projection_groups() if read is None or read & set(g)]
+
+    def transform(self, parsed: DataFrame, read: set[str] | None = None) -> DataFrame | None:
+        """All logical records of a batch, with what the sink and the counters need; None
+        when no projection reads ``read``.
 
         One projection per raw topic, holding only that topic's feeds: a single projection
-        of every feed outgrows the JVM's 64 KB method limit for generated code."""
+        of every feed outgrows the JVM's 64 KB method limit for generated code. ``read``: the
+        raw topics the batch holds records of (None: any): only their projections are
+        planned, as Spark analyses, optimises and generates code for every projection of the
+        plan however few rows it gets (with 17 raw topics most of a small batch's time)."""
         from pyspark.sql import functions as F
 
-        parts = [
-            parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r"))
-            for where, housekeeping, records in self._once("projections", self._projections)
-        ]
+        parts = []
+        for topics in self.groups_read(read):
+            where, housekeeping, records = self.projection(topics)
+            parts.append(parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r")))
+        if not parts:
+            return None
         out = parts[0]
         for part in parts[1:]:
             out = out.unionByName(part)
@@ -642,8 +670,19 @@ class NormalizeJob:
         # (a third pass over the batch cost as much as the count).
         # the batch is parsed once: the per-topic projections each read it, and would
         # otherwise each read Kafka again
+        # only the projections of the raw topics this batch read records of (its offset log
+        # entries tell) are planned
+        read = topics_read(self.checkpoint, batch_id)
+        stats.projected = (len(self.groups_read(read)), len(self.projection_groups()))
         parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
-        records = turned = self.transform(parsed).persist()
+        transformed = self.transform(parsed, read)
+        if transformed is None:  # no raw topic of this job moved: nothing to read
+            parsed.unpersist()
+            stats.seconds = time.monotonic() - started
+            self.history.append(stats)
+            self.report(stats.line())
+            return
+        records = turned = transformed.persist()
         try:
             from streams.siblings import SiblingLookup, resolve_deletes  # it reads this module's names
 

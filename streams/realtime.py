@@ -36,7 +36,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mcq.refs import table_ref
-from streams.catchup import Offsets, starting_offsets
+from streams.catchup import starting_offsets
+from streams.checkpoint import Offsets
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
@@ -137,16 +138,13 @@ def realtime_records(
 
     from streams.normalize import position_headers
 
-    topics_of = [[t] for t in sorted({f.raw_topic for f in job.plan.feeds})]
-    if job.plan.outbox_topics:
-        topics_of.append(list(job.plan.outbox_topics))
     key_bytes, value_bytes = job._wire_columns()
     headers = position_headers()
     return [
         (
             topics[0] if len(topics) == 1 else "outbox",
-            job.parse(_source(job, spark, topics, offsets))
-            .select("*", records.alias("pos", "r"))
+            job.parse(_source(job, spark, list(topics), offsets))
+            .select("*", job.projection(topics)[2].alias("pos", "r"))
             .where(F.col("r").isNotNull())
             .select(
                 F.col("r.topic").alias("topic"),
@@ -156,7 +154,7 @@ def realtime_records(
             ),
         )
         # the projections: SQL text, one parse per raw topic (streams/sqltext.py)
-        for topics, (_, _, records) in zip(topics_of, job._projections(), strict=True)
+        for topics in job.projection_groups()
     ]
 
 
