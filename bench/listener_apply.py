@@ -174,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(rows[-1], flush=True)
             random_updates(settings, world.schema, args.pending)
             time.sleep(3)  # Debezium's poll interval and the producer's linger
-            mcq(env, "streams", "normalize", *reg, "--once", *ckpt)
+            seconds, out = mcq(env, "streams", "normalize", *reg, "--once", *ckpt)
+            batch = re.search(r"batch \d+: in (\d+), .*, ([\d.]+) s", out)
+            rows.append(f"| normaliser `--once`, scheduled run with changes pending | "
+                        f"{int(batch.group(1)) if batch else 0:,} raw rows | {seconds:.1f} s | "
+                        f"start to exit (batch {float(batch.group(2)) if batch else 0:.1f} s) |")  # fmt: skip
+            print(rows[-1], flush=True)
             for name, kind in LISTENERS:
                 seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
                 rows.append(f"| `{kind}` ({name}), scheduled run with changes pending | {applied(out):,} changes | "

@@ -39,9 +39,22 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
     "peer_jdbc_sink": (
         # a minute of warm-up: a normaliser's JIT compiles for its first minutes (BENCHMARKS.md)
         ["--people", "5000", "--rate", "1000", "--seconds", "60", "--warmup", "60"],
-        ["--people", "500", "--rate", "100", "--seconds", "10", "--warmup", "5", "--drain-bursts", "4"],
+        [
+            "--people",
+            "500",
+            "--rate",
+            "100",
+            "--seconds",
+            "10",
+            "--warmup",
+            "5",
+            "--bursts",
+            "2",
+            "--drain-bursts",
+            "4",
+        ],
     ),
-    "batch_jobs": (["--keys", "1000000", "--samples", "30"], ["--keys", "50000", "--samples", "10"]),
+    "batch_jobs": (["--keys", "1000000", "--samples", "30"], ["--keys", "20000", "--samples", "10"]),
     "listener_lanes": (
         ["--samples", "30", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "20000", "--burst", "2000"],
