@@ -41,7 +41,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
         ["--people", "5000", "--rate", "1000", "--seconds", "60", "--warmup", "60"],
         [
             "--people",
-            "500",
+            "200",
             "--rate",
             "100",
             "--seconds",
