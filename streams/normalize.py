@@ -539,19 +539,20 @@ class NormalizeJob:
         """The projection groups holding a raw topic of ``read`` (None: every group)."""
         return [g for g in self.projection_groups() if read is None or read & set(g)]
 
-    def transform(self, parsed: DataFrame, read: set[str] | None = None) -> DataFrame | None:
+    def transform(self, parsed: DataFrame, groups: list[tuple[str, ...]] | None = None) -> DataFrame | None:
         """All logical records of a batch, with what the sink and the counters need; None
-        when no projection reads ``read``.
+        when ``groups`` is empty.
 
         One projection per raw topic, holding only that topic's feeds: a single projection
-        of every feed outgrows the JVM's 64 KB method limit for generated code. ``read``: the
-        raw topics the batch holds records of (None: any): only their projections are
-        planned, as Spark analyses, optimises and generates code for every projection of the
-        plan however few rows it gets (with 17 raw topics most of a small batch's time)."""
+        of every feed outgrows the JVM's 64 KB method limit for generated code. ``groups``: the
+        projection groups of the raw topics the batch holds records of (``groups_read``; None:
+        all): only those projections are planned, as Spark analyses, optimises and generates
+        code for every projection of the plan however few rows it gets (with 17 raw topics
+        most of a small batch's time)."""
         from pyspark.sql import functions as F
 
         parts = []
-        for topics in self.groups_read(read):
+        for topics in self.projection_groups() if groups is None else groups:
             where, housekeeping, records = self.projection(topics)
             parts.append(parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r")))
         if not parts:
@@ -672,8 +673,8 @@ class NormalizeJob:
         # otherwise each read Kafka again
         # only the projections of the raw topics this batch read records of (its offset log
         # entries tell) are planned
-        read = topics_read(self.checkpoint, batch_id)
-        stats.projected = (len(self.groups_read(read)), len(self.projection_groups()))
+        read = self.groups_read(topics_read(self.checkpoint, batch_id))
+        stats.projected = (len(read), len(self.projection_groups()))
         parsed = self.parse(raw).coalesce(self._partitions(raw)).persist()
         transformed = self.transform(parsed, read)
         if transformed is None:  # no raw topic of this job moved: nothing to read

@@ -142,10 +142,7 @@ public class NaturalText<R extends ConnectRecord<R>> implements Transformation<R
         SchemaBuilder builder = copyHeader(SchemaBuilder.struct(), row);
         for (Field field : row.fields()) {
             Schema s = field.schema();
-            if (isTemporal(s.name())) {
-                SchemaBuilder text = SchemaBuilder.string();
-                builder.field(field.name(), s.isOptional() ? text.optional().build() : text.build());
-            } else if (isBits(s)) {
+            if (isTemporal(s.name()) || isBits(s)) {
                 SchemaBuilder text = SchemaBuilder.string();
                 builder.field(field.name(), s.isOptional() ? text.optional().build() : text.build());
             } else if (isTemporalArray(s)) {
