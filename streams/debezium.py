@@ -69,8 +69,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from streams.sqltext import col, lit
+
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 SOURCE = (
     "STRUCT<lsn BIGINT, txId BIGINT, sequence STRING, ts_ms BIGINT, ts_us BIGINT, schema STRING, "
@@ -78,6 +80,7 @@ SOURCE = (
 )
 ENVELOPE_FIELDS = f"op STRING, before MAP<STRING,STRING>, after MAP<STRING,STRING>, source {SOURCE}, ts_ms BIGINT"
 ENVELOPE = f"STRUCT<{ENVELOPE_FIELDS}>"
+ENVELOPE_NAMES = ("op", "before", "after", "source", "ts_ms")
 COLUMN_NAMES = (
     "ARRAY<STRUCT<field STRING, fields ARRAY<STRUCT<field STRING, name STRING, parameters MAP<STRING,STRING>, "
     "items STRUCT<name STRING>>>>>"
@@ -114,114 +117,107 @@ ARRAY_OF = "mcq.array:"
 this, then the elements' name (``mcq.array:io.debezium.time.Date``)."""
 
 
-def iso_timestamp(ts: Column) -> Column:
-    """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero."""
-    from pyspark.sql import functions as F
-
-    fraction = F.when(F.unix_micros(ts) % 1_000_000 != 0, F.concat(F.lit("."), F.date_format(ts, "SSSSSS")))
-    return F.concat(F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss"), F.coalesce(fraction, F.lit("")))
+def _lit(value: str | int) -> str:
+    return lit(value).text
 
 
-def time_of_day(micros: Column) -> Column:
+def _in(name: str, values: tuple[str, ...]) -> str:
+    return f"({name} IN ({', '.join(_lit(v) for v in values)}))"
+
+
+SECONDS_FORMAT = lit("yyyy-MM-dd'T'HH:mm:ss").text
+
+
+def iso_timestamp(ts: str) -> str:
+    """``yyyy-MM-ddTHH:mm:ss`` plus ``.ffffff`` when the fraction is not zero (SQL text of
+    the timestamp expression ``ts``)."""
+    fraction = f"CASE WHEN unix_micros({ts}) % 1000000 != 0 THEN concat('.', date_format({ts}, 'SSSSSS')) END"
+    return f"concat(date_format({ts}, {SECONDS_FORMAT}), coalesce({fraction}, ''))"
+
+
+def time_of_day(micros: str) -> str:
     """Microseconds since midnight -> ``HH:MM:SS[.ffffff]`` (24:00:00 stays 24:00:00)."""
-    from pyspark.sql import functions as F
-
-    seconds = F.floor(micros / 1_000_000)
-    fraction = micros - seconds * 1_000_000
-    text = F.format_string(
-        "%02d:%02d:%02d",
-        F.floor(seconds / 3600).cast("int"),
-        F.floor(seconds / 60 % 60).cast("int"),
-        (seconds % 60).cast("int"),
+    seconds = f"floor(({micros}) / 1000000)"
+    fraction = f"(({micros}) - {seconds} * 1000000)"
+    text = (
+        f"format_string('%02d:%02d:%02d', CAST(floor({seconds} / 3600) AS INT), "
+        f"CAST(floor(({seconds} / 60) % 60) AS INT), CAST({seconds} % 60 AS INT))"
     )
-    return F.concat(text, F.when(fraction != 0, F.format_string(".%06d", fraction.cast("long"))).otherwise(F.lit("")))
+    micro = f"format_string('.%06d', CAST({fraction} AS BIGINT))"
+    return f"concat({text}, CASE WHEN {fraction} != 0 THEN {micro} ELSE '' END)"
 
 
-def special_numeric(value: Column) -> Column:
+def special_numeric(value: str) -> str:
     """Debezium's spelling of numeric's NaN and infinities -> PostgreSQL's; others stay."""
-    from pyspark.sql import functions as F
-
     return (
-        F.when(value == "NAN", F.lit("NaN"))
-        .when(value == "POSITIVE_INFINITY", F.lit("Infinity"))
-        .when(value == "NEGATIVE_INFINITY", F.lit("-Infinity"))
-        .otherwise(value)
+        f"CASE WHEN {value} = 'NAN' THEN 'NaN' WHEN {value} = 'POSITIVE_INFINITY' THEN 'Infinity' "
+        f"WHEN {value} = 'NEGATIVE_INFINITY' THEN '-Infinity' ELSE {value} END"
     )
 
 
-def natural(name: Column, value: Column) -> Column:
-    """One column's value as text, by its Connect schema's semantic ``name``."""
-    from pyspark.sql import functions as F
-
-    number = value.try_cast("long")
+def natural(name: str, value: str) -> str:
+    """One column's value as text, by its Connect schema's semantic ``name`` (SQL text of
+    both)."""
+    number = f"try_cast({value} AS BIGINT)"
     infinite = (
-        (name.isin(*DATE) & (number == DAY_INFINITY))
-        | (name.isin(*MILLI_TIMESTAMP) & (number == MILLI_INFINITY))
-        | ((name == MICRO_TIMESTAMP) & (number == LONG_MAX))
-        | ((name == ZONED_TIMESTAMP) & (value == "infinity"))  # Debezium's own text for a timestamptz
+        f"(({_in(name, DATE)} AND {number} = {_lit(DAY_INFINITY)})"
+        f" OR ({_in(name, MILLI_TIMESTAMP)} AND {number} = {_lit(MILLI_INFINITY)})"
+        f" OR ({name} = {_lit(MICRO_TIMESTAMP)} AND {number} = {_lit(LONG_MAX)})"
+        f" OR ({name} = {_lit(ZONED_TIMESTAMP)} AND {value} = 'infinity'))"  # Debezium's own text for a timestamptz
     )
     minus_infinite = (
-        (name.isin(*DATE) & (number == DAY_MINUS_INFINITY))
-        | (name.isin(*MILLI_TIMESTAMP) & (number == MILLI_MINUS_INFINITY))
-        | ((name == MICRO_TIMESTAMP) & (number == LONG_MIN))
-        | ((name == ZONED_TIMESTAMP) & (value == "-infinity"))
+        f"(({_in(name, DATE)} AND {number} = {_lit(DAY_MINUS_INFINITY)})"
+        f" OR ({_in(name, MILLI_TIMESTAMP)} AND {number} = {_lit(MILLI_MINUS_INFINITY)})"
+        f" OR ({name} = {_lit(MICRO_TIMESTAMP)} AND {number} = {_lit(LONG_MIN)})"
+        f" OR ({name} = {_lit(ZONED_TIMESTAMP)} AND {value} = '-infinity'))"
     )
+    length = f"CAST(substring({name}, {len(BITS_OF) + 1}, 20) AS INT)"
     return (
-        F.when(infinite, F.lit("infinity"))
-        .when(minus_infinite, F.lit("-infinity"))
-        .when(
-            name.isin(*DATE),
-            F.date_format(F.date_add(F.lit("1970-01-01").cast("date"), number.cast("int")), "yyyy-MM-dd"),
-        )
-        .when(name.isin(*MILLI_TIMESTAMP), iso_timestamp(F.timestamp_millis(number)))
-        .when(name == MICRO_TIMESTAMP, iso_timestamp(F.timestamp_micros(number)))
-        .when(name == NANO_TIMESTAMP, iso_timestamp(F.timestamp_micros(F.floor(number / 1000))))
-        .when(name == ZONED_TIMESTAMP, F.concat(iso_timestamp(value.try_cast("timestamp")), F.lit("Z")))
-        .when(name.isin(*MILLI_TIME), time_of_day(number * 1000))
-        .when(name == MICRO_TIME, time_of_day(number))
-        .when(name == NANO_TIME, time_of_day(F.floor(number / 1000)))
-        .when(name == NUMERIC, special_numeric(value))
-        .when(name.startswith(BITS_OF), bit_text(value, F.substring(name, len(BITS_OF) + 1, 20).cast("int")))
-        .otherwise(value)
+        f"CASE WHEN {infinite} THEN 'infinity' WHEN {minus_infinite} THEN '-infinity'"
+        f" WHEN {_in(name, DATE)} THEN date_format(date_add(CAST('1970-01-01' AS DATE), CAST({number} AS INT)), "
+        "'yyyy-MM-dd')"
+        f" WHEN {_in(name, MILLI_TIMESTAMP)} THEN {iso_timestamp(f'timestamp_millis({number})')}"
+        f" WHEN {name} = {_lit(MICRO_TIMESTAMP)} THEN {iso_timestamp(f'timestamp_micros({number})')}"
+        f" WHEN {name} = {_lit(NANO_TIMESTAMP)} THEN {iso_timestamp(f'timestamp_micros(floor({number} / 1000))')}"
+        f" WHEN {name} = {_lit(ZONED_TIMESTAMP)} THEN concat({iso_timestamp(f'try_cast({value} AS TIMESTAMP)')}, 'Z')"
+        f" WHEN {_in(name, MILLI_TIME)} THEN {time_of_day(f'{number} * 1000')}"
+        f" WHEN {name} = {_lit(MICRO_TIME)} THEN {time_of_day(number)}"
+        f" WHEN {name} = {_lit(NANO_TIME)} THEN {time_of_day(f'floor({number} / 1000)')}"
+        f" WHEN {name} = {_lit(NUMERIC)} THEN {special_numeric(value)}"
+        f" WHEN startswith({name}, {_lit(BITS_OF)}) THEN {bit_text(value, length)}"
+        f" ELSE {value} END"
     )
 
 
-def bit_text(value: Column, length: Column) -> Column:
+def bit_text(value: str, length: str) -> str:
     """Debezium's base64 bytes of a ``bit(length)`` (bit i of the value in byte i / 8, bit
     i % 8, lowest first; trailing zero bytes cut) -> PostgreSQL's text, highest bit first
     (``BQ==`` of a ``bit(3)`` -> ``101``): each byte's bits highest first, the bytes in
     reverse, then the last ``length`` of them after ``length`` zeros."""
-    from pyspark.sql import functions as F
-
-    hexed = F.hex(F.unbase64(value))
-    per_byte = F.transform(
-        F.sequence(F.lit(0), F.floor(F.length(hexed) / 2).cast("int") - 1),
-        lambda i: F.lpad(F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 2), 8, "0"),
+    hexed = f"hex(unbase64({value}))"
+    per_byte = (
+        f"transform(sequence(0, CAST(floor(length({hexed}) / 2) AS INT) - 1), "
+        f"mcq_bit_i -> lpad(conv(substring({hexed}, mcq_bit_i * 2 + 1, 2), 16, 2), 8, '0'))"
     )
-    ones = F.when(F.length(hexed) == 0, F.lit("")).otherwise(F.array_join(F.reverse(per_byte), ""))
-    return F.right(F.concat(F.repeat(F.lit("0"), length), ones), length)
+    ones = f"CASE WHEN length({hexed}) = 0 THEN '' ELSE array_join(reverse({per_byte}), '') END"
+    return f"right(concat(repeat('0', {length}), {ones}), {length})"
 
 
-def natural_array(name: Column, value: Column) -> Column:
+def natural_array(name: str, value: str) -> str:
     """An array's JSON text whose elements are named ``name`` -> the JSON array of each
     element's natural text (``[19723,null]`` -> ``["2024-01-01",null]``)."""
-    from pyspark.sql import functions as F
-
-    return F.to_json(F.transform(F.from_json(value, "ARRAY<STRING>"), lambda e: natural(name, e)))
+    return f"to_json(transform(from_json({value}, 'ARRAY<STRING>'), mcq_elem -> {natural(name, 'mcq_elem')}))"
 
 
-def decode_image(image: Column, names: Column) -> Column:
+def decode_image(image: str, names: str) -> str:
     """A row image (column -> Debezium's JSON text) with every value decoded; null stays null."""
-    from pyspark.sql import functions as F
-
-    def decode(k: Column, v: Column) -> Column:
-        name = F.coalesce(F.try_element_at(names, k), F.lit(""))
-        array = F.substring(name, len(ARRAY_OF) + 1, 200)
-        return (
-            F.when(v.isNull(), v).when(name.startswith(ARRAY_OF), natural_array(array, v)).otherwise(natural(name, v))
-        )
-
-    return F.transform_values(image, decode)
+    name = f"coalesce(try_element_at({names}, mcq_img_k), '')"
+    array = f"substring({name}, {len(ARRAY_OF) + 1}, 200)"
+    decoded = (
+        f"CASE WHEN mcq_img_v IS NULL THEN mcq_img_v WHEN startswith({name}, {_lit(ARRAY_OF)}) "
+        f"THEN {natural_array(array, 'mcq_img_v')} ELSE {natural(name, 'mcq_img_v')} END"
+    )
+    return f"transform_values({image}, (mcq_img_k, mcq_img_v) -> {decoded})"
 
 
 class EnvelopeReader:
@@ -232,45 +228,41 @@ class EnvelopeReader:
     inside the per-value lambda, which Spark evaluates without common subexpressions:
     the whole record parsed again for every value of every image, 20x the work.)
 
-    The column expressions are built once, here: each is dozens of py4j calls, and a
-    streaming job applies them to every micro-batch."""
+    The column expressions are SQL text, parsed by Spark once each (``streams/sqltext.py``):
+    built with pyspark's ``Column`` calls they were hundreds of py4j round trips, 2-3.5 s of
+    every normaliser process here."""
 
     def __init__(self, value: str = "value") -> None:
         from pyspark.sql import functions as F
 
-        self._parse = F.from_json(F.col(value).cast("string"), RAW_VALUE).alias("_mcq_raw")
-        raw = F.col("_mcq_raw")
-        plain = F.struct(*(raw.getField(f).alias(f) for f in ("op", "before", "after", "source", "ts_ms")))
-        env = F.when(raw.getField("payload").isNotNull(), raw.getField("payload")).otherwise(plain)
-        row_schema = F.filter(raw.getField("schema").getField("fields"), lambda f: f.getField("field") == "after")
-        names = F.map_from_entries(
-            F.transform(
-                F.get(row_schema, 0).getField("fields"),
-                lambda c: F.struct(
-                    c.getField("field").alias("key"),
-                    F.when(F.upper(c.getField("parameters")[SOURCE_TYPE]) == "NUMERIC", F.lit(NUMERIC))
-                    .when(
-                        (c.getField("name") == BITS) & (F.upper(c.getField("parameters")[SOURCE_TYPE]) == "BIT"),
-                        F.concat(F.lit(BITS_OF), c.getField("parameters")["length"]),
-                    )
-                    .when(
-                        c.getField("items").getField("name").isNotNull(),
-                        F.concat(F.lit(ARRAY_OF), c.getField("items").getField("name")),
-                    )
-                    .otherwise(c.getField("name"))
-                    .alias("value"),
-                ),
-            )
+        raw = "`_mcq_raw`"
+        self._parse = F.expr(f"from_json(CAST({col(value)} AS STRING), {_lit(RAW_VALUE)})").alias("_mcq_raw")
+        plain = "named_struct(" + ", ".join(f"'{f}', {raw}.`{f}`" for f in ENVELOPE_NAMES) + ")"
+        env = f"CASE WHEN {raw}.`payload` IS NOT NULL THEN {raw}.`payload` ELSE {plain} END"
+        row_schema = f"filter({raw}.`schema`.`fields`, mcq_f -> mcq_f.`field` = 'after')"
+        source_type = f"upper(mcq_c.`parameters`[{_lit(SOURCE_TYPE)}])"
+        kind = (
+            f"CASE WHEN {source_type} = 'NUMERIC' THEN {_lit(NUMERIC)}"
+            f" WHEN mcq_c.`name` = {_lit(BITS)} AND {source_type} = 'BIT'"
+            f" THEN concat({_lit(BITS_OF)}, mcq_c.`parameters`['length'])"
+            f" WHEN mcq_c.`items`.`name` IS NOT NULL THEN concat({_lit(ARRAY_OF)}, mcq_c.`items`.`name`)"
+            " ELSE mcq_c.`name` END"
         )
-        self._split = (env.alias("_mcq_env"), names.alias("_mcq_names"))
-        env, names = F.col("_mcq_env"), F.col("_mcq_names")
+        names = (
+            f"map_from_entries(transform(get({row_schema}, 0).`fields`, "
+            f"mcq_c -> named_struct('key', mcq_c.`field`, 'value', {kind})))"
+        )
+        self._split = (F.expr(env).alias("_mcq_env"), F.expr(names).alias("_mcq_names"))
 
         # a value without its schema (dates and times already text: the NaturalText
         # transform) is taken as it is, without a pass over its images
-        def image(which: str) -> Column:
-            return F.when(names.isNull(), env.getField(which)).otherwise(decode_image(env.getField(which), names))
+        def image(which: str) -> str:
+            field = f"`_mcq_env`.`{which}`"
+            return f"CASE WHEN `_mcq_names` IS NULL THEN {field} ELSE {decode_image(field, '`_mcq_names`')} END"
 
-        self._decoded = env.withField("after", image("after")).withField("before", image("before"))
+        fields = {f: f"`_mcq_env`.`{f}`" for f in ENVELOPE_NAMES} | {w: image(w) for w in ("after", "before")}
+        decoded = "named_struct(" + ", ".join(f"'{f}', {text}" for f, text in fields.items()) + ")"
+        self._decoded = F.expr(f"CASE WHEN `_mcq_env` IS NULL THEN NULL ELSE {decoded} END")
 
     def apply(self, df: DataFrame, name: str = "e") -> DataFrame:
         """``df`` plus column ``name``: the envelope of its raw value. ``op`` is null when
