@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streams.sqltext import col, lit
+from streams.sqltext import Sql, col, lit, struct, to_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -233,13 +233,10 @@ class EnvelopeReader:
     every normaliser process here."""
 
     def __init__(self, value: str = "value") -> None:
-        from pyspark.sql import functions as F
-
-        raw = "`_mcq_raw`"
-        self._parse = F.expr(f"from_json(CAST({col(value)} AS STRING), {_lit(RAW_VALUE)})").alias("_mcq_raw")
-        plain = "named_struct(" + ", ".join(f"'{f}', {raw}.`{f}`" for f in ENVELOPE_NAMES) + ")"
-        env = f"CASE WHEN {raw}.`payload` IS NOT NULL THEN {raw}.`payload` ELSE {plain} END"
-        row_schema = f"filter({raw}.`schema`.`fields`, mcq_f -> mcq_f.`field` = 'after')"
+        self._parse = to_column(Sql(f"from_json(CAST({col(value)} AS STRING), {_lit(RAW_VALUE)})")).alias("_mcq_raw")
+        plain = struct(*(col(f"_mcq_raw.{f}").alias(f) for f in ENVELOPE_NAMES))
+        env = f"CASE WHEN {col('_mcq_raw.payload')} IS NOT NULL THEN {col('_mcq_raw.payload')} ELSE {plain} END"
+        row_schema = f"filter({col('_mcq_raw.schema.fields')}, mcq_f -> mcq_f.`field` = 'after')"
         source_type = f"upper(mcq_c.`parameters`[{_lit(SOURCE_TYPE)}])"
         kind = (
             f"CASE WHEN {source_type} = 'NUMERIC' THEN {_lit(NUMERIC)}"
@@ -248,21 +245,20 @@ class EnvelopeReader:
             f" WHEN mcq_c.`items`.`name` IS NOT NULL THEN concat({_lit(ARRAY_OF)}, mcq_c.`items`.`name`)"
             " ELSE mcq_c.`name` END"
         )
-        names = (
-            f"map_from_entries(transform(get({row_schema}, 0).`fields`, "
-            f"mcq_c -> named_struct('key', mcq_c.`field`, 'value', {kind})))"
-        )
-        self._split = (F.expr(env).alias("_mcq_env"), F.expr(names).alias("_mcq_names"))
+        entry = struct(Sql("mcq_c.`field`", "key"), Sql(kind, "value"))
+        names = f"map_from_entries(transform(get({row_schema}, 0).`fields`, mcq_c -> {entry}))"
+        self._split = (to_column(Sql(env)).alias("_mcq_env"), to_column(Sql(names)).alias("_mcq_names"))
 
         # a value without its schema (dates and times already text: the NaturalText
         # transform) is taken as it is, without a pass over its images
-        def image(which: str) -> str:
-            field = f"`_mcq_env`.`{which}`"
-            return f"CASE WHEN `_mcq_names` IS NULL THEN {field} ELSE {decode_image(field, '`_mcq_names`')} END"
+        def image(which: str) -> Sql:
+            field = col(f"_mcq_env.{which}").text
+            return Sql(f"CASE WHEN `_mcq_names` IS NULL THEN {field} ELSE {decode_image(field, '`_mcq_names`')} END")
 
-        fields = {f: f"`_mcq_env`.`{f}`" for f in ENVELOPE_NAMES} | {w: image(w) for w in ("after", "before")}
-        decoded = "named_struct(" + ", ".join(f"'{f}', {text}" for f, text in fields.items()) + ")"
-        self._decoded = F.expr(f"CASE WHEN `_mcq_env` IS NULL THEN NULL ELSE {decoded} END")
+        decoded = struct(
+            *((image(f) if f in ("after", "before") else col(f"_mcq_env.{f}")).alias(f) for f in ENVELOPE_NAMES)
+        )
+        self._decoded = to_column(Sql(f"CASE WHEN `_mcq_env` IS NULL THEN NULL ELSE {decoded} END"))
 
     def apply(self, df: DataFrame, name: str = "e") -> DataFrame:
         """``df`` plus column ``name``: the envelope of its raw value. ``op`` is null when
