@@ -58,6 +58,7 @@ from mcq.topics.plan import apply_topics, plan_topics
 from streams import sqltext as S
 from streams.checkpoint import topics_read
 from streams.debezium import EnvelopeReader
+from streams.frames import union_by_name
 from streams.plan import FeedPlan, NormalizePlan, plan_normalize
 from streams.sqltext import Sql
 
@@ -557,9 +558,7 @@ class NormalizeJob:
             parts.append(parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r")))
         if not parts:
             return None
-        out = parts[0]
-        for part in parts[1:]:
-            out = out.unionByName(part)
+        out = union_by_name(parts)
         # each part keeps every partition of the batch (mostly empty after its filter): merge
         # them without a shuffle rather than schedule parts x partitions tasks
         return out.coalesce(self._partitions(parsed)).withColumn("topic", F.col("r.topic"))

@@ -31,6 +31,7 @@ from mcq.contract import schema_text
 from mcq.registry.model import Registry
 from mcq.topics.listener import ListenerTopics
 from streams.exceptions import ReportError
+from streams.frames import union_by_name
 from streams.laststate import read_topics, wire_body
 
 if TYPE_CHECKING:
@@ -85,10 +86,7 @@ def _per_listener(
     from pyspark.sql import functions as F
 
     frames = [read_topics(spark, settings, [topic_of(n)]).withColumn("listener", F.lit(n)) for n in names]
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+    return union_by_name(frames)
 
 
 def _existing(settings: Settings, topics: list[str]) -> set[str]:

@@ -257,6 +257,25 @@ def _stream(
             server.stop()
 
 
+SHORT_RUN_RECORDS = 200_000
+"""Raw records waiting up to which a ``--once`` run is short: its driver's JIT is C1 only
+(``streams.session.SHORT_RUN_JIT``, measured there). Above, C2's code pays for its
+compiling; 178,416 rows took as long either way."""
+
+
+def _waiting(job: NormalizeJob) -> int | None:
+    """Raw records after the last committed batch of ``job``'s checkpoint (None: not known)."""
+    from confluent_kafka import KafkaException
+
+    from mcq.topics.read import TopicReadError, records_after
+    from streams.catchup import committed_offsets
+
+    try:
+        return records_after(job.settings, job.plan.raw_topics, committed_offsets(job.checkpoint) or {})
+    except (TopicReadError, KafkaException, OSError, ValueError):  # only a choice of JIT depends on it
+        return None
+
+
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
@@ -281,8 +300,14 @@ def _run_queries(
         slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle)
         if not (master or os.environ.get("MCQ_SPARK_MASTER")):
             master = f"local[{max(slots, os.cpu_count() or 1)}]"  # threads: real-time tasks mostly wait
+    short = False
+    if once:
+        waiting = _waiting(job)
+        short = waiting is not None and waiting <= SHORT_RUN_RECORDS
+        if waiting is not None:
+            report(f"normalize: {waiting:,} raw records to read")
     with stopping.deferred():
-        spark = spark_session(job.settings, "mcq-normalize", master)
+        spark = spark_session(job.settings, "mcq-normalize", master, short_run=short)
         stopping.install()
     if interval and spark.sparkContext.defaultParallelism < slots:
         spark.stop()

@@ -35,6 +35,7 @@ from mcq.config import Settings
 from mcq.pgcatalog import column_types
 from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SourceReadError
+from streams.frames import union_by_name
 from streams.laststate import FIELDS
 from streams.normalize import feed_key
 from streams.plan import FeedPlan, plan_normalize
@@ -221,7 +222,7 @@ class SourceReader:
         from pyspark.sql.window import Window
 
         reads = {name: self._read(spark, table) for name, table in tables.items()}
-        rows: DataFrame | None = None
+        parts: list[DataFrame] = []
         for rank, feed in enumerate(self.feeds):
             table = tables[feed.source_table]
             after = F.create_map(*(x for c, _ in table.columns for x in (F.lit(c), F.col(c))))
@@ -231,8 +232,9 @@ class SourceReader:
                 .select(to_column(feed_key(feed, col("after"))).alias("k"), "after")
                 .select(*(F.col(f"k.{f}").alias(f) for f in FIELDS), "after", F.lit(rank).alias("rank"))
             )
-            rows = part if rows is None else rows.unionByName(part)
-        assert rows is not None, "no feeds to read"
+            parts.append(part)
+        assert parts, "no feeds to read"
+        rows = union_by_name(parts)
         shared = {f.ref for f in self.feeds if sum(g.ref == f.ref for g in self.feeds) > 1}
         if shared:  # a key two feeds hold: the first feed's state
             first = Window.partitionBy(*FIELDS).orderBy("rank")

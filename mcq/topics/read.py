@@ -140,10 +140,20 @@ def offsets_since(settings: Settings, topics: list[str], since_ms: int) -> dict[
 def records_held(settings: Settings, topics: list[str]) -> int:
     """Records the existing ones of ``topics`` hold now (high - low watermark of every
     partition). Topics are listed whole: asking a missing one by name would create it."""
+    return records_after(settings, topics, {})
+
+
+def records_after(settings: Settings, topics: list[str], offsets: dict[str, dict[str, int]]) -> int:
+    """Records the existing ones of ``topics`` hold at or after ``offsets`` (topic ->
+    partition as text -> offset, Spark's form: a reader's next offset); a partition it does
+    not name counts from its low watermark."""
     admin = AdminClient(settings.kafka.client_config())
     meta = admin.list_topics(timeout=30).topics
     tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
-    return sum(high - low for low, high in all_watermarks(admin, tps).values())
+    return sum(
+        high - min(high, max(low, offsets.get(topic, {}).get(str(partition), low)))
+        for (topic, partition), (low, high) in all_watermarks(admin, tps).items()
+    )
 
 
 def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:

@@ -126,3 +126,31 @@ def test_looking_topics_up_by_name_never_creates_them_on_a_broker_that_auto_crea
         assert ghost not in names
     finally:
         delete_topics(settings, [control])
+
+
+def test_records_after_counts_what_a_reader_has_not_read_yet(stack: Stack, settings: Settings, token: str) -> None:
+    """What a ``--once`` normaliser run has to read: records at or after a checkpoint's
+    offsets (Spark's form: partition as text), a partition it does not name from its
+    start, a topic that does not exist as none (and not created by asking)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    from mcq.topics.named import all_topic_names
+    from mcq.topics.read import records_after, records_held
+
+    topic, ghost = f"mcq.after{token}", f"mcq.after{token}.ghost"
+    admin = AdminClient(settings.kafka.client_config())
+    next(iter(admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)]).values())).result()
+    try:
+        producer = Producer(settings.kafka.client_config())
+        for i in range(10):
+            producer.produce(topic, value=b"x", partition=0 if i < 7 else 1)
+        assert producer.flush(30) == 0
+        assert records_held(settings, [topic, ghost]) == 10
+        assert records_after(settings, [topic, ghost], {}) == 10
+        assert records_after(settings, [topic], {topic: {"0": 4}}) == 3 + 3
+        assert records_after(settings, [topic], {topic: {"0": 7, "1": 3}}) == 0
+        assert records_after(settings, [topic], {topic: {"0": 99, "1": 1}}) == 2  # past the end: nothing there
+        assert ghost not in all_topic_names(settings)
+    finally:
+        delete_topics(settings, [topic])
