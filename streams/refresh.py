@@ -48,6 +48,7 @@ from mcq.refs import KEY_FIELDS
 from mcq.registry.model import LogicalTable, Registry
 from mcq.topics.listener import ListenerTopics
 from streams.exceptions import RefreshError, SelectionError
+from streams.frames import union_by_name
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
 from streams.progress import stage_progress
 from streams.selection import Selection
@@ -247,12 +248,12 @@ class Refresh:
         for key in self.chosen.keys:
             given = tuple(f for f in FIELDS if getattr(key, f) is not None)
             shapes.setdefault(given, set()).add(tuple(getattr(key, f) for f in given))
-        found: DataFrame | None = None
-        for given, values in shapes.items():
-            keys = spark.createDataFrame(sorted(values, key=repr), schema=key_schema(given))
-            part = df.join(F.broadcast(keys), list(given), "left_semi")
-            found = part if found is None else found.unionByName(part)
-        assert found is not None
+        parts = [
+            df.join(F.broadcast(spark.createDataFrame(sorted(values, key=repr), schema=key_schema(given))),
+                    list(given), "left_semi")
+            for given, values in shapes.items()
+        ]  # fmt: skip
+        found = union_by_name(parts)
         return found.dropDuplicates(list(FIELDS)) if len(shapes) > 1 else found
 
     def _gone(

@@ -161,6 +161,7 @@ def run_normalize(
     catch_up_above: int = CATCH_UP_ABOVE,
     registry_changed: RegistryChanged | None = None,
     defined_at: DefinedAt | None = None,
+    jit_by_backlog: bool = False,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -178,6 +179,9 @@ def run_normalize(
     (``streams/catchup.py``). ``registry_changed``: asked every few seconds while the
     queries run (``streams/registry_watch.py``); a new registry restarts them on its plan.
     ``defined_at``: when each table's definition was stored (``NormalizeJob.defined_at``).
+    ``jit_by_backlog``: a ``--once`` run with few raw records waiting (``SHORT_RUN_RECORDS``)
+    starts its JVM with C1 only. Only for a process of its own (the CLI): a caller that
+    goes on using the JVM (a test session) would keep C1 for all it runs later.
     Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
@@ -206,7 +210,8 @@ def run_normalize(
             job = _stream(job, stopping, once=once, trigger=trigger, master=master,
                           interval=checkpoint_interval if realtime else None, health=health,
                           catch_up_above=catch_up_above, defined_at=defined_at,
-                          registry_changed=None if once else registry_changed)  # fmt: skip
+                          registry_changed=None if once else registry_changed,
+                          jit_by_backlog=jit_by_backlog)  # fmt: skip
         if stopping.requested:
             if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
                 report(
@@ -222,6 +227,7 @@ def _stream(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     health: tuple[str, int] | None = None, catch_up_above: int = CATCH_UP_ABOVE,
     registry_changed: RegistryChanged | None = None, defined_at: DefinedAt | None = None,
+    jit_by_backlog: bool = False,
 ) -> NormalizeJob:  # fmt: skip
     """Run the queries until they end or a stop is requested; ``interval`` set: real time.
     A registry change stops them and starts them again on its plan, the health endpoint
@@ -245,7 +251,7 @@ def _stream(
             queries.clear()
             replan = _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
                                   metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
-                                  registry_changed=registry_changed)  # fmt: skip
+                                  registry_changed=registry_changed, jit_by_backlog=jit_by_backlog)  # fmt: skip
             if replan is None or stopping.requested:
                 return job
             job = dataclasses.replace(
@@ -279,7 +285,7 @@ def _waiting(job: NormalizeJob) -> int | None:
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
-    registry_changed: RegistryChanged | None = None,
+    registry_changed: RegistryChanged | None = None, jit_by_backlog: bool = False,
 ) -> Registry | None:  # fmt: skip
     """Start the queries and watch them until they end, a stop is requested, or the
     registry changes what they normalise: then the new registry is returned, the queries
@@ -301,7 +307,7 @@ def _run_queries(
         if not (master or os.environ.get("MCQ_SPARK_MASTER")):
             master = f"local[{max(slots, os.cpu_count() or 1)}]"  # threads: real-time tasks mostly wait
     short = False
-    if once:
+    if once and jit_by_backlog:
         waiting = _waiting(job)
         short = waiting is not None and waiting <= SHORT_RUN_RECORDS
         if waiting is not None:

@@ -257,19 +257,16 @@ def read_in_ranges(spark: SparkSession, options: dict[str, str], select: str, bl
     """The rows of ``select`` (a query of one table of ``blocks`` blocks, without WHERE)
     through JDBC (``options``: URL, user, password, driver), read only, in block ranges
     read by parallel Spark tasks."""
-    read: DataFrame | None = None
-    for where in block_ranges(blocks, spark.sparkContext.defaultParallelism):
-        part = (
-            spark.read.format("jdbc")
-            .options(**options)
-            .option("fetchsize", str(FETCH_SIZE))
-            .option("sessionInitStatement", SESSION_INIT)
-            .option("query", f"{select}{where}")
-            .load()
-        )
-        read = part if read is None else read.unionByName(part)
-    assert read is not None
-    return read
+    parts = [
+        spark.read.format("jdbc")
+        .options(**options)
+        .option("fetchsize", str(FETCH_SIZE))
+        .option("sessionInitStatement", SESSION_INIT)
+        .option("query", f"{select}{where}")
+        .load()
+        for where in block_ranges(blocks, spark.sparkContext.defaultParallelism)
+    ]
+    return union_by_name(parts)
 
 
 def block_ranges(blocks: int, parallelism: int) -> list[str]:

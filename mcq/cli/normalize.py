@@ -128,6 +128,7 @@ def streams_normalize(
             catch_up_above=catch_up_above,
             registry_changed=None if watch is None or once else watch.changed,
             defined_at=None if watch is None else watch.defined_at,
+            jit_by_backlog=True,  # this process ends with the run
         )
     except HealthAddressTaken as exc:
         _stop(
