@@ -6,6 +6,8 @@ inside a C call (librdkafka, libpq) outlives its timeout with nothing printed an
 the session until CI's own limit ends it, blind (seen once in ``test_delivery``).
 ``MCQ_TEST_HANG_GRACE_S`` (default 120) after a test's timeout, faulthandler's own thread
 writes every thread's traceback to the terminal and ends the session (exit status 1).
+Half a minute before, ``tests/hang_watchdog.py`` (a process of its own) writes the
+session's native stacks, with which thread holds the GIL (py-spy).
 A stack the session started is left running, to be looked at.
 """
 
@@ -13,21 +15,42 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import subprocess
 import sys
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 _TERMINAL_FD = pytest.StashKey[int]()
+_WATCHDOG = pytest.StashKey["subprocess.Popen[bytes]"]()
+NATIVE_DUMP_BEFORE_S = 30
+"""The native stacks are written this long before faulthandler ends the session."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # as pytest's faulthandler plugin: the terminal's stderr, before output is captured
-    config.stash[_TERMINAL_FD] = os.dup(sys.stderr.fileno())
+    terminal = os.dup(sys.stderr.fileno())
+    config.stash[_TERMINAL_FD] = terminal
+    watchdog = Path(__file__).with_name("hang_watchdog.py")
+    config.stash[_WATCHDOG] = subprocess.Popen(
+        [sys.executable, str(watchdog), str(os.getpid())], stdin=subprocess.PIPE, stdout=terminal, stderr=terminal
+    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    watchdog = config.stash[_WATCHDOG]
+    assert watchdog.stdin is not None
+    watchdog.stdin.close()
+    watchdog.wait(10)
     os.close(config.stash[_TERMINAL_FD])
+
+
+def _tell(config: pytest.Config, line: str) -> None:
+    watchdog = config.stash[_WATCHDOG]
+    assert watchdog.stdin is not None
+    watchdog.stdin.write(f"{line}\n".encode())
+    watchdog.stdin.flush()
 
 
 def timeout_of(item: pytest.Item) -> float:
@@ -45,7 +68,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object
         return (yield)
     grace = float(os.environ.get("MCQ_TEST_HANG_GRACE_S", "120"))
     faulthandler.dump_traceback_later(limit + grace, exit=True, file=item.config.stash[_TERMINAL_FD])
+    _tell(item.config, f"arm {max(limit, limit + grace - NATIVE_DUMP_BEFORE_S)}")
     try:
         return (yield)
     finally:
         faulthandler.cancel_dump_traceback_later()
+        _tell(item.config, "disarm")

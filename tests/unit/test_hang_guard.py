@@ -39,11 +39,14 @@ def _pytest(tmp_path: Path, test_file: str, grace_s: str, *options: str) -> subp
 
 def test_a_test_stuck_past_its_timeout_ends_the_session_with_every_threads_traceback(tmp_path: Path) -> None:
     (tmp_path / "test_stuck.py").write_text(STUCK)
-    run = _pytest(tmp_path, "test_stuck.py", "2")
+    run = _pytest(tmp_path, "test_stuck.py", "5")
     assert run.returncode == 1
-    assert "Timeout (0:00:03)!" in run.stderr
+    assert "Timeout (0:00:06)!" in run.stderr
     assert "test_stuck_in_a_call_that_never_returns_to_python" in run.stderr  # the stuck frame is named
     assert "passed" not in run.stdout  # the session ended there
+    # before that, the watchdog process wrote the native stacks: the C call the test is stuck in
+    native = run.stderr.split("hang watchdog: native stacks of process", 1)[-1]
+    assert "time_sleep" in native, run.stderr
 
 
 def test_a_test_that_ends_in_time_disarms_the_guard(tmp_path: Path) -> None:
