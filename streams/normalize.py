@@ -181,6 +181,19 @@ class BatchStats:
         )
 
 
+@dataclass(frozen=True)
+class Projection:
+    """One projection group's columns (``NormalizeJob.projection``): which raw rows
+    (``where``), the values its records share computed once a row (``prelude``: the row's
+    image, each feed's key of the before- and the after-image), whether a row is a
+    housekeeping-only update, and its exploded records (``pos``, ``r``)."""
+
+    where: Column
+    prelude: list[Column]
+    housekeeping: Column
+    records: Column
+
+
 @dataclass
 class NormalizeJob:
     """One normaliser: its plan, schema ids, and the Spark stream that runs it."""
@@ -301,14 +314,15 @@ class NormalizeJob:
             S.lit(tombstone).alias("tombstone"),
         )
 
-    def project_feed(self, feed: FeedPlan) -> tuple[Sql, Sql]:
+    def project_feed(self, feed: FeedPlan, old_key: Sql, new_key: Sql, image: Sql) -> tuple[Sql, Sql]:
         """One feed's logical records of a raw row (several where a key moved, or a delete),
-        and whether the row is a housekeeping-only update; empty for other raw topics."""
+        and whether the row is a housekeeping-only update; empty for other raw topics.
+        ``old_key``, ``new_key``: the columns holding the feed's key of the before- and
+        after-image, ``image``: the one holding the row's image (``Projection.prelude``)."""
         before, after, op = S.col("e.before"), S.col("e.after"), S.col("e.op")
         null_map = S.lit(None).cast("map<string,string>")
         origin = S.lit(f"table {feed.source_table}")
         no_stack = S.lit(None).cast("string")
-        old_key, new_key = feed_key(feed, before), feed_key(feed, after)
         touches = S.lit(True) if not feed.watch else S.lit(False)
         for column in feed.watch:
             touches = touches | ~before.getItem(column).eqNullSafe(after.getItem(column))
@@ -325,7 +339,6 @@ class NormalizeJob:
         garbled = self._record(
             S.lit(self.plan.withheld_topic), new_key, "UPDATE", after, before, self._garbled_reason(), no_stack, False
         )
-        image = S.when(op == "d", before).otherwise(after)
         lacking = [S.when(~S.map_contains_key(image, column), S.lit(column)) for _, column in feed.keys]
         missing = S.concat_ws(", ", *lacking) if lacking else S.lit("")
         keyless = self._record(
@@ -499,18 +512,28 @@ class NormalizeJob:
             groups.append(tuple(self.plan.outbox_topics))
         return groups
 
-    def projection(self, topics: tuple[str, ...]) -> tuple[Column, Column, Column]:
-        """(which raw rows, housekeeping flag, exploded records) of the projection of ``topics``
-        (one of ``projection_groups``), built at its first use.
+    def projection(self, topics: tuple[str, ...]) -> Projection:
+        """The projection of ``topics`` (one of ``projection_groups``), built at its first use.
 
         Written as SQL text and parsed once per raw topic (``streams.sqltext``): built with
         pyspark's column calls, the campus registry's took 6 s of py4j round trips."""
-        built: tuple[Column, Column, Column] = self._once(
-            f"projection {','.join(topics)}", lambda: self._build_projection(topics)
-        )
+        built: Projection = self._once(f"projection {','.join(topics)}", lambda: self._build_projection(topics))
         return built
 
-    def _build_projection(self, topics: tuple[str, ...]) -> tuple[Column, Column, Column]:
+    def project(self, parsed: DataFrame, topics: tuple[str, ...]) -> DataFrame:
+        """The rows of ``parsed`` from ``topics`` with their records (every column of
+        ``parsed``, ``housekeeping``, and the exploded records ``pos`` and ``r``)."""
+        from pyspark.sql import functions as F
+
+        p = self.projection(topics)
+        kept = [F.col("`" + name.replace("`", "``") + "`") for name in parsed.columns]
+        return (
+            parsed.where(p.where)
+            .select("*", *p.prelude)
+            .select(*kept, p.housekeeping.alias("housekeeping"), p.records.alias("pos", "r"))
+        )
+
+    def _build_projection(self, topics: tuple[str, ...]) -> Projection:
         from pyspark.sql import functions as F
 
         poison = self._poison()
@@ -520,21 +543,34 @@ class NormalizeJob:
             self._quarantine_reason(poison), S.lit(None).cast("string"), False,
         )  # fmt: skip
 
-        def part(where: Sql, housekeeping: Sql, projected: Sql) -> tuple[Column, Column, Column]:
+        def part(where: Sql, prelude: list[Sql], housekeeping: Sql, projected: Sql) -> Projection:
             # a record the normaliser cannot read is withheld, by name
             records = S.when(poison.isNotNull(), S.array(unreadable)).otherwise(projected)
-            return S.to_column(where), S.to_column(housekeeping), F.posexplode_outer(S.to_column(records))
+            return Projection(
+                S.to_column(where),
+                [S.to_column(c).alias(str(c.name)) for c in prelude],
+                S.to_column(housekeeping),
+                F.posexplode_outer(S.to_column(records)),
+            )
 
         feeds = [f for f in self.plan.feeds if f.raw_topic in topics]
         if not feeds:  # the outbox
-            return part(S.col("raw_topic").isin(*topics), S.lit(False), self.project_outbox())
+            return part(S.col("raw_topic").isin(*topics), [], S.lit(False), self.project_outbox())
+        before, after = S.col("e.before"), S.col("e.after")
+        image = S.when(S.col("e.op") == "d", before).otherwise(after).alias("_mcq_image")
+        prelude: list[Sql] = [image]
         outputs: list[Sql] = []
         housekeeping: Sql = S.lit(False)
-        for feed in feeds:
-            projected, hk = self.project_feed(feed)
+        for i, feed in enumerate(feeds):
+            # each key once a row, in a column of its own: written into every record and
+            # condition that needs it, it made the projection's text, its analysis and its
+            # generated code several times larger
+            old_key, new_key = f"_mcq_old_key_{i}", f"_mcq_new_key_{i}"
+            prelude += [feed_key(feed, before).alias(old_key), feed_key(feed, after).alias(new_key)]
+            projected, hk = self.project_feed(feed, S.col(old_key), S.col(new_key), S.col("_mcq_image"))
             outputs.append(projected)
             housekeeping = housekeeping | hk
-        return part(S.col("raw_topic") == topics[0], housekeeping, S.concat(*outputs))
+        return part(S.col("raw_topic") == topics[0], prelude, housekeeping, S.concat(*outputs))
 
     def groups_read(self, read: set[str] | None) -> list[tuple[str, ...]]:
         """The projection groups holding a raw topic of ``read`` (None: every group)."""
@@ -552,10 +588,7 @@ class NormalizeJob:
         most of a small batch's time)."""
         from pyspark.sql import functions as F
 
-        parts = []
-        for topics in self.projection_groups() if groups is None else groups:
-            where, housekeeping, records = self.projection(topics)
-            parts.append(parsed.where(where).select("*", housekeeping.alias("housekeeping"), records.alias("pos", "r")))
+        parts = [self.project(parsed, topics) for topics in (self.projection_groups() if groups is None else groups)]
         if not parts:
             return None
         out = union_by_name(parts)

@@ -143,8 +143,7 @@ def realtime_records(
     return [
         (
             topics[0] if len(topics) == 1 else "outbox",
-            job.parse(_source(job, spark, list(topics), offsets))
-            .select("*", job.projection(topics)[2].alias("pos", "r"))
+            job.project(job.parse(_source(job, spark, list(topics), offsets)), topics)
             .where(F.col("r").isNotNull())
             .select(
                 F.col("r.topic").alias("topic"),
