@@ -125,16 +125,28 @@ def position_headers() -> Column:
     return F.array(F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")))
 
 
+NUMBER_KEY_FIELDS = ("person_id", "pkey_number")
+"""The key fields that hold a 64-bit integer; the rest are text."""
+
+
+def key_number(value: Sql) -> Sql:
+    """A numeric key field's value from a column's text (``"42"``, or ``"42.0"`` under
+    ``decimal.handling.mode=string``): NULL where it is not a number or not within a long
+    (``key_problem`` says which)."""
+    return value.try_cast("decimal(38,0)").try_cast("long")
+
+
 def feed_key(feed: FeedPlan, row: Sql) -> Sql:
     """The logical key (a ``KEY_TYPE`` struct) of one row image of a feed (a
     ``map<string,string>`` column -> text): the key fields from the columns the feed maps
-    (SQL text: ``streams.sqltext``)."""
+    (SQL text: ``streams.sqltext``). A numeric field whose column holds no whole number is
+    NULL here; ``key_problem`` names it, and such a row is withheld, never delivered."""
 
     def field_(name: str, typ: str) -> Sql:
         column = feed.key_column(name)
         value = row.getItem(column) if column else S.lit(None)
-        if typ == "long":  # numeric keys may arrive as "42" or "42.0" (decimal.handling.mode=string)
-            value = value.cast("decimal(38,0)").cast("long")
+        if name in NUMBER_KEY_FIELDS:
+            return key_number(value).alias(name)
         return value.cast(typ).alias(name)
 
     return S.struct(
@@ -144,6 +156,43 @@ def feed_key(feed: FeedPlan, row: Sql) -> Sql:
         field_("pkey_string", "string"),
         field_("pkey_number", "long"),
         field_("aux_string", "string"),
+    )
+
+
+KEY_REPAIR = (
+    ": not a whole number within a 64-bit integer; repair: map the column to pkey_string or aux_string in the "
+    "registry, or correct the row in the source (a corrected row flows again), then mcq refresh LISTENER --from source"
+)
+"""What follows ``key_problem``'s finding in a withheld record's reason."""
+
+
+def key_problem(feed: FeedPlan, row: Sql, where: str) -> Sql:
+    """Why a row image (``row``: a map column; ``where``: "the after-image", for the message)
+    has no key for ``feed``: a column mapped to ``person_id`` or ``pkey_number`` holds text
+    that is not a whole number within a 64-bit integer (``'E12'``, ``'42.5'``, a 20-digit
+    number); NULL when its key is whole (or the image is NULL). ``KEY_REPAIR`` says what to do.
+
+    Without this, Spark's ANSI cast fails the whole batch on such a value and the normaliser
+    stops for every listener; read leniently, the key field would be NULL and the row
+    delivered under a wrong key."""
+    problems = [
+        _not_whole(f"column {column} ({name} of {feed.ref}'s key)", row.getItem(column), where)
+        for name in NUMBER_KEY_FIELDS
+        if (column := feed.key_column(name))
+    ]
+    if not problems:
+        return S.lit(None).cast("string")
+    found = S.concat_ws("; ", *problems)
+    return S.when(found != "", found).otherwise(S.lit(None).cast("string"))
+
+
+def _not_whole(field_: str, value: Sql, where: str) -> Sql:
+    """``<field_> holds '<value>' in <where>`` where one numeric key field's text is not a
+    whole number within a long, else NULL."""
+    whole = S.coalesce(value.try_cast("decimal(38,18)") == key_number(value), S.lit(False))
+    return S.when(
+        value.isNotNull() & ~whole,
+        S.concat(S.lit(f"{field_} holds '"), value, S.lit(f"' in {where}")),
     )
 
 
@@ -314,11 +363,20 @@ class NormalizeJob:
             S.lit(tombstone).alias("tombstone"),
         )
 
-    def project_feed(self, feed: FeedPlan, old_key: Sql, new_key: Sql, image: Sql) -> tuple[Sql, Sql]:
+    def project_feed(
+        self, feed: FeedPlan, old_key: Sql, new_key: Sql, image: Sql, old_problem: Sql, new_problem: Sql
+    ) -> tuple[Sql, Sql]:
         """One feed's logical records of a raw row (several where a key moved, or a delete),
         and whether the row is a housekeeping-only update; empty for other raw topics.
         ``old_key``, ``new_key``: the columns holding the feed's key of the before- and
-        after-image, ``image``: the one holding the row's image (``Projection.prelude``)."""
+        after-image, ``image``: the one holding the row's image, ``old_problem``,
+        ``new_problem``: why the before-/after-image has no whole key (``key_problem``),
+        all in ``Projection.prelude``.
+
+        A change whose key is not whole is withheld; what the targets can still be told
+        flows: a row that leaves a whole key for a broken one is deleted under the old key,
+        and a row corrected in the source arrives under its new key (its broken old key
+        never reached a target)."""
         before, after, op = S.col("e.before"), S.col("e.after"), S.col("e.op")
         null_map = S.lit(None).cast("map<string,string>")
         origin = S.lit(f"table {feed.source_table}")
@@ -348,6 +406,12 @@ class NormalizeJob:
             ),
             no_stack, False,
         )  # fmt: skip
+
+        def unkeyed(key: Sql, problem: Sql) -> Sql:
+            why = self._quarantine_reason(S.concat(problem, S.lit(KEY_REPAIR)))
+            return self._record(S.lit(self.plan.withheld_topic), key, "UPDATE", after, before, why, no_stack, False)
+
+        old_bad, new_bad = old_problem.isNotNull(), new_problem.isNotNull()
         # a column capture takes that the row lacks: renamed or dropped in the source (or added to the
         # registry before `mcq connect apply`); delivered, the change would remove its value at every target
         gone = [S.when(~S.map_contains_key(after, column), S.lit(column)) for column in feed.columns]
@@ -367,6 +431,17 @@ class NormalizeJob:
         outputs = (
             S.when(~mine, S.array().cast(RECORDS_TYPE))
             .when(image.isNotNull() & (missing != ""), S.array(keyless))
+            .when(old_bad & new_bad, S.array(unkeyed(new_key, S.concat_ws("; ", old_problem, new_problem))))
+            .when(old_bad & (op == "d"), S.array(unkeyed(old_key, old_problem)))
+            .when(
+                new_bad & (op == "u") & before.isNotNull(),
+                S.array(
+                    rec(old_key, "DELETE", null_map, before),
+                    rec(old_key, "DELETE", null_map, before, True),
+                    unkeyed(new_key, new_problem),
+                ),
+            )
+            .when(new_bad, S.array(unkeyed(new_key, new_problem)))
             .when(
                 op.isin("c", "r", "u")
                 & after.isNotNull()
@@ -377,6 +452,7 @@ class NormalizeJob:
             .when(op.isin("c", "r", "u") & S.col("garbled"), S.array(garbled))
             .when(op.isin("c", "r"), S.array(rec(new_key, "INSERT", after, null_map)))
             .when((op == "u") & S.col("unavailable") & (moved | touches), S.array(withheld))
+            .when((op == "u") & old_bad, S.array(rec(new_key, "INSERT", after, null_map)))
             .when(
                 op == "d",
                 S.array(rec(old_key, "DELETE", null_map, before), rec(old_key, "DELETE", null_map, before, True)),
@@ -392,7 +468,7 @@ class NormalizeJob:
             .when((op == "u") & touches, S.array(rec(new_key, "UPDATE", after, before)))
             .otherwise(S.array().cast(RECORDS_TYPE))
         )
-        housekeeping = mine & (op == "u") & ~moved & ~touches
+        housekeeping = mine & (op == "u") & ~moved & ~touches & ~old_bad & ~new_bad
         return outputs, housekeeping
 
     @staticmethod
@@ -472,9 +548,9 @@ class NormalizeJob:
         key = S.struct(
             S.upper(row.getItem("tname")).alias("tname"),
             row.getItem("subtype").alias("subtype"),
-            row.getItem("person_id").cast("long").alias("person_id"),
+            key_number(row.getItem("person_id")).alias("person_id"),
             row.getItem("pkey_string").alias("pkey_string"),
-            row.getItem("pkey_number").cast("decimal(38,0)").cast("long").alias("pkey_number"),
+            key_number(row.getItem("pkey_number")).alias("pkey_number"),
             row.getItem("aux_string").alias("aux_string"),
         )
         topic = S.lit(self.plan.refresh_topic)
@@ -492,8 +568,21 @@ class NormalizeJob:
         for topic_name, source in self.plan.outbox_sources:  # an entry for another source is not ours
             in_scope = in_scope | ((S.col("raw_topic") == topic_name) & (scope.isNull() | (scope == source)))
         mine = in_scope & S.col("e.op").isin("c", "r")
+        problem = S.concat_ws(
+            "; ", *(_not_whole(f"{name} of the log entry", row.getItem(name), "mcq_log") for name in NUMBER_KEY_FIELDS)
+        )
+        reason = S.concat(
+            problem,
+            S.lit(": not a whole number within a 64-bit integer; repair: log the entry again (mcq_log_insert, "
+                  "mcq_log_update, mcq_log_delete) with a whole pkey_number, or the key as pkey_string"),
+        )  # fmt: skip
+        unkeyed = self._record(
+            S.lit(self.plan.withheld_topic), key, change_type, row, null_map, self._quarantine_reason(reason),
+            stack, False,
+        )  # fmt: skip
         return (
             S.when(~mine, S.array().cast(RECORDS_TYPE))
+            .when(problem != "", S.array(unkeyed))
             .when(
                 # an explicit-only table's delete ends in a tombstone; a refresh request never does
                 (change_type == "DELETE") & (topic != S.lit(self.plan.refresh_topic))
@@ -566,8 +655,16 @@ class NormalizeJob:
             # condition that needs it, it made the projection's text, its analysis and its
             # generated code several times larger
             old_key, new_key = f"_mcq_old_key_{i}", f"_mcq_new_key_{i}"
-            prelude += [feed_key(feed, before).alias(old_key), feed_key(feed, after).alias(new_key)]
-            projected, hk = self.project_feed(feed, S.col(old_key), S.col(new_key), S.col("_mcq_image"))
+            old_problem, new_problem = f"_mcq_old_problem_{i}", f"_mcq_new_problem_{i}"
+            prelude += [
+                feed_key(feed, before).alias(old_key),
+                feed_key(feed, after).alias(new_key),
+                key_problem(feed, before, "the before-image").alias(old_problem),
+                key_problem(feed, after, "the after-image").alias(new_problem),
+            ]
+            projected, hk = self.project_feed(
+                feed, *(S.col(c) for c in (old_key, new_key, "_mcq_image", old_problem, new_problem))
+            )
             outputs.append(projected)
             housekeeping = housekeeping | hk
         return part(S.col("raw_topic") == topics[0], prelude, housekeeping, S.concat(*outputs))

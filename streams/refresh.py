@@ -50,6 +50,7 @@ from mcq.topics.listener import ListenerTopics
 from streams.exceptions import RefreshError, SelectionError
 from streams.frames import union_by_name
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
+from streams.normalize import KEY_REPAIR
 from streams.progress import stage_progress
 from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
@@ -71,6 +72,9 @@ class RefreshSummary:
     states: dict[str, int] = field(default_factory=dict)
     deletes: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
+    unkeyed: int = 0
+    """Source rows left out: a column mapped to a numeric key field holds no whole number."""
+    unkeyed_examples: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -81,6 +85,9 @@ class RefreshSummary:
         refs = sorted(set(self.states) | set(self.deletes))
         out = [f"{ref}: {self.states.get(ref, 0):,} state(s), {self.deletes.get(ref, 0):,} delete(s)" for ref in refs]
         out += [f"e.g. {example}" for example in self.examples]
+        if self.unkeyed:
+            out.append(f"LEFT OUT {self.unkeyed:,} source row(s) with no whole key, e.g.:")
+            out += [f"  {reason}" for reason in self.unkeyed_examples]
         return out or ["nothing selected"]
 
 
@@ -150,7 +157,8 @@ class Refresh:
         with stage_progress(spark, label, self.report):
             if self.source is not None:
                 last = self.source.states(spark, position, tables).persist(StorageLevel.MEMORY_AND_DISK)
-                live, dead, now = last, None, (position, 0)
+                self._unkeyed(last, summary)
+                live, dead, now = last.where(F.col("problem").isNull()).drop("problem"), None, (position, 0)
                 states = self._records(self._select(live), "UPDATE", ids)
             else:
                 last = last_records(spark, self.settings, logical, self.tables).persist(StorageLevel.MEMORY_AND_DISK)
@@ -183,6 +191,19 @@ class Refresh:
             self._clear_exposures(logical)
         summary.seconds = time.monotonic() - started
         return summary
+
+    def _unkeyed(self, states: DataFrame, summary: RefreshSummary) -> None:
+        """Count and name the source rows without a whole key (``streams.normalize.key_problem``):
+        the normaliser withholds their changes, and a refresh leaves them out, said aloud."""
+        from pyspark.sql import functions as F
+
+        unkeyed = states.where(F.col("problem").isNotNull())
+        examples = [row["problem"] + KEY_REPAIR for row in unkeyed.select("problem").limit(EXAMPLES).collect()]
+        if examples:
+            summary.unkeyed = unkeyed.count()
+            summary.unkeyed_examples = examples
+            left = f"LEFT OUT {summary.unkeyed:,} source row(s) with no whole key"
+            self.report(f"refresh {self.name}: {left}: {examples[0]}")
 
     def _clear_exposures(self, topics: list[str]) -> None:
         """A whole-table refresh repairs the deletes a listener that stayed away longer than

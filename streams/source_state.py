@@ -37,7 +37,7 @@ from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SourceReadError
 from streams.frames import union_by_name
 from streams.laststate import FIELDS
-from streams.normalize import feed_key
+from streams.normalize import feed_key, key_problem
 from streams.plan import FeedPlan, plan_normalize
 from streams.sqltext import col, to_column
 
@@ -217,7 +217,8 @@ class SourceReader:
 
     def states(self, spark: SparkSession, position: int, tables: dict[str, SourceTable]) -> DataFrame:
         """One row per key of the feeds' tables: the key fields, ``change_type`` UPDATE, the
-        ``after`` state and ``pos`` (``c`` = the position, ``l`` = 0)."""
+        ``after`` state, ``pos`` (``c`` = the position, ``l`` = 0) and ``problem``: why the
+        row has no whole key (``streams.normalize.key_problem``), NULL for every row that has."""
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
@@ -229,18 +230,22 @@ class SourceReader:
             part = (
                 reads[feed.source_table]
                 .select(after.alias("after"))
-                .select(to_column(feed_key(feed, col("after"))).alias("k"), "after")
-                .select(*(F.col(f"k.{f}").alias(f) for f in FIELDS), "after", F.lit(rank).alias("rank"))
+                .select(
+                    to_column(feed_key(feed, col("after"))).alias("k"),
+                    "after",
+                    to_column(key_problem(feed, col("after"), f"{feed.source_table}'s row")).alias("problem"),
+                )
+                .select(*(F.col(f"k.{f}").alias(f) for f in FIELDS), "after", "problem", F.lit(rank).alias("rank"))
             )
             parts.append(part)
         assert parts, "no feeds to read"
         rows = union_by_name(parts)
         shared = {f.ref for f in self.feeds if sum(g.ref == f.ref for g in self.feeds) > 1}
         if shared:  # a key two feeds hold: the first feed's state
-            first = Window.partitionBy(*FIELDS).orderBy("rank")
+            first = Window.partitionBy(*FIELDS, "problem").orderBy("rank")
             rows = rows.withColumn("n", F.row_number().over(first)).where(F.col("n") == 1).drop("n")
         pos = F.struct(F.lit(position).cast("long").alias("c"), F.lit(0).cast("long").alias("l"))
-        return rows.select(*FIELDS, F.lit("UPDATE").alias("change_type"), "after", pos.alias("pos"))
+        return rows.select(*FIELDS, F.lit("UPDATE").alias("change_type"), "after", pos.alias("pos"), "problem")
 
     def _read(self, spark: SparkSession, table: SourceTable) -> DataFrame:
         """The table's rows, every column as text, in block ranges read in parallel."""

@@ -82,6 +82,10 @@ class Sql:
     def cast(self, type_: str) -> Sql:
         return Sql(f"CAST({self} AS {type_})")
 
+    def try_cast(self, type_: str) -> Sql:
+        """``TRY_CAST``: NULL where the value cannot be read as ``type_`` (``CAST`` fails the query)."""
+        return Sql(f"TRY_CAST({self} AS {type_})")
+
     def alias(self, name: str) -> Sql:
         return Sql(self.text, name)
 
