@@ -131,9 +131,11 @@ NUMBER_KEY_FIELDS = ("person_id", "pkey_number")
 
 def key_number(value: Sql) -> Sql:
     """A numeric key field's value from a column's text (``"42"``, or ``"42.0"`` under
-    ``decimal.handling.mode=string``): NULL where it is not a number or not within a long
-    (``key_problem`` says which)."""
-    return value.try_cast("decimal(38,0)").try_cast("long")
+    ``decimal.handling.mode=string``): NULL where it is not a whole number within a long,
+    never rounded (``not_whole`` names such a value)."""
+    exact = value.try_cast("decimal(38,18)")
+    number = exact.try_cast("long")
+    return S.when(exact == number, number)
 
 
 def feed_key(feed: FeedPlan, row: Sql) -> Sql:
@@ -176,7 +178,7 @@ def key_problem(feed: FeedPlan, row: Sql, where: str) -> Sql:
     stops for every listener; read leniently, the key field would be NULL and the row
     delivered under a wrong key."""
     problems = [
-        _not_whole(f"column {column} ({name} of {feed.ref}'s key)", row.getItem(column), where)
+        not_whole(f"column {column} ({name} of {feed.ref}'s key)", row.getItem(column), where)
         for name in NUMBER_KEY_FIELDS
         if (column := feed.key_column(name))
     ]
@@ -186,12 +188,11 @@ def key_problem(feed: FeedPlan, row: Sql, where: str) -> Sql:
     return S.when(found != "", found).otherwise(S.lit(None).cast("string"))
 
 
-def _not_whole(field_: str, value: Sql, where: str) -> Sql:
+def not_whole(field_: str, value: Sql, where: str) -> Sql:
     """``<field_> holds '<value>' in <where>`` where one numeric key field's text is not a
-    whole number within a long, else NULL."""
-    whole = S.coalesce(value.try_cast("decimal(38,18)") == key_number(value), S.lit(False))
+    whole number within a long (``key_number`` is NULL), else NULL."""
     return S.when(
-        value.isNotNull() & ~whole,
+        value.isNotNull() & key_number(value).isNull(),
         S.concat(S.lit(f"{field_} holds '"), value, S.lit(f"' in {where}")),
     )
 
@@ -569,7 +570,7 @@ class NormalizeJob:
             in_scope = in_scope | ((S.col("raw_topic") == topic_name) & (scope.isNull() | (scope == source)))
         mine = in_scope & S.col("e.op").isin("c", "r")
         problem = S.concat_ws(
-            "; ", *(_not_whole(f"{name} of the log entry", row.getItem(name), "mcq_log") for name in NUMBER_KEY_FIELDS)
+            "; ", *(not_whole(f"{name} of the log entry", row.getItem(name), "mcq_log") for name in NUMBER_KEY_FIELDS)
         )
         reason = S.concat(
             problem,
