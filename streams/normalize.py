@@ -161,9 +161,11 @@ def feed_key(feed: FeedPlan, row: Sql) -> Sql:
     )
 
 
+NOT_WHOLE = ": not a whole number within a 64-bit integer; repair: "
+"""What follows ``not_whole``'s findings in a withheld record's reason, before the repair."""
 KEY_REPAIR = (
-    ": not a whole number within a 64-bit integer; repair: map the column to pkey_string or aux_string in the "
-    "registry, or correct the row in the source (a corrected row flows again), then mcq refresh LISTENER --from source"
+    NOT_WHOLE + "map the column to pkey_string or aux_string in the registry, or correct the row in the source "
+    "(a corrected row flows again), then mcq refresh LISTENER --from source"
 )
 """What follows ``key_problem``'s finding in a withheld record's reason."""
 
@@ -574,8 +576,8 @@ class NormalizeJob:
         )
         reason = S.concat(
             problem,
-            S.lit(": not a whole number within a 64-bit integer; repair: log the entry again (mcq_log_insert, "
-                  "mcq_log_update, mcq_log_delete) with a whole pkey_number, or the key as pkey_string"),
+            S.lit(NOT_WHOLE + "log the entry again (mcq_log_insert, mcq_log_update, mcq_log_delete) with a "
+                  "whole pkey_number, or the key as pkey_string"),
         )  # fmt: skip
         unkeyed = self._record(
             S.lit(self.plan.withheld_topic), key, change_type, row, null_map, self._quarantine_reason(reason),
