@@ -70,7 +70,9 @@ def refresh(
     table, or a key list that covers it) or when a key list names it whole. The listener
     applies the bulk lane while its real-time lane is idle. Exit 2 for an unknown listener
     or table, a rule that does not parse or a bad key file line (nothing is sent), 1 when
-    the job fails."""
+    the job fails, and 1 when --from source left out rows with no whole key (the rest was
+    sent, or would be by a dry run: the target will not mirror those rows until they are
+    repaired in the source)."""
     from streams.exceptions import SelectionError, SourceReadError, SparkSetupError
     from streams.refresh import Refresh, listener_tables
     from streams.selection import selection
@@ -99,6 +101,12 @@ def refresh(
             f"refresh {name}: {summary.total:,} record(s) sent to {summary.topic} in {summary.seconds:.1f} s; "
             f"the listener applies them while its real-time lane is idle"
         )
+    if summary.unkeyed:
+        _say(
+            f"refresh {name}: {summary.unkeyed:,} source row(s) left out (no whole key; see above): exit 1 until "
+            "they are repaired in the source and refreshed again"
+        )
+        sys.exit(EXIT_FAILED)
 
 
 @main.command("reconcile")
