@@ -3,7 +3,7 @@
 
 Each benchmark is a module of ``bench/`` run as its own process (its progress lines
 reach the terminal as they come); the Markdown table lines it prints (``| ... |``) are its
-result. ``--quick`` runs reduced sizes (5.6 minutes here, against a 5-minute aim) and leaves BENCHMARKS.md
+result. ``--quick`` runs reduced sizes (4.2-5.7 minutes here, against a 5-minute aim) and leaves BENCHMARKS.md
 alone: its figures are for a quick look, not for the record. It leaves out the benchmarks
 of ``QUICK_COVERS``, each a normaliser start of its own, and says where its other figures
 show them.

@@ -238,7 +238,7 @@ class Projection:
     """One projection group's columns (``NormalizeJob.projection``): which raw rows
     (``where``), the values its records share computed once a row (``prelude``: the row's
     image, each feed's key of the before- and the after-image), whether a row is a
-    housekeeping-only update, and its exploded records (``pos``, ``r``)."""
+    housekeeping-only update, and its records (an array, exploded into ``pos``, ``r``)."""
 
     where: Column
     prelude: list[Column]
@@ -619,15 +619,17 @@ class NormalizeJob:
 
         p = self.projection(topics)
         kept = [F.col("`" + name.replace("`", "``") + "`") for name in parsed.columns]
+        # the records array is computed by a projection of its own, then exploded: as the
+        # generator's argument, Spark evaluated the whole CASE of a feed's records without
+        # generated code, row by row (BENCHMARKS.md, 2026-11-28)
         return (
             parsed.where(p.where)
             .select("*", *p.prelude)
-            .select(*kept, p.housekeeping.alias("housekeeping"), p.records.alias("pos", "r"))
+            .select(*kept, p.housekeeping.alias("housekeeping"), p.records.alias("_mcq_records"))
+            .select(*kept, "housekeeping", F.posexplode_outer("_mcq_records").alias("pos", "r"))
         )
 
     def _build_projection(self, topics: tuple[str, ...]) -> Projection:
-        from pyspark.sql import functions as F
-
         poison = self._poison()
         null_map = S.lit(None).cast("map<string,string>")
         unreadable = self._record(
@@ -642,7 +644,7 @@ class NormalizeJob:
                 S.to_column(where),
                 [S.to_column(c).alias(str(c.name)) for c in prelude],
                 S.to_column(housekeeping),
-                F.posexplode_outer(S.to_column(records)),
+                S.to_column(records),
             )
 
         feeds = [f for f in self.plan.feeds if f.raw_topic in topics]
