@@ -95,7 +95,7 @@ soak: install
 	MCQ_SOAK_MINUTES=$(MINUTES) $(BIN)/pytest -m soak -s tests/soak
 
 # Benchmarks (never part of `make test`): every measurement of BENCHMARKS.md in one run,
-# its tables rewritten there; bench-quick: reduced sizes (5.6 minutes here), printed only.
+# its tables rewritten there; bench-quick: reduced sizes (4.0 minutes here), printed only.
 bench: install
 	$(BIN)/mcq stack up
 	$(BIN)/python -m bench.run

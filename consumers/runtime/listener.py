@@ -129,6 +129,7 @@ class ListenerRuntime:
         self._last_tick = time.monotonic()
         self._realtime_topics: list[str] = []
         self._bulk_busy = False
+        self._fetch_in_flight = False  # the real-time lane's watermark is ahead of what it handed us
         self._until_caught_up = False
         self._offsets = LaneOffsets(name, self._admin, self._kafka, report)
         self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
@@ -393,13 +394,20 @@ class ListenerRuntime:
         # enough to delay real-time changes by 0.5 s now and then (bench/batch_jobs.py);
         # what it may hold is bounded by queued.max.messages.kbytes.
         # no wait either for a run until caught up whose real-time lane is (its bulk lane's turn)
+        # A real-time record the watermark has announced is waited for once, by the next poll
+        # only, and the bulk lane's batch comes next if it did not arrive (a watermark that no
+        # record follows, such as a transaction's marker, holds nothing up for good). A wait
+        # kept up while the bulk lane had work starved it for as long as real-time records came
+        # less than the wait apart: a steady trickle of them held a refresh for good.
         drained = self._until_caught_up and self._lane_caught_up("realtime", self._rt)
-        msgs = self._take(self._rt, self._pace["realtime"].size, 0 if self._bulk_busy or drained else 0.25)
+        announced, self._fetch_in_flight = self._fetch_in_flight, False
+        wait = announced or not (self._bulk_busy or drained)
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0.25 if wait else 0)
         if msgs:
             self._process(self._rt, msgs, "realtime")
             return True
-        if self._realtime_backlog():
-            self._bulk_busy = False  # the next real-time poll may wait for the fetch in flight
+        if not announced and self._realtime_backlog():
+            self._fetch_in_flight = True
             return False
         msgs = self._take(self._bulk, self._pace["bulk"].size, 0.05)
         self._bulk_busy = bool(msgs)

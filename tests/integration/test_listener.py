@@ -4,6 +4,7 @@ logical topics; the normaliser has its own tests."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import signal
@@ -24,7 +25,7 @@ from consumers.runtime.heartbeat import Counters, Heartbeat, read_beats
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.parking import Origin, failure_headers
 from consumers.runtime.status import listener_status, status_report
-from mcq.change import Change, ChangeCodec
+from mcq.change import POSITION_HEADER, Change, ChangeCodec
 from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
@@ -233,6 +234,42 @@ def test_realtime_change_overtakes_a_full_bulk_lane(
             f"real-time change applied {latency:.2f} s after it was produced, with a bulk lane "
             f"{len(bulk) - rt.counters.bulk_applied} changes deep"
         )
+
+
+def test_a_steady_realtime_stream_leaves_the_bulk_lane_its_turns(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """Real-time changes go first, but a stream of them (each produced as soon as the one
+    before is applied, as a busy source does) must not stop a refresh: the bulk lane is
+    applied between them, in every second of the stream. It once stalled for as long as
+    real-time changes came less than 0.25 s apart (bench/listener_lanes.py)."""
+    w = make_world(settings, token, tmp_path)
+    register_topic(registry_client(w.settings), w.topics.bulk)  # as the runtime does at start
+    bulk = [change("PHONE", 100_000 + i, f"bulk-{i}", "INSERT") for i in range(60_000)]
+    produce(w.settings, w.topics.bulk, bulk)
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer({**w.settings.kafka.client_config(), "linger.ms": 0, "enable.idempotence": True})
+    with running(w) as rt:
+        wait_for("the bulk lane to start", lambda: rt.counters.bulk_applied > 0, 120, 0.1)
+        per_second = [rt.counters.bulk_applied]  # bulk changes applied by the end of each second
+        sent = 0
+        second_ends = time.monotonic() + 1
+        while len(per_second) <= 8 and rt.counters.bulk_applied < len(bulk):
+            c = change("PHONE", 1 + sent, f"rt-{sent}")
+            key, value = codec.encode(w.phone_topic, c)
+            producer.produce(w.phone_topic, key=key, value=value, headers=[(POSITION_HEADER, str(c.position).encode())])
+            producer.flush(30)
+            sent += 1
+            realtime_applied = lambda n=sent: rt.counters.applied - rt.counters.bulk_applied >= n  # noqa: E731
+            wait_for("the real-time change", realtime_applied, 60, 0.002)
+            if time.monotonic() >= second_ends:
+                per_second.append(rt.counters.bulk_applied)
+                second_ends += 1
+        moved = [b - a for a, b in itertools.pairwise(per_second)]
+        print(f"{sent} real-time changes; bulk changes applied per second beside them: {moved}")
+        assert sent >= 20, "too few real-time changes to call it a stream"
+        if rt.counters.bulk_applied < len(bulk):  # else the lane was done: it was never held up
+            assert all(m > 0 for m in moved), f"the bulk lane stood still for a second beside the stream: {moved}"
 
 
 def test_two_instances_split_partitions_and_one_takes_over_when_the_other_dies(
