@@ -4,14 +4,13 @@ Method: a listener with the built-in ``table`` adapter (PostgreSQL on the local 
 runs as ``mcq listen`` in a process of its own, as a deployment runs it
 (``bench/listener_process.py``). (1) Idle: one real-time change at a time is produced to its
 logical topic; latency = produce -> row visible in the target, over ``--samples``
-changes. (2) Loaded: ``--bulk`` changes are put in its bulk lane first; once the bulk
-lane is being applied, the same real-time measurement is repeated (the lane is filled while
-the listener is stopped, then it starts again: it applies a lane about as fast as one
-producer fills it, so a lane filled while it ran was dry before the samples); the lane's depth is
-read before and after the samples (one that ran dry during them is said). (3) Throughput:
-the bulk lane's rate of applied changes from its first commit until it is empty (the
-loaded samples are 30 single changes beside it), and the real-time lane's rate for
-``--burst`` changes produced at once.
+changes. (2) Loaded: ``--bulk`` changes are put in its bulk lane while it is stopped (it
+applies a lane about as fast as one producer fills it, so a lane filled while it ran was
+dry before the samples); it starts again, and once the bulk lane is being applied the same
+real-time measurement is repeated. The lane's depth is read before and after the samples
+(a lane that ran dry during them is said). (3) Throughput: the bulk lane's rate from its
+first commit until it is empty (the loaded samples, single changes, run beside it), and the
+real-time lane's rate for ``--burst`` changes produced at once.
 
     .venv/bin/python -m bench.listener_lanes --samples 200 --bulk 100000 --burst 20000
 
