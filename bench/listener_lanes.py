@@ -36,7 +36,7 @@ from mcq.config import load_settings
 from mcq.contract import register_topic, registry_client
 from mcq.testing.listeners import change, make_world, produce
 
-from .listener_process import bulk_pending, listener_process, pending, wait_bulk_started
+from .listener_process import bulk_pending, lane_rate, listener_process, pending, wait_bulk_started
 from .stats import percentile
 
 
@@ -65,19 +65,6 @@ def _latencies(w, samples: int) -> list[float]:  # type: ignore[no-untyped-def]
                 time.sleep(0.005)
             out.append(time.monotonic() - sent)
     return out
-
-
-def lane_rate(w, done_before: int, started: float, timeout_s: float = 600) -> float:  # type: ignore[no-untyped-def]
-    """Changes/s the listener committed in its bulk lane from ``started`` (when it had committed
-    ``done_before``) until the lane is empty: the whole lane, not the tail left after the samples."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left, done = bulk_pending(w)
-        if left == 0:
-            return (done - done_before) / max(time.monotonic() - started, 1e-9)
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the listener's bulk lane still held {left:,} changes after {timeout_s:.0f} s")
-        time.sleep(0.2)
 
 
 def main() -> int:

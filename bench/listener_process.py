@@ -93,3 +93,16 @@ def bulk_rate(w: Any, seconds: float = 10.0) -> float | None:
         left, last = bulk_pending(w)
         if left == 0 or time.monotonic() - started >= seconds:
             return (last - first) / (time.monotonic() - started)
+
+
+def lane_rate(w: Any, done_before: int, started: float, timeout_s: float = 600) -> float:
+    """Changes/s the listener committed in its bulk lane from ``started`` (when it had committed
+    ``done_before``) until the lane is empty: the whole lane, not the tail left after the samples."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left, done = bulk_pending(w)
+        if left == 0:
+            return (done - done_before) / max(time.monotonic() - started, 1e-9)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the listener's bulk lane still held {left:,} changes after {timeout_s:.0f} s")
+        time.sleep(0.2)
