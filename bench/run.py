@@ -54,9 +54,9 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
             "4",
         ],
     ),
-    "batch_jobs": (["--keys", "1000000", "--samples", "200"], ["--keys", "20000", "--samples", "10"]),
+    "batch_jobs": (["--keys", "1000000", "--samples", "1000"], ["--keys", "20000", "--samples", "10"]),
     "listener_lanes": (
-        ["--samples", "200", "--bulk", "100000", "--burst", "20000"],
+        ["--samples", "1000", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "20000", "--burst", "2000"],
     ),
 }

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from consumers.runtime.health import ListenerMetrics
     from consumers.runtime.heartbeat import Counters
     from consumers.runtime.target import TargetWatch
+    from consumers.runtime.turns import RealtimeTurns
     from consumers.runtime.view import ListenerView, Verdict
     from mcq.registry.model import Delivery as DeliveryPolicy
     from mcq.topics.listener import ListenerTopics
@@ -109,6 +110,8 @@ class Delivery:
         self._report = report
         self._kafka: KafkaCall = kafka or (lambda what, call: call())
         """How a Kafka request is made: the runtime's waits out a broker restart (``outage.py``)."""
+        self.turns: RealtimeTurns | None = None
+        """The real-time lane's turns between the chunks of a bulk batch (set by the runtime)."""
 
     # ------------------------------------------------------------------ judging
 
@@ -160,6 +163,9 @@ class Delivery:
         change = item.change
         assert change is not None
         key = change.key
+        if self._superseded(item):  # a real-time turn inside this bulk batch applied a newer change
+            self._tally.count("superseded")
+            return None
         if not item.retry_lane and self.applied.blocked(key):
             self._queue(item, "waiting", f"waiting behind a parked change of {key}", time.time())
             return None
@@ -200,16 +206,27 @@ class Delivery:
     # ------------------------------------------------------------------ applying
 
     def _apply(self, items: list[Item], lane: str) -> None:
+        """Apply items in calls of the adapter: all at once in the real-time lane; in the bulk
+        lane in chunks between which the real-time lane gets its turns (turns.py)."""
         start = 0
+        turns = self.turns if lane == "bulk" else None
         while start < len(items):
             items = items[:start] + [i for i in items[start:] if not self._expired(i)]
             if start >= len(items):
                 break
             self.undone = items[start:]
-            changes = [i.change for i in items[start:] if i.change is not None]
-            outcomes = self._target.try_batch(changes)
+            if turns is not None and turns.offer():
+                items = items[:start] + self._not_superseded(items[start:])  # judged again: the turn applied
+                if start >= len(items):
+                    break
+                self.undone = items[start:]
+            chunk = items[start : start + turns.chunk(len(items) - start)] if turns is not None else items[start:]
+            began = time.monotonic()
+            outcomes = self._target.try_batch([i.change for i in chunk if i.change is not None])
+            if turns is not None:
+                turns.measured(len(chunk), time.monotonic() - began)
             done: list[Item] = []  # applied: recorded together, before a failure's retries
-            for item, outcome in zip(items[start:], outcomes, strict=True):
+            for item, outcome in zip(chunk, outcomes, strict=True):
                 if isinstance(outcome, TargetUnavailable):
                     self._applied(done, lane)
                     done = []
@@ -231,15 +248,22 @@ class Delivery:
         change of meanwhile (this one may have been removed from the group while it
         waited, and its partitions' changes applied elsewhere)."""
         self._kafka("reading the applied positions", self.applied.refresh)
+        return self._not_superseded(items)
+
+    def _not_superseded(self, items: list[Item]) -> list[Item]:
+        """The changes whose key has not had a newer change applied since they were judged."""
         out = []
         for item in items:
-            assert item.change is not None
-            applied = self.applied.get(item.change.key)
-            if applied is not None and applied > item.change.position:
+            if self._superseded(item):
                 self._tally.count("superseded")
                 continue
             out.append(item)
         return out
+
+    def _superseded(self, item: Item) -> bool:
+        assert item.change is not None
+        applied = self.applied.get(item.change.key)
+        return applied is not None and applied > item.change.position
 
     def _applied(self, items: list[Item], lane: str) -> None:
         """Remember changes the target took; the metrics once for all of them."""

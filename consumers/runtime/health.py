@@ -33,6 +33,12 @@ class ListenerMetrics:
             ["listener", "lane"],
             registry=self.registry,
         )
+        self.turns = Counter(
+            "mcq_listener_realtime_turns",
+            "Real-time batches handled inside a bulk batch (a real-time change that did not wait for it)",
+            ["listener"],
+            registry=self.registry,
+        )
         self.last_applied = Gauge(
             "mcq_listener_last_applied_timestamp_seconds",
             "When a change was last applied",

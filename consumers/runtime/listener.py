@@ -6,8 +6,10 @@ Two consumer groups per listener, both named after it:
   its retry topic;
 * the **bulk lane** (``<prefix>.<NAME>.bulk``): its bulk topic and the shared refresh
   requests, consumed only while the real-time lane has nothing waiting (it goes on
-  fetching meanwhile, but is not read), a small batch at a time, so a mass load never
-  delays a password change by more than one bulk batch.
+  fetching meanwhile, but is not read), a small batch at a time; a real-time record that
+  comes while a bulk batch is handled is handled inside it, within about 2 ms of bulk work
+  (consumers/runtime/turns.py), so a mass load never delays a password change by more
+  than one bulk chunk.
 
 Per batch: decode, keep the changes an interest (and its rule) selects, skip those not
 newer than what was applied for their key, apply the rest through the adapter, then
@@ -71,6 +73,7 @@ from consumers.runtime.parking import Origin, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.target import Abandon, TargetWatch
 from consumers.runtime.topics import tombstone_retention
+from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
@@ -345,6 +348,7 @@ class ListenerRuntime:
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
             self.report, self._kafka,
         )  # fmt: skip
+        self.turns = self._deliver.turns = RealtimeTurns(self._realtime_turn)
         self._rt = self._consumer(self.topics.group)
         self._bulk = self._consumer(self.topics.bulk_group)
         self._realtime_topics = self.realtime_topics()
@@ -416,6 +420,20 @@ class ListenerRuntime:
             return True
         return False
 
+    def _realtime_turn(self) -> bool:
+        """Inside a bulk batch: a batch of what the real-time lane has fetched already, if
+        anything (turns.py). The bulk batch's unhandled changes are its own again afterwards."""
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0)
+        if not msgs:
+            return False
+        self.metrics.turns.labels(listener=self.name).inc()
+        undone = self._deliver.undone
+        try:
+            self._process(self._rt, msgs, "realtime")
+        finally:
+            self._deliver.undone = undone
+        return True
+
     @staticmethod
     def _take(consumer: Consumer, most: int, timeout: float) -> list[Message]:
         """Wait up to ``timeout`` for the first record, then take what is already fetched
@@ -468,6 +486,10 @@ class ListenerRuntime:
         """Decode, judge each change against this listener's view and what it applied, apply
         the newest change per key, then flush and commit (the acknowledgement)."""
         started, waited = time.monotonic(), self.target.waited_s
+        turns = self.turns if lane == "bulk" else None
+        turns_began = turns.spent_s if turns is not None else 0.0
+        if turns is not None:
+            turns.start()
         # what the other instances resolved meanwhile (a broker restarting is waited for)
         self._kafka("reading the applied positions", self.applied.refresh)
         todo: dict[str, list[Item]] = {}  # key text -> the key's changes in this batch
@@ -477,6 +499,8 @@ class ListenerRuntime:
         firsts: dict[TP, Message] = {}  # the first record handled, per partition
         requests: list[Item] = []
         for msg in msgs:
+            if turns is not None:
+                turns.offer()
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
@@ -527,6 +551,8 @@ class ListenerRuntime:
         outcome = "failed"  # an unexpected error: nothing of this batch is acknowledged, it is read again
         try:
             self._deliver.apply_in_rounds(todo, lane)
+            if turns is not None:
+                turns.offer()  # before this batch's flush and commit
             self._clear_exposures(requests)
             outcome = "handled"
         except Abandon:
@@ -539,12 +565,17 @@ class ListenerRuntime:
             raise
         finally:
             if outcome != "failed":
+                if turns is not None:
+                    self._flush_with_turns(turns)
                 self._flush()
                 now = time.time()
                 for tp, offset in last.items():
                     self._offsets.handled(tp, offset, AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None))
                 taken = self._offsets.commit(consumer, self._offsets.commit_of(list(last)), lane)
-                self._paced(lane, taken, time.monotonic() - started, self.target.waited_s - waited)
+                took = time.monotonic() - started
+                if turns is not None:  # the turns' own batches are not this batch's work
+                    took -= turns.spent_s - turns_began
+                self._paced(lane, taken, took, self.target.waited_s - waited)
 
     def _paced(self, lane: str, taken: bool, took_s: float, waited_s: float) -> None:
         """Judge the batch's length against the poll interval once its commit is answered."""
@@ -605,6 +636,14 @@ class ListenerRuntime:
                         f"listener {self.name}: whole-table refresh of {table.ref} applied; "
                         f"deletes missed on {topic} repaired, no longer reported"
                     )
+
+    def _flush_with_turns(self, turns: RealtimeTurns) -> None:
+        """A bulk batch's wait for its records' delivery, in slices with the real-time lane's
+        turns between them (a turn's own flush delivers them too); the flush that follows
+        then finds little or nothing left to wait for, and handles a broker that does not answer."""
+        give_up_at = time.monotonic() + 1.0
+        while self._producer.flush(0.0005) > 0 and time.monotonic() < give_up_at:
+            turns.offer()
 
     def _flush(self) -> None:
         """Everything produced for this batch is in Kafka before its offsets are committed; a

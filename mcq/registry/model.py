@@ -135,7 +135,9 @@ class Delivery(_Model):
     a backlog of 85,000 changes into a ``table`` target took 9.0-9.3 s in batches of 2,000
     against 10.0-12.4 s in batches of 500 (bench/listener_apply.py's world)."""
     bulk_batch_size: int = Field(default=100, ge=1, le=100_000)
-    """Kept small: a real-time change waits at most for one bulk batch in flight."""
+    """Most records of one bulk-lane batch. A real-time change does not wait for the batch
+    in flight: it is handled inside it, between its chunks (consumers/runtime/turns.py);
+    the batch's size sets how often the lane flushes and commits."""
     max_poll_interval_s: float = Field(default=1800.0, ge=10, le=86_400)
     """How long one batch (its target calls, and its waits for an unavailable target) may
     keep an instance from Kafka before the group gives its partitions to another instance

@@ -272,6 +272,72 @@ def test_a_steady_realtime_stream_leaves_the_bulk_lane_its_turns(
             assert all(m > 0 for m in moved), f"the bulk lane stood still for a second beside the stream: {moved}"
 
 
+def _files_by_key(out: Path) -> dict[str, list[dict]]:  # type: ignore[type-arg]
+    """What a ``file`` target wrote, per key, in the order it was written."""
+    written: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    for f in sorted(out.iterdir()) if out.exists() else []:  # names sort in the order they were written
+        if f.name.startswith("."):
+            continue  # one being written (renamed into place when whole)
+        for line in f.read_text().splitlines():
+            rec = json.loads(line)
+            written.setdefault(_key_of(rec), []).append(rec)
+    return written
+
+
+def _key_of(fields: dict) -> str:  # type: ignore[type-arg]
+    return json.dumps([fields[k] for k in ("tname", "subtype", "person_id", "aux_string")])
+
+
+def test_a_realtime_change_applied_inside_a_bulk_batch_is_never_followed_by_an_older_one_of_its_key(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A real-time change that arrives while a bulk batch is applied is applied inside it
+    (consumers/runtime/turns.py); the older changes of its key still in that batch must then
+    never reach the target after it. The target is a ``file`` listener, which keeps no
+    positions of its own and writes every change it is given, in order: what it wrote per
+    key must end at the key's newest change and never go back in source order on the way.
+    Changes over a few hundred keys go at random to either lane; the bulk lane is filled
+    first, the real-time share is streamed while the bulk lane is being applied."""
+    out = tmp_path / "files"
+    w = make_world(settings, token, tmp_path, adapter=f'{{type: file, settings: {{directory: "{out}"}}}}')
+    register_topic(registry_client(w.settings), w.topics.bulk)
+    stream = random_stream(40_000, 300, seed=23)
+    rnd = random.Random(5)
+    bulk, live = [], []
+    for c in stream:
+        (bulk if rnd.random() < 0.7 else live).append(c)
+    newest = {_key_of(c.key.as_dict()): c for c in stream}
+
+    def unlike_the_source() -> list[str]:
+        """Keys whose last written change is not their newest one (a delete of a key the
+        target never held is not written)."""
+        written = _files_by_key(out)
+        wrong = []
+        for key, ch in newest.items():
+            last = written.get(key, [None])[-1]
+            if ch.change_type == "DELETE":
+                wrong += [] if last is None or last["change_type"] == "DELETE" else [key]
+            elif last is None or last["after"] != ch.after:
+                wrong.append(key)
+        return wrong
+
+    produce(w.settings, w.topics.bulk, bulk)
+    with running(w) as rt:
+        wait_for("the bulk lane to start", lambda: rt.counters.bulk_applied > 0, 120, 0.05)
+        for i in range(0, len(live), 40):
+            produce(w.settings, w.phone_topic, live[i : i + 40])
+        try:
+            wait_for("every key's newest change to be written", lambda: not unlike_the_source(), 120, 1)
+        finally:
+            print(f"real-time batches inside bulk batches: {rt.turns.taken}; {rt.summary()}")
+        assert rt.turns.taken > 0, "no real-time batch came inside a bulk batch: nothing was tried"
+    backwards = []
+    for key, recs in _files_by_key(out).items():
+        at = [(r["position"]["last_commit_lsn"], r["position"]["lsn"]) for r in recs]
+        backwards += [key for a, b in itertools.pairwise(at) if b < a]
+    assert backwards == [], f"{len(backwards)} time(s) an older change of a key was written after a newer one"
+
+
 def test_two_instances_split_partitions_and_one_takes_over_when_the_other_dies(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:

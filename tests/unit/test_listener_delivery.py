@@ -18,6 +18,7 @@ from consumers.runtime.health import ListenerMetrics
 from consumers.runtime.heartbeat import Counters
 from consumers.runtime.parking import H_ATTEMPTS, H_ERROR_KIND, Origin
 from consumers.runtime.target import Abandon, TargetWatch
+from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.registry import parse_registry
@@ -271,3 +272,58 @@ def test_a_stop_while_the_target_is_down_abandons_the_batch() -> None:
     with pytest.raises(Abandon):
         watch.wait(None)
     assert not watch.up
+
+
+def test_a_realtime_turn_inside_a_bulk_batch_supersedes_the_older_bulk_changes_of_its_key() -> None:
+    """Between the chunks of a bulk batch the real-time lane applies a newer change of a key the
+    bulk batch still holds (in the round being applied, and in a later round): neither older
+    change reaches the target after it."""
+    rig = Rig(Target({}))
+    stop = threading.Event()
+    watch = TargetWatch("LDAP", rig.target, stop, rig.lines.append)  # type: ignore[arg-type]
+    job = Delivery(
+        ListenerTopics("t", "LDAP"), Policy(**FAST), ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"),
+        rig.applied, rig.producer, watch, rig.tally, stop, rig.lines.append,  # type: ignore[arg-type]
+    )  # fmt: skip
+    looks: list[int] = []
+
+    def realtime_turn() -> bool:
+        looks.append(1)
+        if len(looks) != 2:
+            return False  # nothing fetched before the first chunk; the live change before the second
+        live: dict[str, list[Item]] = {}
+        job.candidate(
+            Item(Msg(99, "t.PERSON.Telephone"), Origin("t.PERSON.Telephone", 0, 99), change(2, "live", 50)), live
+        )  # type: ignore[arg-type]
+        job.apply_in_rounds(live, "realtime")
+        return True
+
+    job.turns = RealtimeTurns(realtime_turn, every_s=0)
+    job.turns.measured(1, 0.001)  # a known cost, and no time between turns: one change per call
+    job.turns.measured(2, 0.002)
+    bulk: dict[str, list[Item]] = {}
+    for i, c in enumerate([change(1, "bulk", 10), change(2, "bulk", 20), change(2, "bulk later", 22)]):
+        job.candidate(Item(Msg(i, "t.LDAP.bulk"), Origin("t.LDAP.bulk", 0, i), c), bulk)  # type: ignore[arg-type]
+    job.apply_in_rounds(bulk, "bulk")
+    assert rig.took() == [("1", "bulk"), ("2", "live")]
+    assert rig.applied.get(ChangeKey("PERSON", "Telephone", 2)) == Position(50, 50)
+    assert rig.tally.counters.superseded == 2 and job.undone == []
+
+
+def test_the_realtime_lane_gets_no_turn_inside_its_own_batch() -> None:
+    rig = Rig(Target({}))
+    offered = []
+    stop = threading.Event()
+    job = Delivery(
+        ListenerTopics("t", "LDAP"), Policy(**FAST), ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"),
+        rig.applied, rig.producer, TargetWatch("LDAP", rig.target, stop, rig.lines.append), rig.tally, stop,  # type: ignore[arg-type]
+        rig.lines.append,
+    )  # fmt: skip
+    job.turns = RealtimeTurns(lambda: offered.append(1) or True, every_s=0)
+    job.turns.measured(1, 0.001)
+    job.turns.measured(2, 0.002)
+    todo: dict[str, list[Item]] = {}
+    for i in range(3):
+        job.candidate(Item(Msg(i), Origin("t.PERSON.Telephone", 0, i), change(i, "x", 10 + i)), todo)  # type: ignore[arg-type]
+    job.apply_in_rounds(todo, "realtime")
+    assert offered == [] and len(rig.took()) == 3
