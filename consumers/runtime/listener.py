@@ -7,8 +7,8 @@ Two consumer groups per listener, both named after it:
 * the **bulk lane** (``<prefix>.<NAME>.bulk``): its bulk topic and the shared refresh
   requests, consumed only while the real-time lane has nothing waiting (it goes on
   fetching meanwhile, but is not read), a small batch at a time; a real-time record that
-  comes while a bulk batch is handled is handled inside it, within about 2 ms of bulk work
-  (consumers/runtime/turns.py), so a mass load never delays a password change by more
+  comes while a bulk batch is handled is handled inside it, within about one 2 ms chunk
+  of bulk work (consumers/runtime/turns.py), so a mass load never delays a password change by more
   than one bulk chunk.
 
 Per batch: decode, keep the changes an interest (and its rule) selects, skip those not

@@ -6,9 +6,10 @@ committed: ~13 ms for 100 changes into a ``table`` target) used to wait for the 
 it: beside a refresh of a million keys, real-time p99 was 3x its idle figure.
 
 So a bulk batch offers the real-time lane a turn every ``every_s`` of its own work: between
-records as it decodes them, between the chunks it applies them in (each chunk one call of
-the adapter, sized from what the adapter's calls cost so that a chunk takes about
-``every_s``), and before its flush. A turn takes what the real-time consumer has fetched
+records as it decodes them, before each of the chunks it applies them in (each chunk one
+call of the adapter, sized from what the adapter's calls cost: about 2 ms of work, more
+when a call's fixed cost would otherwise be over a third of it), and while it waits for
+its flush. A turn takes what the real-time consumer has fetched
 already (it never waits) and handles it as a batch of its own, with its own flush and
 commit; the bulk batch then goes on where it was, its changes judged again against what
 the turn applied (``Delivery``). The bulk batch still flushes and commits once: its
@@ -22,9 +23,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-EVERY_S = 0.002
-"""Bulk work between two looks at the real-time lane. 1 ms gave no real-time figure that
-stood out of the noise of 2 ms's, and moved the bulk lane less (bench/listener_lanes.py)."""
+EVERY_S = 0.0005
+"""Bulk work between two looks at the real-time lane (a look that finds nothing costs a
+few microseconds). Beside a 100,000-change lane (bench/listener_lanes.py, 1,000 samples,
+looks every 1 ms), looking at every record gave loaded p50 0.002-0.003 s and p99
+0.008-0.010 s; every 2 ms gave 0.004-0.005 and 0.010-0.011 s. Most of what is left is not
+the wait for a look: see BENCHMARKS.md."""
 
 
 class RealtimeTurns:
@@ -65,7 +69,7 @@ class RealtimeTurns:
 
     def chunk(self, left: int) -> int:
         """How many of the ``left`` changes to give the adapter in its next call: about
-        ``every_s`` of work, but never so few that a call's fixed cost (a transaction, a round
+        ``CHUNK_S`` of work, but never so few that a call's fixed cost (a transaction, a round
         trip) is more than a third of it. Sizes alternate a little around that (0.75x, 1.25x):
         calls of one size alone cannot tell a call's fixed cost from its cost per change."""
         self._calls += 1
@@ -74,13 +78,16 @@ class RealtimeTurns:
         if cost is None:
             return min(left, round(PROBE * swing))
         fixed, per = cost
-        most = max(1.0, (self.every_s - fixed) / per, 2 * fixed / per)
+        most = max(1.0, (CHUNK_S - fixed) / per, 2 * fixed / per)
         return max(1, min(left, round(most * swing)))
 
     def measured(self, changes: int, seconds: float) -> None:
         """One adapter call of ``changes`` took ``seconds``."""
         self._cost.add(changes, seconds)
 
+
+CHUNK_S = 0.002
+"""An adapter call's work in a bulk batch, the longest a real-time change waits for one."""
 
 PROBE = 20
 """Changes per call while an adapter's costs are being learnt (15 and 25 alternately)."""

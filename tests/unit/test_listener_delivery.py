@@ -299,8 +299,8 @@ def test_a_realtime_turn_inside_a_bulk_batch_supersedes_the_older_bulk_changes_o
         return True
 
     job.turns = RealtimeTurns(realtime_turn, every_s=0)
-    job.turns.measured(1, 0.001)  # a known cost, and no time between turns: one change per call
-    job.turns.measured(2, 0.002)
+    job.turns.measured(1, 0.01)  # 10 ms per change, and no time between turns: one change per call
+    job.turns.measured(2, 0.02)
     bulk: dict[str, list[Item]] = {}
     for i, c in enumerate([change(1, "bulk", 10), change(2, "bulk", 20), change(2, "bulk later", 22)]):
         job.candidate(Item(Msg(i, "t.LDAP.bulk"), Origin("t.LDAP.bulk", 0, i), c), bulk)  # type: ignore[arg-type]
@@ -320,8 +320,8 @@ def test_the_realtime_lane_gets_no_turn_inside_its_own_batch() -> None:
         rig.lines.append,
     )  # fmt: skip
     job.turns = RealtimeTurns(lambda: offered.append(1) or True, every_s=0)
-    job.turns.measured(1, 0.001)
-    job.turns.measured(2, 0.002)
+    job.turns.measured(1, 0.01)
+    job.turns.measured(2, 0.02)
     todo: dict[str, list[Item]] = {}
     for i in range(3):
         job.candidate(Item(Msg(i), Origin("t.PERSON.Telephone", 0, i), change(i, "x", 10 + i)), todo)  # type: ignore[arg-type]

@@ -76,8 +76,8 @@ def test_an_adapters_costs_are_learnt_from_calls_of_two_sizes() -> None:
     assert turns.chunk(10) == 10  # never more than is left
 
 
-def test_chunks_take_about_every_s_of_work_swinging_around_it() -> None:
-    turns = RealtimeTurns(lambda: False, every_s=0.002)
+def test_chunks_take_about_2_ms_of_work_swinging_around_it() -> None:
+    turns = RealtimeTurns(lambda: False)
     for n in (100, 40, 60, 20):  # 50 us per change, no fixed cost: 40 changes per 2 ms
         turns.measured(n, n * 50e-6)
     assert [turns.chunk(1000) for _ in range(4)] == [30, 50, 30, 50]
@@ -86,7 +86,7 @@ def test_chunks_take_about_every_s_of_work_swinging_around_it() -> None:
 def test_a_dear_fixed_cost_per_call_keeps_chunks_big_enough_to_pay_for_it() -> None:
     """A transaction commit of 2.4 ms per call: chunks of 2 ms would spend most of their time
     committing, so a chunk is at least twice the fixed cost's worth of changes."""
-    turns = RealtimeTurns(lambda: False, every_s=0.002)
+    turns = RealtimeTurns(lambda: False)
     for n in (100, 50, 20, 80):
         turns.measured(n, 0.0024 + n * 20e-6)
     assert turns.chunk(100) == 100  # 2 x 2.4 ms / 20 us = 240 changes at least
