@@ -423,6 +423,8 @@ class ListenerRuntime:
     def _realtime_turn(self) -> bool:
         """Inside a bulk batch: a batch of what the real-time lane has fetched already, if
         anything (turns.py). The bulk batch's unhandled changes are its own again afterwards."""
+        if self._stop.is_set():
+            return False  # stopping after the batch in flight: no new one inside it
         msgs = self._take(self._rt, self._pace["realtime"].size, 0)
         if not msgs:
             return False
@@ -565,7 +567,7 @@ class ListenerRuntime:
             raise
         finally:
             if outcome != "failed":
-                if turns is not None:
+                if turns is not None and outcome == "handled":  # not while a stop unwinds the batch
                     self._flush_with_turns(turns)
                 self._flush()
                 now = time.time()
