@@ -1,51 +1,68 @@
 # syntax=docker/dockerfile:1
-# The mcq image: the `mcq` CLI (listeners, normaliser, setup commands) with a Java runtime
-# for Spark and the JVM jars resolved by jvm/. Built off these machines (no engine here):
+# The mcq images, from Debian bookworm's own packages and a wheelhouse (no compiler, no
+# network access to PyPI during the build). `make image` fills the wheelhouse and builds
+# both targets daemonless (buildah, with a base made by mmdebstrap: scripts/build-image.sh);
+# with a Docker engine and a registry, after `make wheelhouse jvm`:
+#   docker build --target listener -t registry.example/mcq-listener:0.1.0 .
 #   docker build -t registry.example/mcq:0.1.0 .
-# Base images are pinned by version; pin them by digest in your registry (PYTHON_IMAGE=…@sha256:…).
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
-ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
+# Targets:
+#   listener  the `mcq` CLI without a JRE or Spark: listeners, setup commands, status (slim)
+#   full      (the default) adds Java 17, Spark and the JVM jars: the normaliser and the batch jobs
+# Dependencies are the lock files' exact versions (requirements/*.lock, hashes checked when
+# the wheelhouse is filled). Pin the base by digest in your registry (BASE_IMAGE=…@sha256:…).
+ARG BASE_IMAGE=debian:bookworm-20251117-slim
 
-# 1. The JVM artifacts: Spark's Kafka/Avro/JDBC jars, mcq's local file system for Spark and the Connect
-#    transform, from Maven Central.
-FROM ${MAVEN_IMAGE} AS jvm
-WORKDIR /build
-COPY jvm/ jvm/
-RUN mvn -q -f jvm/pom.xml -pl spark,spark-localfs,connect-transforms -am package -Dmcq.cache=/build/cache \
-    && rm -rf /build/cache/*/target
-
-# 2. The Python environment: mcq and its dependencies in a virtualenv.
-FROM ${PYTHON_IMAGE} AS python
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY mcq/ mcq/
-COPY streams/ streams/
-COPY consumers/ consumers/
-RUN /opt/venv/bin/pip install . && /opt/venv/bin/mcq --version
-
-# 3. The runtime: slim Python, a headless JRE for Spark (Debian bookworm: Java 17), the venv and the jars; no compiler,
-# no Maven, no secrets (every credential arrives as environment from a Secret at run time).
-FROM ${PYTHON_IMAGE}
+# What both targets share: Python, tini, the non-root user and its writable directories.
+FROM ${BASE_IMAGE} AS runtime
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends default-jre-headless tini \
-    && rm -rf /var/lib/apt/lists/*
-RUN groupadd --gid 10001 mcq && useradd --uid 10001 --gid mcq --home-dir /var/lib/mcq --no-create-home mcq \
+    && apt-get install -y --no-install-recommends python3 python3-venv tini ca-certificates \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
+    && groupadd --gid 10001 mcq && useradd --uid 10001 --gid mcq --home-dir /var/lib/mcq --no-create-home mcq \
     && install -d -o mcq -g mcq /var/lib/mcq /var/lib/mcq-checkpoint
-COPY --from=python /opt/venv /opt/venv
-COPY --from=jvm /build/cache /opt/mcq/jvm
-COPY streams/submit.py /opt/mcq/submit.py
-# the Spark driver's class-data archive for this image's java and jars (streams/jvm_archive.py)
-RUN JAVA_HOME=/usr/lib/jvm/default-java MCQ_STACK__JVM_CACHE=/opt/mcq/jvm MCQ_HOME=/tmp/mcq \
-    /opt/venv/bin/python -m streams.jvm_archive && rm -rf /tmp/mcq
 ENV PATH=/opt/venv/bin:$PATH \
-    JAVA_HOME=/usr/lib/jvm/default-java \
-    MCQ_STACK__JVM_CACHE=/opt/mcq/jvm \
     MCQ_HOME=/var/lib/mcq \
-    PYTHONUNBUFFERED=1
-USER 10001:10001
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
 WORKDIR /var/lib/mcq
+
+# The listener's virtualenv: mcq without extras, exactly the versions of requirements/listener.lock.
+FROM runtime AS listener-venv
+COPY out/wheelhouse/ /wheels/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/listener.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
+    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
+
+FROM runtime AS listener
+COPY --from=listener-venv /opt/venv /opt/venv
+USER 10001:10001
+EXPOSE 8080
+ENTRYPOINT ["/usr/bin/tini", "--", "mcq"]
+CMD ["--help"]
+
+# The full image's virtualenv: mcq[all] (Spark, the console), exactly requirements/all.lock.
+FROM runtime AS full-venv
+COPY out/wheelhouse/ /wheels/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/all.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
+    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
+
+# The full image: a headless Java 17 for Spark, the jars `make jvm` resolved from Maven Central
+# (Spark's Kafka/Avro connectors, mcq's local file system for Spark), and the Spark driver's
+# class-data archive for this image's java and jars (streams/jvm_archive.py).
+FROM runtime AS full
+USER 0
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
+COPY --from=full-venv /opt/venv /opt/venv
+COPY .cache/jvm/spark/ /opt/mcq/jvm/spark/
+COPY streams/submit.py /opt/mcq/submit.py
+ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    MCQ_STACK__JVM_CACHE=/opt/mcq/jvm
+RUN MCQ_HOME=/tmp/mcq /opt/venv/bin/python -m streams.jvm_archive && rm -rf /tmp/mcq
+USER 10001:10001
 EXPOSE 8080 8090
 ENTRYPOINT ["/usr/bin/tini", "--", "mcq"]
 CMD ["--help"]

@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm jvm-archive helm run test long faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack
+.PHONY: install system python jvm jvm-archive helm run test long faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack lock wheelhouse image package
 
 install: system python jvm jvm-archive helm
 
@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	@# the build backend's notices (an editable install's caveats) are not the newcomer's concern
-	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[test]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install -q -e '.[all,test]'
 	@touch $@
 
 jvm: $(JVM_CACHE)/.resolved
@@ -68,7 +68,37 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not long and not faults and not scale and not soak' --durations=20
+	$(BIN)/pytest -m 'not long and not faults and not scale and not soak and not package' --durations=20
+
+# What a user installs, run outside the checkout against the local stack (tests/package):
+# the wheel in a fresh virtualenv (base install, then [spark]), and both images under podman,
+# started through testcontainers. Minutes (Spark's wheel installed, two images built), so a
+# suite of its own; CI runs it after `make test` (.ci/run).
+package: install image
+	$(BIN)/pytest -m package --durations=10
+
+# The lock files the image installs (exact versions and hashes): the base install (a listener)
+# and every extra; run after changing pyproject.toml's dependencies.
+LOCK := $(BIN)/uv pip compile pyproject.toml -q --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_36 --custom-compile-command 'make lock'
+lock: python
+	$(LOCK) -o requirements/listener.lock
+	$(LOCK) --extra all -o requirements/all.lock
+
+# The wheelhouse the Dockerfile installs from: mcq's wheel, and every locked dependency as a
+# wheel (hashes checked as they are downloaded; an sdist such as pyspark's built here).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+wheelhouse: python
+	rm -rf out/wheelhouse && mkdir -p out/wheelhouse
+	$(BIN)/pip wheel -q --no-deps -w out/wheelhouse .
+	$(BIN)/pip wheel -q -r requirements/all.lock -w out/wheelhouse
+	$(BIN)/pip wheel -q -r requirements/listener.lock -w out/wheelhouse
+	cp requirements/*.lock out/wheelhouse/
+
+# The images, daemonless (buildah) from Debian's packages: localhost/mcq-listener:VERSION (no
+# JRE, no Spark) and localhost/mcq:VERSION (scripts/build-image.sh).
+image: wheelhouse jvm
+	scripts/build-image.sh $(VERSION)
 
 # The long scenarios: a stack of its own (`--secure`), a normaliser followed through its
 # catch-up and hand-over or a registry change. Minutes each on two cores, so a session of

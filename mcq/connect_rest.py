@@ -8,31 +8,26 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from mcq.config import PROJECT_ROOT, HttpServiceSettings
+from mcq.config import HttpServiceSettings
 from mcq.errors import McqError
+from mcq.resources import read_text
 from mcq.targets import DatabaseSettings
-
-CONNECT_DIR = PROJECT_ROOT / "connect"
 
 
 class ConnectError(McqError):
     """Connect refused a request or a connector did not reach RUNNING; the message says which."""
 
 
-def load_connector_json(role: str, directory: Path = CONNECT_DIR) -> dict[str, str]:
-    """The connector configuration of a role (``connect/<role>.json``)."""
-    path = directory / f"{role}.json"
+def load_connector_json(role: str) -> dict[str, str]:
+    """The connector configuration of a role (``connect/<role>.json``, shipped with the package)."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConnectError(f"{path}: no such connector file") from None
+        data = json.loads(read_text("connect", f"{role}.json"))
     except json.JSONDecodeError as exc:
-        raise ConnectError(f"{path}:{exc.lineno}: {exc.msg}") from None
+        raise ConnectError(f"connect/{role}.json:{exc.lineno}: {exc.msg}") from None
     return {str(k): str(v) for k, v in data.items()}
 
 

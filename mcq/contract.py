@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 from functools import cache, lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.errors import McqError
+from mcq.resources import read_text
 
-SCHEMA_DIR = PROJECT_ROOT / "schemas"
 Compatibility = Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"]
 DEFAULT_COMPATIBILITY: Compatibility = "BACKWARD"
 
@@ -39,13 +38,12 @@ class SchemaRegistryUnavailable(ContractError):
 
 
 @cache
-def schema_text(name: str, directory: Path = SCHEMA_DIR) -> str:
-    """The Avro schema ``schemas/<name>.avsc``, normalised JSON."""
-    path = directory / f"{name}.avsc"
+def schema_text(name: str) -> str:
+    """The Avro schema ``schemas/<name>.avsc`` shipped with the package, normalised JSON."""
     try:
-        return json.dumps(json.loads(path.read_text()), separators=(",", ":"))
+        return json.dumps(json.loads(read_text("schemas", f"{name}.avsc")), separators=(",", ":"))
     except json.JSONDecodeError as exc:
-        raise SchemaRefused(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+        raise SchemaRefused(f"schemas/{name}.avsc:{exc.lineno}: not JSON: {exc.msg}") from None
 
 
 def registry_client(settings: Settings) -> SchemaRegistryClient:

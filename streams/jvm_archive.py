@@ -86,24 +86,24 @@ def _train() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
-    from mcq.config import PROJECT_ROOT
     from mcq.registry import parse_registry
+    from mcq.resources import read_text
     from streams.normalize import NormalizeJob
     from streams.realtime import realtime_records
     from streams.session import spark_session
 
     settings = load_settings()
     spark = spark_session(settings, "mcq-jvm-archive")
-    campus = PROJECT_ROOT / "examples" / "campus.yaml"  # a checkout's (an image has none: skipped)
-    if campus.is_file():
-        job = NormalizeJob(settings, parse_registry(campus.read_text(), str(campus)), Path("/nonexistent"))
-        outputs = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-        job.schema_ids = {t: (1, 2) for t in outputs}  # ids only shape the plan: nothing is written
-        jvm = spark._jvm
-        assert jvm is not None
-        simple = getattr(jvm.org.apache.spark.sql.execution, "SimpleMode$").__getattr__("MODULE$")
-        for _, records in realtime_records(job, spark)[:3]:  # analysis, optimizer, planning (no broker needed)
-            records._jdf.queryExecution().explainString(simple)
+    # the sample campus ships with the package: the image trains on it too
+    campus = parse_registry(read_text("examples", "campus.yaml"), "examples/campus.yaml")
+    job = NormalizeJob(settings, campus, Path("/nonexistent"))
+    outputs = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
+    job.schema_ids = {t: (1, 2) for t in outputs}  # ids only shape the plan: nothing is written
+    jvm = spark._jvm
+    assert jvm is not None
+    simple = getattr(jvm.org.apache.spark.sql.execution, "SimpleMode$").__getattr__("MODULE$")
+    for _, records in realtime_records(job, spark)[:3]:  # analysis, optimizer, planning (no broker needed)
+        records._jdf.queryExecution().explainString(simple)
     rows = spark.range(200).select(
         F.to_json(F.struct(F.col("id"), F.lit("x").alias("name"))).alias("json"), F.col("id")
     )

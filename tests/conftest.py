@@ -26,7 +26,8 @@ pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/integration/" in str(item.path).replace("\\", "/"):
+        where = str(item.path).replace("\\", "/")
+        if "tests/integration/" in where or "tests/package/" in where:
             item.add_marker(pytest.mark.integration)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import StringConstraints
 
 from consumers.adapter import AdapterSettings
-from mcq.config import PROJECT_ROOT
+from mcq.resources import ResourceMissing, resource
 from mcq.secrets import ResolvedSecret
 
 Ident = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")]
@@ -26,7 +26,8 @@ class SqlImportSettings(AdapterSettings):
     statement_timeout_ms: int = 10_000
     install: Path | None = None
     """A vendor schema script to run when the import table is missing (the sample:
-    ``examples/insite_import.sql``); relative paths are from the project."""
+    ``examples/insite_import.sql``); relative paths are from the working directory, and
+    ``examples/<name>`` that is not there names the sample shipped with the package."""
 
     def install_path(self) -> Path | None:
         return _from_project(self.install)
@@ -36,7 +37,7 @@ class SqlImportSettings(AdapterSettings):
 
     read_back: Path | None = None
     """A SQL file of a query returning what the vendor holds per person (what ``mcq
-    reconcile`` compares; relative paths are from the project),
+    reconcile`` compares; relative paths as for ``install``),
     with columns named as the import row -- ``spriden_id``, ``lastname``, ``firstname``,
     ``status``, ``orgn``, ``title`` -- and ``retired``: true for a row the vendor keeps for a
     person who is gone (INSITE's ``Former-<status>``), whose status then reads as NULL.
@@ -49,6 +50,11 @@ class SqlImportSettings(AdapterSettings):
 
 
 def _from_project(path: Path | None) -> Path | None:
-    if path is None:
-        return None
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    """``path`` as given (absolute, or from the working directory); a relative
+    ``examples/<name>`` that is not there is the sample shipped with the package."""
+    if path is None or path.is_absolute() or path.exists() or len(path.parts) != 2 or path.parts[0] != "examples":
+        return path
+    try:
+        return Path(str(resource("examples", path.parts[1])))
+    except ResourceMissing:
+        return path

@@ -131,8 +131,37 @@ class McqGroup(click.Group):
             ctx.exit(exc.exit_code)
         except KafkaException as exc:
             _failed(f"{ctx.meta.get(_COMMAND, 'mcq')}: {_kafka_line(exc, ctx.meta.get(_BOOTSTRAP))}")
+        except ModuleNotFoundError as exc:
+            extra = missing_extra(exc)
+            if extra is None:
+                _failed(f"{ctx.meta.get(_COMMAND, 'mcq')}: unexpected {type(exc).__name__}: {first_line(exc)}")
+            _err(f"{ctx.meta.get(_COMMAND, 'mcq')}: {extra}")
+            ctx.exit(EXIT_FAILED)
         except Exception as exc:
             _failed(f"{ctx.meta.get(_COMMAND, 'mcq')}: unexpected {type(exc).__name__}: {first_line(exc)}")
+
+
+EXTRAS = {
+    "pyspark": "spark",
+    "matplotlib": "spark",
+    "starlette": "console",
+    "jinja2": "console",
+    "uvicorn": "console",
+    "multipart": "console",
+    "itsdangerous": "console",
+    "argon2": "console",
+}
+"""The distribution's extras by the top-level module each brings (pyproject.toml)."""
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The line for a module an extra of the distribution brings and this install lacks
+    (``pip install meta-change-queue`` alone runs listeners, not Spark), or None."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return f"needs the '{extra}' extra ({top} is not installed): pip install 'meta-change-queue[{extra}]'"
 
 
 def _failed(line: str) -> NoReturn:

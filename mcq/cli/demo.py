@@ -80,6 +80,6 @@ def world_load(people: int, seed: int, schema: str, replace: bool) -> None:
 @main.command()
 def smoke() -> None:
     """Run the smoke pipeline on the configured stack: capture, registry, Spark."""
-    from mcq.smoke import run_smoke
+    from mcq.demo.smoke import run_smoke
 
     run_smoke(_settings(), report=_say)  # a SmokeFailed ends it: one line naming the step, exit 1

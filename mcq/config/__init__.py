@@ -39,7 +39,7 @@ from mcq.config.kafka import (
     jaas_line,
     kafka_client_logger,
 )
-from mcq.config.section import KAFKA_ADMIN, KAFKA_CONNECT, PROJECT_ROOT, ConfigError
+from mcq.config.section import CHECKOUT, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError
 from mcq.config.services import (
     ConnectSettings,
     ConsoleSettings,
@@ -53,12 +53,12 @@ from mcq.config.stack import StackPorts, StackSettings
 from mcq.targets import LOOPBACK, DatabaseSettings, LdapSettings, TargetConnection, find_target
 
 __all__ = [
+    "CHECKOUT",
     "JAVA_NAMES",
     "KAFKA_ADMIN",
     "KAFKA_CLIENT_LOGGER",
     "KAFKA_CONNECT",
     "LOOPBACK",
-    "PROJECT_ROOT",
     "SPARK_UNPASSED",
     "ConfigError",
     "ConnectSettings",

@@ -1,5 +1,5 @@
 """What every section of the configuration shares: its base model, its error, the
-project's root and the local stack's fixed identities."""
+checkout it may run from and the local stack's fixed identities."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from pydantic import BaseModel, ConfigDict
 
 from mcq.errors import EXIT_CONFIG, McqError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+
+def _checkout() -> Path | None:
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "mcq" / "resources").is_dir() else None
+
+
+CHECKOUT: Path | None = _checkout()
+"""The source checkout this package runs from (an editable install), or None when it is
+installed (a wheel, the image). Only the defaults of the local stack's own directories
+use it (``stack.home``, ``stack.jvm_cache``); what mcq reads at run time ships with the
+package (:mod:`mcq.resources`)."""
 KAFKA_ADMIN = "mcq-admin"
 """The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
 KAFKA_CONNECT = "mcq-connect"

@@ -14,7 +14,19 @@ from pydantic import (
     SecretStr,
 )
 
-from mcq.config.section import KAFKA_ADMIN, KAFKA_CONNECT, PROJECT_ROOT, ConfigError, Section
+from mcq.config.section import CHECKOUT, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError, Section
+
+
+def _default_home() -> Path:
+    if CHECKOUT is not None:
+        return CHECKOUT / ".mcq"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mcq"
+
+
+def _default_jvm_cache() -> Path:
+    if CHECKOUT is not None:
+        return CHECKOUT / ".cache" / "jvm"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mcq" / "jvm"
 
 
 class StackPorts(Section):
@@ -39,8 +51,14 @@ class StackPorts(Section):
 class StackSettings(Section):
     """Where the local stack keeps its state and how big its JVMs may grow."""
 
-    home: Path = Field(default_factory=lambda: Path(os.environ.get("MCQ_HOME", PROJECT_ROOT / ".mcq")))
-    jvm_cache: Path = PROJECT_ROOT / ".cache" / "jvm"
+    home: Path = Field(default_factory=lambda: Path(os.environ.get("MCQ_HOME") or _default_home()))
+    """Where the local stack and mcq's own state live: ``$MCQ_HOME``; by default ``.mcq/``
+    of the checkout mcq runs from, or ``$XDG_STATE_HOME/mcq`` (``~/.local/state/mcq``) when
+    it is installed."""
+    jvm_cache: Path = Field(default_factory=lambda: _default_jvm_cache())
+    """The Maven-resolved jars (Spark's Kafka and Avro connectors, the stack's services):
+    ``.cache/jvm/`` of the checkout (``make jvm``), or ``$XDG_CACHE_HOME/mcq/jvm`` when
+    installed; the image sets ``MCQ_STACK__JVM_CACHE``."""
     ports: StackPorts = StackPorts()
     java: str = "java"
     postgres_bin: Path = Path("/usr/lib/postgresql/15/bin")

@@ -27,9 +27,10 @@ import psycopg
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.listener import ListenerRuntime
 from consumers.runtime.status import status_report
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.demo.checks import Check, check_files, check_insite, check_ldap
 from mcq.registry.model import Registry
+from mcq.resources import read_text
 from mcq.topics.listener import ListenerTopics
 
 log = logging.getLogger(__name__)
@@ -99,9 +100,7 @@ def burst(settings: Settings, schema: str, say: Say) -> set[int]:
     say(f"burst: person {status_owner} graduates: status Student -> Alumni")
     _sql(settings, (f"UPDATE {s}.person_status SET status = 'Alumni' WHERE person_id = %s", (status_owner,)))
     say("burst: the transfer-student refresh (the paper's Figure 5) through mcq_log_update")
-    _sql(
-        settings, (PROJECT_ROOT / "examples" / "refresh_transfer_students.sql").read_text().replace("campus.", f"{s}.")
-    )
+    _sql(settings, read_text("examples", "refresh_transfer_students.sql").replace("campus.", f"{s}."))
     gone = int(_one(settings, f"SELECT max(person_id) FROM {s}.people WHERE person_id < {hire}"))
     say(f"burst: person {gone} is deleted (with every row that hangs off it)")
     _sql(

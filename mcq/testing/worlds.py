@@ -21,14 +21,13 @@ from confluent_kafka import Consumer, TopicPartition
 from mcq.capture.apply import apply_capture
 from mcq.capture.connector import HEARTBEAT_TABLE, OUTBOX_TABLE, raw_topic
 from mcq.capture.remove import remove_capture
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.registry.model import Source
+from mcq.resources import read_text
 from mcq.topics import delete_topics
 from mcq.topics.read import watermarks
 from mcq.world import create_schema, generate, load
-
-CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Captured:
 def campus_registry_yaml(schema: str, token: str) -> str:
     """examples/campus.yaml moved onto a schema, source, slot and publication of the test's own."""
     return (
-        CAMPUS.read_text()
+        read_text("examples", "campus.yaml")
         .replace("schemas: [campus]", f"schemas: [{schema}]")
         .replace("table: campus.", f"table: {schema}.")
         .replace("mcq_campus", f"mcq_t{token}")

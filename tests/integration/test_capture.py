@@ -14,11 +14,12 @@ from pydantic import SecretStr
 from mcq.capture.apply import apply_capture, ensure_replica_identity_full
 from mcq.capture.connector import connector_name
 from mcq.capture.exceptions import CaptureError
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world, read_json_events
+from tests import PROJECT_ROOT
 
 NEW_PERSON = 9_000_001
 

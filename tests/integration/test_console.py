@@ -27,12 +27,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from consumers.runtime.dlq import DeadLetters
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.console.auth import hash_password
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from mcq.testing.listeners import World, change, make_world, produce, target_state, wait_for
 from mcq.testing.worlds import read_topic_to_end
+from tests import PROJECT_ROOT
 from tests.integration.net import free_port
 from tests.integration.test_listener import _reject
 

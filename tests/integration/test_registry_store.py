@@ -8,10 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from mcq.config import PROJECT_ROOT, Settings
+from mcq.config import Settings
 from mcq.registry import Interest, load_registry
 from mcq.registry.store import RegistryReader, RegistryStore
 from mcq.stack import Stack
+from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 

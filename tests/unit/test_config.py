@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from mcq.config import PROJECT_ROOT, ConfigError, Settings, load_settings
+from mcq.config import ConfigError, Settings, load_settings
+from tests import PROJECT_ROOT
 
 SECRET = "s3cr3t-Pa55word"
 

@@ -9,8 +9,9 @@ import re
 import pytest
 
 from mcq.capture.connector import OUTBOX_TABLE, captured_columns, render
-from mcq.config import PROJECT_ROOT, load_settings
+from mcq.config import load_settings
 from mcq.registry import load_registry
+from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcq.config import PROJECT_ROOT
 from mcq.console.pages.interests import _raw, validate
 from mcq.registry import RegistryInvalid, load_registry
+from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 

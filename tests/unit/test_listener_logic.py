@@ -239,8 +239,8 @@ def test_an_adapter_must_implement_apply_or_apply_batch() -> None:
 
 def test_adsi_entries_carry_no_home_numbers_while_ldap_entries_do() -> None:
     from consumers.ldap.entries import PEOPLE, PHONES, person_entry
-    from mcq.config import PROJECT_ROOT
     from mcq.registry import load_registry
+    from tests import PROJECT_ROOT
 
     campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
     state = IndexedState()

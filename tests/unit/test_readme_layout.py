@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from mcq.config import PROJECT_ROOT
+from tests import PROJECT_ROOT
 
 
 def _rows(readme: Path, heading: str | None) -> list[str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mcq.config import PROJECT_ROOT
 from mcq.registry import RegistryInvalid, load_registry
 from mcq.registry.exceptions import RegistryFileError
+from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 TABLE_2 = {

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from consumers.table.settings import TableSettings
 from consumers.webhook.settings import WebhookSettings
-from mcq.config import PROJECT_ROOT
 from mcq.registry import RegistryInvalid, load_registry
 from mcq.secrets import SecretUnresolved, resolve
+from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 
