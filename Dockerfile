@@ -8,8 +8,9 @@
 # Targets:
 #   listener  the `mcq` CLI without a JRE or Spark: listeners, setup commands, status (slim)
 #   full      (the default) adds Java 17, Spark and the JVM jars: the normaliser and the batch jobs
-# Dependencies are the lock files' exact versions (requirements/*.lock, hashes checked when
-# the wheelhouse is filled). Pin the base by digest in your registry (BASE_IMAGE=…@sha256:…).
+# Dependencies are the lock files' exact versions (requirements/*.lock; their hashes are checked
+# when `make wheelhouse` downloads them, and the image installs those pins only).
+# Pin the base by digest in your registry (BASE_IMAGE=…@sha256:…).
 ARG BASE_IMAGE=debian:bookworm-20251117-slim
 
 # What both targets share: Python, tini, the non-root user and its writable directories.
@@ -29,7 +30,7 @@ WORKDIR /var/lib/mcq
 FROM runtime AS listener-venv
 COPY out/wheelhouse/ /wheels/
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/listener.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/listener.pins \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
     && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
 
@@ -44,12 +45,13 @@ CMD ["--help"]
 FROM runtime AS full-venv
 COPY out/wheelhouse/ /wheels/
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/all.lock \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/all.pins \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
     && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
 
 # The full image: a headless Java 17 for Spark, the jars `make jvm` resolved from Maven Central
-# (Spark's Kafka/Avro connectors, mcq's local file system for Spark), and the Spark driver's
+# (Spark's Kafka/Avro connectors, mcq's local file system for Spark; mcq's Connect transform for a
+# Strimzi KafkaConnect to take), and the Spark driver's
 # class-data archive for this image's java and jars (streams/jvm_archive.py).
 FROM runtime AS full
 USER 0
@@ -58,6 +60,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
 COPY --from=full-venv /opt/venv /opt/venv
 COPY .cache/jvm/spark/ /opt/mcq/jvm/spark/
+COPY .cache/jvm/connect-plugins/mcq-connect-transforms/ /opt/mcq/jvm/connect-transforms/
 COPY streams/submit.py /opt/mcq/submit.py
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     MCQ_STACK__JVM_CACHE=/opt/mcq/jvm

@@ -86,14 +86,18 @@ lock: python
 	$(LOCK) --extra all -o requirements/all.lock
 
 # The wheelhouse the Dockerfile installs from: mcq's wheel, and every locked dependency as a
-# wheel (hashes checked as they are downloaded; an sdist such as pyspark's built here).
+# wheel (hashes checked as they are downloaded; an sdist such as pyspark's built here), and
+# the lock files' exact versions as the pins the image installs.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 wheelhouse: python
 	rm -rf out/wheelhouse && mkdir -p out/wheelhouse
 	$(BIN)/pip wheel -q --no-deps -w out/wheelhouse .
 	$(BIN)/pip wheel -q -r requirements/all.lock -w out/wheelhouse
 	$(BIN)/pip wheel -q -r requirements/listener.lock -w out/wheelhouse
-	cp requirements/*.lock out/wheelhouse/
+	@# the exact versions, without the hashes: pip checked those of the downloads above, and an
+	@# sdist's wheel built here (pyspark's) has a hash of its own
+	for lock in requirements/*.lock; do \
+	  sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' $$lock > out/wheelhouse/$$(basename $$lock .lock).pins; done
 
 # The images, daemonless (buildah) from Debian's packages: localhost/mcq-listener:VERSION (no
 # JRE, no Spark) and localhost/mcq:VERSION (scripts/build-image.sh).

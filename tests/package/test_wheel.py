@@ -85,7 +85,7 @@ def test_the_wheel_installed_outside_the_checkout_runs_setup_normaliser_and_list
         conn.execute(f"INSERT INTO {world.schema}.accounts VALUES (%s, 'back', 'active', 1)", (key,))
     ok(run([pip, "install", "-q", f"{wheel}[spark]"], timeout=1200))
     wait_raw_records(world.settings, topic, before + 1)
-    _settle(world.settings, topic)
+    settle(world.settings, topic)
 
     cli("streams", "normalize", "--once", "--registry", registry, "--checkpoint", home / "checkpoint", timeout=900)
     cli("listen", world.listener, "--until-caught-up", "--registry", registry, timeout=600)
@@ -101,7 +101,7 @@ def _raw_events(settings: Settings, topic: str) -> int:
     return sum(high for _, high in marks.values())
 
 
-def _settle(settings: Settings, topic: str, quiet_s: float = 5.0, timeout_s: float = 180.0) -> None:
+def settle(settings: Settings, topic: str, quiet_s: float = 5.0, timeout_s: float = 180.0) -> None:
     """Until Debezium has written every change made: the raw topic's end stops moving."""
     deadline = time.monotonic() + timeout_s
     last, since = -1, time.monotonic()

@@ -1,0 +1,1 @@
+"""The ``ldap`` adapter: people, accounts, Unix groups and memberships in a directory."""

@@ -1,0 +1,322 @@
+"""Projections: the current record of an entity, assembled from the latest state of the
+logical tables it is made of (the MCQ paper's Push_Person reads person, department,
+status and directory data).
+
+:class:`StateStore` keeps the last state of every key of the logical tables it is given,
+read from their compacted topics (so a listener needs no access to the source, and a
+replay rebuilds it), indexed by TNAME/subtype and person_id. ``catch_up()`` reads to the
+end of the topics as they are now: called before a batch is applied, the store holds at
+least every change of the batch, so a projection is never older than the change that
+asked for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from confluent_kafka import Message
+
+from consumers import state_snapshot
+from consumers.exceptions import ConsumerError
+from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
+from mcq.config import Settings
+from mcq.contract import registry_client
+from mcq.refs import KEY_FIELDS, parse_ref
+from mcq.registry.model import Registry
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.follow import TopicFollower
+
+Row = dict[str, str | None]
+KeyTuple = tuple[str, str | None, int | None, str | None, int | None, str | None]
+"""A ChangeKey's fields in order (tname, subtype, person_id, pkey_string, pkey_number, aux_string)."""
+
+
+class State(Protocol):
+    """What a projection asks: a table/subtype's live rows, all or one person's."""
+
+    def rows(self, ref: str, person_id: int | None = None) -> list[Row]: ...
+
+    def row(self, ref: str, person_id: int) -> Row | None: ...
+
+    def find(self, ref: str, **match: str) -> list[Row]: ...
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]: ...
+
+
+class IndexedState:
+    """Rows by table/subtype and key, indexed by person and by key field."""
+
+    def __init__(self) -> None:
+        # plain values only (tuples, not ChangeKey/Position objects): a snapshot is restored
+        # as it was saved, with no object built per key (85k keys on the campus)
+        self._rows: dict[str, dict[str, tuple[KeyTuple, Row]]] = defaultdict(dict)  # ref -> key text -> row
+        self._by_key: dict[tuple[str, str, str], set[str]] = defaultdict(set)  # (ref, key field, value as text)
+        self._positions: dict[str, tuple[int, int]] = {}  # key text -> (last commit LSN, LSN) of its last change
+
+    def entries(self, ref: str, **key: str | int) -> list[tuple[ChangeKey, Row, Position | None]]:
+        """The live keys, rows and positions of a table/subtype whose key fields are the given
+        values (all of them when none is given)."""
+        table = self._rows[ref]
+        texts: set[str] | None = None
+        for f, v in key.items():
+            found = self._by_key.get((ref, f, str(v)), set())
+            texts = set(found) if texts is None else texts & found
+        chosen = sorted(table) if texts is None else sorted(t for t in texts if t in table)
+        out = []
+        for t in chosen:
+            at = self._positions.get(t)
+            out.append((ChangeKey(*table[t][0]), table[t][1], None if at is None else Position(*at)))
+        return out
+
+    def put(self, ref: str, key: ChangeKey, row: Row | None, position: Position | None = None) -> None:
+        """Set (or, with None, remove) the state of a key, and the source position it is from."""
+        text = key.text()
+        if position is not None:
+            self._positions[text] = (position.last_commit_lsn, position.lsn)
+        fields = [(f, str(v)) for f in KEY_FIELDS if (v := getattr(key, f)) is not None]
+        rows = self._rows[ref]
+        if row is None:
+            rows.pop(text, None)
+            for f, v in fields:
+                self._by_key[(ref, f, v)].discard(text)
+            return
+        fields_in_order = (key.tname, key.subtype, key.person_id, key.pkey_string, key.pkey_number, key.aux_string)
+        rows[text] = (fields_in_order, dict(row))
+        for f, v in fields:
+            self._by_key[(ref, f, v)].add(text)
+
+    def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
+        """The live rows of a table/subtype, or of one person in it."""
+        if person_id is None:
+            return [row for _, row in self._rows[ref].values()]
+        table = self._rows[ref]
+        return [table[t][1] for t in sorted(self._by_key.get((ref, "person_id", str(person_id)), ())) if t in table]
+
+    def row(self, ref: str, person_id: int) -> Row | None:
+        found = self.rows(ref, person_id)
+        return found[0] if found else None
+
+    def find(self, ref: str, **match: str) -> list[Row]:
+        """Rows whose columns equal the given values (a scan: prefer :meth:`keyed`)."""
+        return [row for row in self.rows(ref) if all(row.get(k) == v for k, v in match.items())]
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]:
+        """Rows whose key fields (person_id, pkey_string, pkey_number, aux_string) are the given values."""
+        table = self._rows[ref]
+        found: set[str] | None = None
+        for f, v in key.items():
+            texts = self._by_key.get((ref, f, str(v)), set())
+            found = set(texts) if found is None else found & texts
+        return [table[t][1] for t in sorted(found or ()) if t in table]
+
+
+class StateStore(IndexedState):
+    """The last state per key of some logical tables, kept from their topics. With a
+    ``snapshot`` path, what it held when closed is saved there, and the next store opened
+    on the same topics starts from it when it still describes them (``state_snapshot``)."""
+
+    def __init__(
+        self, settings: Settings, registry: Registry, refs: Iterable[str], snapshot: Path | None = None
+    ) -> None:
+        super().__init__()
+        prefix = settings.topic_prefix
+        self.refs = sorted(set(refs))
+        self._topics: dict[str, str] = {}
+        for ref in self.refs:
+            table = registry.table(*parse_ref(ref))
+            if table is None:
+                raise ConsumerError(f"projection: no logical table {ref} in the registry")
+            self._topics[table.topic(prefix)] = ref
+        self._codec = ChangeCodec(registry_client(settings))
+        self._follower = TopicFollower(settings, sorted(self._topics), self._fold, "projection")
+        self._partitions = self._follower.partitions
+        self._admin = self._follower.admin.client
+        self._next = self._follower.next  # next offset to read, per partition
+        self._snapshot = snapshot
+        self._saved_at: float | None = None  # when the snapshot restored was saved
+        self._read_since = 0  # records read since it
+        self._ids = state_snapshot.topic_ids(self._admin, sorted({tp.topic for tp in self._partitions}))
+        self.restored = self._restore() if snapshot is not None else "no snapshot kept"
+        """Whether the store started from a snapshot, or why not (for status lines and tests)."""
+        self._follower.start()  # from where the snapshot ends, else from the beginning
+
+    def _restore(self) -> str:
+        assert self._snapshot is not None
+        snap = state_snapshot.restorable(self._snapshot, self._admin, self._topics, self._ids)
+        if isinstance(snap, str):
+            return snap
+        st = snap.state
+        self._rows.update(st["rows"])  # kept as saved: see IndexedState
+        self._by_key.update(st["by_key"])
+        self._positions = st["positions"]
+        self._next.update(snap.next)
+        self._saved_at = snap.saved_at
+        return f"restored {sum(len(t) for t in self._rows.values())} keys from {self._snapshot}"
+
+    def _save(self) -> None:
+        if self._snapshot is None or self._ids is None:
+            return
+        retention = partial(state_snapshot.delete_retention_ms, self._admin, sorted(self._topics))
+        if not state_snapshot.due(self._saved_at, self._read_since, retention, time.time()):
+            return
+        state = {
+            "rows": dict(self._rows),
+            "by_key": dict(self._by_key),
+            "positions": self._positions,
+        }
+        state_snapshot.save(self._snapshot, state_snapshot.Snapshot(self._topics, self._ids, self._next, state))
+
+    def _fold(self, msg: Message) -> None:
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        self._read_since += 1
+        try:
+            if msg.value() is None:  # a tombstone: all that compaction may have left of a delete
+                self.put(self._topics[topic], self._codec.decode_key(topic, partition, offset, msg.key()), None)
+                return
+            change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
+        except BadChange:
+            return  # the listener itself dead-letters a bad record; the projection cannot use it
+        if change is not None:
+            self.put(self._topics[topic], change.key, change.state, change.position)
+
+    def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
+        """Read every topic to its end as of now (so at least to every given change)."""
+        need: dict[tuple[str, int], int] = {}
+        for c in changes:
+            if c.topic in self._topics and c.partition is not None and c.offset is not None:
+                key = (c.topic, c.partition)
+                need[key] = max(need.get(key, 0), c.offset + 1)
+        try:
+            self._follower.catch_up(timeout_s, need)
+        except TopicReadError as exc:
+            raise ConsumerError(f"projection: {exc}") from None
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset to read per partition: the store holds every record before it."""
+        return dict(self._next)
+
+    def close(self) -> None:
+        """Stop reading; with a snapshot path, save what the store holds for the next run."""
+        self._follower.close()
+        with contextlib.suppress(OSError):  # a snapshot only saves time: the next run reads the topics whole
+            self._save()
+
+
+class SourceState:
+    """The same answers read through to the source database, by the registry's feeds
+    (values as text, as change records carry them): for a listener that may read the
+    source instead of keeping a store, and for checking a target against the source."""
+
+    def __init__(self, settings: Settings, registry: Registry, refs: Iterable[str]) -> None:
+        import psycopg
+
+        self._feeds = {}
+        for ref in refs:
+            table = registry.table(*parse_ref(ref))
+            if table is None or not table.feeds:
+                raise ConsumerError(f"projection: no captured logical table {ref} in the registry")
+            self._feeds[ref] = table.feeds
+        self._conn: Any = psycopg.connect(settings.source.dsn(), autocommit=True)
+
+    def _select(self, ref: str, where: dict[str, str | int]) -> list[Row]:
+        from psycopg import sql
+
+        out: list[Row] = []
+        for feed in self._feeds[ref]:
+            schema, table = feed.table.split(".")
+            columns = sql.SQL(", ").join(
+                sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in feed.columns
+            )
+            query = sql.SQL("SELECT {} FROM {}.{}").format(columns, sql.Identifier(schema), sql.Identifier(table))
+            if where:
+                query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(
+                    sql.SQL("{}::text = %s").format(sql.Identifier(c)) for c in where
+                )
+            cur = self._conn.execute(query, [str(v) for v in where.values()])
+            names = [d.name for d in cur.description]
+            out += [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        return out
+
+    def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
+        if person_id is None:
+            return self._select(ref, {})
+        column = self._feeds[ref][0].keys.get("person_id")
+        if column is None:
+            return []
+        return self._select(ref, {column: person_id})
+
+    def row(self, ref: str, person_id: int) -> Row | None:
+        found = self.rows(ref, person_id)
+        return found[0] if found else None
+
+    def find(self, ref: str, **match: str) -> list[Row]:
+        return self._select(ref, dict(match))
+
+    def keyed(self, ref: str, **key: str | int) -> list[Row]:
+        keys = self._feeds[ref][0].keys
+        return self._select(ref, {keys[f]: v for f, v in key.items() if f in keys})  # type: ignore[index]
+
+    def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
+        """Nothing to catch up: the source is the truth."""
+
+    def positions(self) -> None:
+        """No topic positions: what the source holds is not tied to any change."""
+        return None
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class WrittenFrom:
+    """Which changes the last write of each target object (an LDAP entry, a person's
+    import row) already reflected: it was computed from a store that held every record
+    before ``positions``. A change among those needs no write of that object again.
+
+    During an initial load the first batch finds the store caught up with every aspect
+    topic, so a person's entry is written complete once; without this, it would be
+    written again for each later batch of another aspect topic (8 writes per person).
+    A change the store had not read when the object was written, a refresh (its record
+    is not in the store's topics), or a store that reads the source always writes.
+    Another instance writing the same object later wrote a state at least as new (its
+    store was caught up later), so skipping what this instance already wrote is safe."""
+
+    LIMIT = 1_000_000  # objects remembered; beyond this the memory is dropped and rebuilt
+
+    def __init__(self) -> None:
+        self._marks: dict[str, dict[tuple[str, int], int]] = {}
+
+    def reflected(self, obj: str, change: Change) -> bool:
+        mark = self._marks.get(obj)
+        if mark is None or change.topic is None or change.partition is None or change.offset is None:
+            return False
+        return mark.get((change.topic, change.partition), 0) > change.offset
+
+    def wrote(self, obj: str, positions: dict[tuple[str, int], int] | None) -> None:
+        """``obj`` was written from a store at ``positions`` (shared, never changed later)."""
+        if positions is None:
+            return
+        if len(self._marks) >= self.LIMIT:
+            self._marks.clear()
+        self._marks[obj] = positions
+
+    def forget(self) -> None:
+        """The view changed (a registry reload): what was written says nothing any more."""
+        self._marks.clear()
+
+
+def open_state(
+    settings: Settings, registry: Registry, refs: Iterable[str], where: str, snapshot: Path | None = None
+) -> StateStore | SourceState:
+    """The state an adapter assembles records from: ``topics`` (a StateStore, restored from
+    ``snapshot`` when it can be) or ``source``."""
+    present = {t.ref for t in registry.tables}
+    wanted = [r for r in refs if r in present]
+    if where == "source":
+        return SourceState(settings, registry, wanted)
+    return StateStore(settings, registry, wanted, snapshot)

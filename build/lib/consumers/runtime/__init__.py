@@ -1,0 +1,1 @@
+"""The listener runtime: ``mcq listen NAME`` (see :mod:`consumers.runtime.listener`)."""

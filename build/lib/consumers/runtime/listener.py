@@ -1,0 +1,713 @@
+"""``mcq listen NAME``: the listener loop (the paper's Get_Changes / Ack_Change).
+
+Two consumer groups per listener, both named after it:
+
+* the **real-time lane** (``<prefix>.<NAME>``): the logical topics of its interests and
+  its retry topic;
+* the **bulk lane** (``<prefix>.<NAME>.bulk``): its bulk topic and the shared refresh
+  requests, consumed only while the real-time lane has nothing waiting (it goes on
+  fetching meanwhile, but is not read), a small batch at a time; a real-time record that
+  comes while a bulk batch is handled is handled inside it, within about one 2 ms chunk
+  of bulk work (consumers/runtime/turns.py), so a mass load never delays a password change by more
+  than one bulk chunk.
+
+Per batch: decode, keep the changes an interest (and its rule) selects, skip those not
+newer than what was applied for their key, apply the rest through the adapter, then
+flush what the batch produced (parked changes, dead letters, applied positions) and
+only then commit the offsets: the commit is the acknowledgement, and a change is never
+acknowledged before the target, the retry lane or the dead-letter topic holds it. A batch
+cut short by an unexpected error (not the target's refusal or outage, which delivery
+handles) is not acknowledged at all: the error ends the run and the batch is read again. Each
+commit carries when it was made and how old what is left after it is (its offset
+metadata, consumers/runtime/acks.py), so ``mcq status`` can tell a listener that stayed
+behind longer than a topic keeps its tombstones. The listener judges the same when it
+reads a partition it had been reading before: changes that waited that long leave a mark
+in its applied topic (flushed before the commit past them) that ``mcq status`` reports
+until a whole-table refresh of the table has been applied here.
+
+A failing change is retried in place with back-off and jitter, then parked in the retry
+lane with a hold-until time, and dead-lettered after ``max_attempts`` delivery rounds.
+A parked change whose key has since been applied from a newer change is superseded.
+An unavailable target is waited for, change by change, with nothing parked.
+
+This module is the loop: the lanes, the batch, the registry followed, the probes. What a
+batch's changes go through is :mod:`consumers.runtime.delivery` (retry, park, dead
+letter, expiry, supersession); the target's availability :mod:`consumers.runtime.target`;
+the offsets and their commit :mod:`consumers.runtime.offsets`; decoding
+:mod:`consumers.runtime.decoding`; liveness :mod:`consumers.runtime.heartbeat`. What is
+left is over 400 lines for a reason: every step of the loop shares its state (the two
+consumers, the retry partitions on hold, the registry it follows), and the batch reads
+best in one place, in the order it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from consumers import state_snapshot
+from consumers.adapter import Adapter, make_adapter
+from consumers.exceptions import (
+    ConsumerError,
+    ListenerConfigError,
+)
+from consumers.projection import StateStore
+from consumers.runtime.acks import AckMark, ExposureMark, exposure_line, waited_past_retention
+from consumers.runtime.applied import AppliedPositions
+from consumers.runtime.decoding import RecordDecoder
+from consumers.runtime.delivery import Delivery, Item, Tally
+from consumers.runtime.health import HealthServer, ListenerMetrics
+from consumers.runtime.heartbeat import Counters, Heartbeat
+from consumers.runtime.offsets import LaneOffsets
+from consumers.runtime.outage import FLUSH_WAIT_S, Stopped, flushed, until_kafka_answers
+from consumers.runtime.pacing import BatchPacer
+from consumers.runtime.parking import Origin, hold_until_ms
+from consumers.runtime.refresh import RefreshResolver
+from consumers.runtime.target import Abandon, TargetWatch
+from consumers.runtime.topics import tombstone_retention
+from consumers.runtime.turns import RealtimeTurns
+from consumers.runtime.view import ListenerView
+from mcq.change import BadChange, ChangeCodec
+from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
+from mcq.registry.model import Listener, Registry
+from mcq.registry.store import RegistryReader
+from mcq.topics.exceptions import TopicSettingsError
+from mcq.topics.listener import ListenerTopics, interest_topics
+from mcq.topics.named import all_topic_names
+from mcq.topics.plan import apply_topics, plan_topics, prefixes_holding
+from mcq.topics.read import RenewingAdmin
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[str], None]
+TP = tuple[str, int]
+_T = TypeVar("_T")
+
+
+class ListenerRuntime:
+    """One instance of one listener."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        *,
+        registry: Registry | None = None,
+        registry_topic: str | None = None,
+        adapter: Adapter | None = None,
+        http_host: str = "127.0.0.1",
+        http_port: int | None = 0,
+        report: Report = log.info,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.report = report
+        self.topics = ListenerTopics(settings.topic_prefix, name)
+        self._reader: RegistryReader | None = None
+        if registry is None:  # the shared store: interests added later reach us
+            self._reader = RegistryReader(settings, registry_topic)
+            self._reader.catch_up()
+            registry = self._reader.registry()
+        self.registry = registry
+        self.listener = self._listener(registry)
+        self.delivery = self.listener.delivery
+        self.view = ListenerView(registry, name)
+        self.refresher = RefreshResolver(registry, self.view, self._open_store)
+        self.adapter = adapter or make_adapter(self.listener, settings)
+        self.adapter.bind(registry)
+        self.counters = Counters()
+        self.metrics = ListenerMetrics(name)
+        self._stop = threading.Event()
+        self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
+        self._admin = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
+        self._last_tick = time.monotonic()
+        self._realtime_topics: list[str] = []
+        self._bulk_busy = False
+        self._fetch_in_flight = False  # the real-time lane's watermark is ahead of what it handed us
+        self._until_caught_up = False
+        self._offsets = LaneOffsets(name, self._admin, self._kafka, report)
+        self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
+        self.tally = Tally(name, self.counters, self.metrics)
+        self.target = TargetWatch(
+            name, self.adapter, self._stop, report, on_wait=self._waiting, on_state=self._target_state
+        )
+        interval = self.delivery.max_poll_interval_s
+        self._pace = {
+            "realtime": BatchPacer(self.delivery.batch_size, interval),
+            "bulk": BatchPacer(self.delivery.bulk_batch_size, interval),
+        }
+        self._health: HealthServer | None = None
+        if http_port is not None:
+            self._health = HealthServer(http_host, http_port, self.live, self.ready, self.metrics.registry)
+
+    # ------------------------------------------------------------------ registry
+
+    def _listener(self, registry: Registry) -> Listener:
+        listener = registry.listener(self.name)
+        if listener is None:
+            known = ", ".join(x.name for x in registry.listeners) or "none"
+            raise ListenerConfigError(f"no listener named {self.name!r} in the registry (known: {known})")
+        return listener
+
+    def realtime_topics(self) -> list[str]:
+        return [*interest_topics(self.registry, self.topics), self.topics.retry]
+
+    def _open_store(self, refs: list[str]) -> StateStore:
+        return StateStore(self.settings, self.registry, refs)
+
+    def _reload_registry(self) -> None:
+        if self._reader is None or not self._reader.poll(0):
+            return
+        try:
+            registry = self._reader.registry()
+            listener = self._listener(registry)
+        except (ListenerConfigError, ValueError) as exc:
+            self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
+            return
+        self.registry, self.listener, self.delivery = registry, listener, listener.delivery
+        self.view = ListenerView(registry, self.name)
+        self._deliver.policy, self._deliver.view = listener.delivery, self.view  # (the loop runs: run() made it)
+        self.refresher.close()
+        self.refresher = RefreshResolver(registry, self.view, self._open_store)
+        self.adapter.bind(registry)
+        topics = self.realtime_topics()
+        if topics != self._realtime_topics:
+            self._ensure_topics()
+            self.report(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
+            self._realtime_topics = topics
+            self._rt.subscribe(topics, **self._rebalance)
+
+    # ------------------------------------------------------------------ probes
+
+    def live(self) -> bool:
+        """The loop turns (a wait for an unavailable target turns it too)."""
+        return time.monotonic() - self._last_tick < max(60.0, 3 * self.delivery.heartbeat_timeout_s)
+
+    def ready(self) -> bool:
+        return self.target.up and bool(self._rt_assignment or self._bulk_assignment)
+
+    @property
+    def _rt_assignment(self) -> list[TopicPartition]:
+        return list(self._rt.assignment()) if hasattr(self, "_rt") else []
+
+    @property
+    def _bulk_assignment(self) -> list[TopicPartition]:
+        return list(self._bulk.assignment()) if hasattr(self, "_bulk") else []
+
+    def stop(self) -> None:
+        """Stop taking new work; the batch in flight finishes (or is abandoned) and commits."""
+        self._stop.set()
+
+    def _tick(self) -> None:
+        self._last_tick = time.monotonic()
+
+    def _waiting(self, why: str) -> None:
+        """A turn of a wait for the target: the loop is alive, its heartbeat says why it waits."""
+        self._tick()
+        self._beat("target-unavailable", detail=why)
+
+    def _target_state(self, up: bool) -> None:
+        self.metrics.target_up.labels(listener=self.name).set(1 if up else 0)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _ensure_topics(self) -> None:
+        names = {t.topic(self.settings.topic_prefix) for t in self.registry.tables_of(self.name)}
+        logical = [s for s in plan_topics(self.registry, self.settings.topic_prefix) if s.name in names]
+        try:
+            report = apply_topics(self.settings, [*logical, *self.topics.specs()])
+        except TopicSettingsError as exc:
+            raise ListenerConfigError(f"listener {self.name}: {exc}") from None
+        for line in report.drift:
+            self.report(f"listener {self.name}: topic drift (left as it is): {line}")
+        if names and names <= set(report.created):
+            self.report(self._nothing_normalised(sorted(names), all_topic_names(self.settings)))
+        # bulk work is written as change records: its subjects exist before anyone writes
+        # (parked and dead changes keep their original bytes and schema ids)
+        register_topic(registry_client(self.settings), self.topics.bulk)
+
+    def _nothing_normalised(self, names: list[str], existing: frozenset[str]) -> str:
+        """What to say when none of the listener's logical topics existed: nothing was ever
+        normalised under its prefix (the normaliser has not run yet, or they differ)."""
+        prefix = self.settings.topic_prefix
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        line = (
+            f"listener {self.name}: none of its logical topics existed under the topic prefix {prefix!r} "
+            f"(created them empty: {shown}); it has nothing to apply until `mcq streams normalize` writes "
+            f"under {prefix!r}"
+        )
+        elsewhere = prefixes_holding(names, prefix, existing)
+        if elsewhere:
+            more = f" (and {len(elsewhere) - 3} other prefixes)" if len(elsewhere) > 3 else ""
+            line += (
+                f". They exist under {', '.join(repr(p) for p in elsewhere[:3])}{more}: is MCQ_TOPIC_PREFIX "
+                "(topic_prefix) set as the normaliser's?"
+            )
+        return line
+
+    def _consumer(self, group: str, extra: dict[str, Any] | None = None) -> Consumer:
+        return Consumer(
+            {
+                **self.settings.kafka.client_config(),
+                "group.id": group,
+                "client.id": f"{group}-{self._heartbeat.instance}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                # a batch (a wait for an unavailable target included) does not poll: how
+                # long it may take before the group gives its partitions to another instance
+                "max.poll.interval.ms": int(self.delivery.max_poll_interval_s * 1000),
+                # a killed instance's partitions move to the others within seconds
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 2_000,
+                # a fetch left waiting at the broker was now and then answered only at its
+                # end (librdkafka's 500 ms) although a record had come: a real-time change
+                # then waited 0.5 s (bench/batch_jobs.py; 100 ms: max 0.12 s, idle or loaded)
+                "fetch.wait.max.ms": 100,
+                **(extra or {}),
+            }
+        )
+
+    def _kafka(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()``, waiting out a broker that does not answer (its restart): the
+        listener stays up, says so once, and goes on when the broker is back."""
+
+        try:
+            return until_kafka_answers(
+                what, call, stop=self._stop, report=lambda line: self.report(f"listener {self.name}: {line}"),
+                tick=self._tick,
+            )  # fmt: skip
+        except Stopped:
+            raise Abandon() from None
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # what the previous owner applied is known before its partitions are read here
+        self._kafka("reading the applied positions", self.applied.catch_up)
+        consumer.incremental_assign(partitions)
+
+    @property
+    def _rebalance(self) -> dict[str, Callable[[Consumer, list[TopicPartition]], None]]:
+        return {"on_assign": self._on_assign, "on_revoke": self._on_revoke, "on_lost": self._on_lost}
+
+    def _lane(self, consumer: Consumer) -> str:
+        return "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # offsets are committed at the end of every batch, so nothing processed is pending;
+        # commit once more in case the last commit failed (the next owner starts there)
+        lane = self._lane(consumer)
+        handled = [(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._offsets.done]
+        if handled:
+            self._offsets.commit(consumer, self._offsets.commit_of(handled), lane)
+        self._forget(partitions, lane)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # the group gave them to another instance already: nothing may be committed for them
+        lane = self._lane(consumer)
+        self.report(
+            f"listener {self.name}: {lane} lane: {len(partitions)} partition(s) taken away by the group "
+            "(this instance lost its membership: a batch past max_poll_interval_s, a session timed out or a "
+            "broker restarted); read again from the group's commit when assigned again"
+        )
+        self._forget(partitions, lane)
+
+    def _forget(self, partitions: list[TopicPartition], lane: str) -> None:
+        for tp in partitions:
+            self._held.pop((tp.topic, tp.partition), None)
+            self._offsets.forget((tp.topic, tp.partition), lane)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, until_caught_up: bool = False) -> int:
+        """Run until stopped (SIGTERM/SIGINT) or, with ``until_caught_up``, until what was
+        pending at start has been handled. Returns the process exit code."""
+        self._ensure_topics()
+        self._producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True, "linger.ms": 5})
+        self._heartbeat = Heartbeat(
+            self._producer,
+            self.topics.heartbeats,
+            self.name,
+            self.delivery.heartbeat_interval_s,
+            self.delivery.heartbeat_timeout_s,
+        )
+        self.codec = ChangeCodec(registry_client(self.settings))
+        snapshot = state_snapshot.path_of(self.settings, self.name, "applied")
+        self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer, snapshot)
+        self.applied.catch_up()
+        self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self.report, self._tick)
+        self._deliver = Delivery(
+            self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
+            self.report, self._kafka,
+        )  # fmt: skip
+        self.turns = self._deliver.turns = RealtimeTurns(self._realtime_turn)
+        self._rt = self._consumer(self.topics.group)
+        self._bulk = self._consumer(self.topics.bulk_group)
+        self._realtime_topics = self.realtime_topics()
+        self._rt.subscribe(self._realtime_topics, **self._rebalance)
+        self._bulk.subscribe(self.topics.bulk_lane(), **self._rebalance)
+        if self._health:
+            self._health.start()
+        self.report(
+            f"listener {self.name} ({self.listener.adapter.type}, instance {self._heartbeat.instance}): "
+            f"real-time lane {', '.join(self._realtime_topics)}; bulk lane {', '.join(self.topics.bulk_lane())}"
+            + (f"; health {self._health.address}" if self._health else "")
+        )
+        self._until_caught_up = until_caught_up
+        clean = False  # an error ends the run: the applied positions' snapshot is not saved
+        try:
+            self.target.wait(None)
+            if self.settings.state_dir is not None:
+                self.report(f"listener {self.name}: applied positions: {self.applied.restored}")
+            note = self.adapter.started_from()
+            if note:
+                self.report(f"listener {self.name}: {note}")
+            self._beat("running", force=True)
+            while not self._stop.is_set():
+                self._last_tick = time.monotonic()
+                self._reload_registry()
+                self._release_held()
+                self._beat("running")
+                # a batch that reached the ends ends the run at once (not after an empty poll)
+                if self._step() and not until_caught_up:
+                    continue
+                if until_caught_up and self._caught_up():
+                    self.report(f"listener {self.name}: caught up; {self.summary()}")
+                    break
+            clean = True
+        except Abandon:
+            self.report(f"listener {self.name}: stopped while the target was unavailable; the rest is left for later")
+            clean = True
+        finally:
+            self._shutdown(clean)
+        return 0
+
+    def _step(self) -> bool:
+        """One batch from the real-time lane, else from the bulk lane; True if work was done."""
+        # while the bulk lane has work, only take what the real-time lane has fetched already
+        # The bulk consumer is left to fetch meanwhile, never paused: pausing drops what it
+        # has fetched, and fetching it again after every real-time batch loaded the broker
+        # enough to delay real-time changes by 0.5 s now and then (bench/batch_jobs.py);
+        # what it may hold is bounded by queued.max.messages.kbytes.
+        # no wait either for a run until caught up whose real-time lane is (its bulk lane's turn)
+        # A real-time record the watermark has announced is waited for once, by the next poll
+        # only, and the bulk lane's batch comes next if it did not arrive (a watermark that no
+        # record follows, such as a transaction's marker, holds nothing up for good). A wait
+        # kept up while the bulk lane had work starved it for as long as real-time records came
+        # less than the wait apart: a steady trickle of them held a refresh for good.
+        drained = self._until_caught_up and self._lane_caught_up("realtime", self._rt)
+        announced, self._fetch_in_flight = self._fetch_in_flight, False
+        wait = announced or not (self._bulk_busy or drained)
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0.25 if wait else 0)
+        if msgs:
+            self._process(self._rt, msgs, "realtime")
+            return True
+        if not announced and self._realtime_backlog():
+            self._fetch_in_flight = True
+            return False
+        msgs = self._take(self._bulk, self._pace["bulk"].size, 0.05)
+        self._bulk_busy = bool(msgs)
+        if msgs:
+            self._process(self._bulk, msgs, "bulk")
+            return True
+        return False
+
+    def _realtime_turn(self) -> bool:
+        """Inside a bulk batch: a batch of what the real-time lane has fetched already, if
+        anything (turns.py). The bulk batch's unhandled changes are its own again afterwards."""
+        if self._stop.is_set():
+            return False  # stopping after the batch in flight: no new one inside it
+        msgs = self._take(self._rt, self._pace["realtime"].size, 0)
+        if not msgs:
+            return False
+        self.metrics.turns.labels(listener=self.name).inc()
+        undone = self._deliver.undone
+        try:
+            self._process(self._rt, msgs, "realtime")
+        finally:
+            self._deliver.undone = undone
+        return True
+
+    @staticmethod
+    def _take(consumer: Consumer, most: int, timeout: float) -> list[Message]:
+        """Wait up to ``timeout`` for the first record, then take what is already fetched
+        (consume() alone would wait for a full batch or the whole timeout)."""
+        first = consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+
+    def _realtime_backlog(self) -> bool:
+        """Whether a real-time partition (a retry partition on hold aside) has records we
+        have not processed, by the high watermark of the last fetch: no broker round trip."""
+        self._offsets.learn(self._rt, None, list(self._rt_assignment))
+        for tp in self._rt_assignment:
+            key = (tp.topic, tp.partition)
+            if key in self._held:
+                continue
+            _, high = self._rt.get_watermark_offsets(tp, cached=True)
+            if high > 0 and high > self._offsets.done.get(key, self._offsets.committed_or_zero(self._rt, tp)):
+                return True
+        return False
+
+    def _caught_up(self) -> bool:
+        """Everything that was pending when we first saw each partition is handled."""
+        return self._lane_caught_up("realtime", self._rt) and self._lane_caught_up("bulk", self._bulk)
+
+    def _lane_caught_up(self, lane: str, consumer: Consumer) -> bool:
+        assigned = list(consumer.assignment())
+        if not assigned:
+            return False
+        self._offsets.learn(consumer, lane, [tp for tp in assigned if (tp.topic, tp.partition) not in self._held])
+        for tp in assigned:
+            key = (tp.topic, tp.partition)
+            if key in self._held:
+                continue  # parked changes not yet due wait for the next run
+            if self._offsets.committed_or_zero(consumer, tp) < self._offsets.ends[lane][key]:
+                return False
+        return True
+
+    def _release_held(self) -> None:
+        now = time.time()
+        due = [tp for tp, until in self._held.items() if until <= now]
+        for topic, partition in due:
+            del self._held[(topic, partition)]
+            self._rt.resume([TopicPartition(topic, partition)])
+
+    # ------------------------------------------------------------------ a batch
+
+    def _process(self, consumer: Consumer, msgs: list[Message], lane: str) -> None:
+        """Decode, judge each change against this listener's view and what it applied, apply
+        the newest change per key, then flush and commit (the acknowledgement)."""
+        started, waited = time.monotonic(), self.target.waited_s
+        turns = self.turns if lane == "bulk" else None
+        turns_began = turns.spent_s if turns is not None else 0.0
+        if turns is not None:
+            turns.start()
+        # what the other instances resolved meanwhile (a broker restarting is waited for)
+        self._kafka("reading the applied positions", self.applied.refresh)
+        todo: dict[str, list[Item]] = {}  # key text -> the key's changes in this batch
+        blocked: set[TP] = set()
+        last: dict[TP, int] = {}
+        stamps: dict[TP, int] = {}  # timestamp (ms) of the last record handled, per partition
+        firsts: dict[TP, Message] = {}  # the first record handled, per partition
+        requests: list[Item] = []
+        for msg in msgs:
+            if turns is not None:
+                turns.offer()
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise ConsumerError(f"listener {self.name}: consuming {msg.topic()}[{msg.partition()}]: {err}")
+                if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    continue  # said by the refused commit and the partitions taken away
+                self.report(f"listener {self.name}: {lane} lane: {err.str()}")
+                continue
+            tp = (msg.topic() or "", msg.partition() or 0)
+            if tp in blocked:
+                continue  # behind a change on hold: read again after the hold
+            retry_lane = tp[0] == self.topics.retry
+            item = Item(msg, Origin.of(msg, retry_lane), retry_lane=retry_lane)
+            if item.retry_lane:
+                until = hold_until_ms(msg) / 1000
+                if until > time.time():
+                    consumer.pause([TopicPartition(*tp)])
+                    consumer.seek(TopicPartition(tp[0], tp[1], msg.offset() or 0))
+                    self._held[tp] = until
+                    blocked.add(tp)
+                    continue
+            last[tp] = msg.offset() or 0
+            stamps[tp] = msg.timestamp()[1]
+            firsts.setdefault(tp, msg)
+            try:
+                item.change = self._decoder.decode(msg)
+            except BadChange as exc:
+                self._deliver.dead_letter(item, str(exc), "bad-record")
+                continue
+            if item.change is None:
+                continue
+            if item.origin.topic == self.topics.refresh:
+                requests.append(item)
+                continue
+            if item.origin.topic == self.topics.bulk:  # a refresh's state or delete (mcq refresh)
+                item.change = dataclasses.replace(item.change, cause="refresh")
+            self._deliver.candidate(item, todo)
+        self._judge_waits(consumer, firsts)
+        if requests:
+            self.refresher.prepare([r.change for r in requests if r.change is not None])
+            for request in requests:
+                assert request.change is not None
+                present = self.applied.present_keys(request.change.key.tname)
+                for change in self.refresher.resolve(request.change, present):
+                    self._deliver.candidate(Item(request.msg, request.origin, change, request.retry_lane), todo)
+        outcome = "failed"  # an unexpected error: nothing of this batch is acknowledged, it is read again
+        try:
+            self._deliver.apply_in_rounds(todo, lane)
+            if turns is not None:
+                turns.offer()  # before this batch's flush and commit
+            self._clear_exposures(requests)
+            outcome = "handled"
+        except Abandon:
+            # stopping while the target is down: acknowledge only what was handled
+            for item in self._deliver.undone:
+                tp = (item.msg.topic() or "", item.msg.partition() or 0)
+                last[tp] = min(last[tp], (item.msg.offset() or 0) - 1)
+                stamps[tp] = min(stamps[tp], item.msg.timestamp()[1])  # what is left starts here
+            outcome = "stopped"
+            raise
+        finally:
+            if outcome != "failed":
+                if turns is not None and outcome == "handled":  # not while a stop unwinds the batch
+                    self._flush_with_turns(turns)
+                self._flush()
+                now = time.time()
+                for tp, offset in last.items():
+                    self._offsets.handled(tp, offset, AckMark(now, stamps[tp] / 1000 if stamps[tp] > 0 else None))
+                taken = self._offsets.commit(consumer, self._offsets.commit_of(list(last)), lane)
+                took = time.monotonic() - started
+                if turns is not None:  # the turns' own batches are not this batch's work
+                    took -= turns.spent_s - turns_began
+                self._paced(lane, taken, took, self.target.waited_s - waited)
+
+    def _paced(self, lane: str, taken: bool, took_s: float, waited_s: float) -> None:
+        """Judge the batch's length against the poll interval once its commit is answered."""
+        pacer, work_s = self._pace[lane], took_s - waited_s
+        if taken:
+            pacer.done(work_s)
+            return
+        self.metrics.removed.labels(listener=self.name, lane=lane).inc()
+        halved = pacer.removed(work_s)
+        self.report(
+            f"listener {self.name}: {lane} lane: the group removed this instance during a batch of {took_s:.0f} s "
+            f"({waited_s:.0f} s of it waiting for the target; max_poll_interval_s {pacer.interval_s:g}): its "
+            "commit was refused, and its records are read again (the applied positions skip what it applied)"
+            + (f"; batches of at most {pacer.size} from now on" if halved else "")
+        )
+
+    def _judge_waits(self, consumer: Consumer, firsts: dict[TP, Message]) -> None:
+        """Whether the changes read now on a logical partition this listener had been reading
+        before waited longer than their topic keeps tombstones (consumers/runtime/acks.py):
+        judged against the commit (or the last batch) they follow, by their first record.
+        If so, one line, and a mark in the applied topic (flushed with the batch, before
+        its commit) that ``mcq status`` reports until a whole-table refresh clears it."""
+        tables = {t.topic(self.settings.topic_prefix): t for t in self.registry.tables_of(self.name)}
+        now = time.time()
+        for tp, msg in firsts.items():
+            table = tables.get(tp[0])
+            if table is None:
+                continue  # the retry lane and the bulk lane keep their records until consumed
+            self._offsets.committed_or_zero(consumer, TopicPartition(*tp))  # what the commit says, first time here
+            if tp not in self._offsets.watched:
+                continue
+            stamp = msg.timestamp()[1]
+            retention = tombstone_retention(self.settings, [tp[0]], self._retention)[tp[0]]
+            found = waited_past_retention(
+                self._offsets.done[tp],
+                self._offsets.acks.get(tp),
+                msg.offset(),
+                stamp / 1000 if stamp > 0 else None,
+                now,
+                retention,
+            )
+            if found is None or retention is None:
+                continue
+            mark = ExposureMark(tp[0], found[0], found[1], retention, table.tname, table.subtype)
+            line = exposure_line(self.name, [mark.exposure(table)])
+            if self.applied.mark_exposed(mark) and line:
+                self.report(line)
+
+    def _clear_exposures(self, requests: list[Item]) -> None:
+        """A whole-table refresh applied here repairs what its tables' topics may have lost:
+        their exposure marks are cleared, once the refresh's changes have been applied."""
+        for request in requests:
+            assert request.change is not None
+            for table in self.refresher.whole_tables(request.change.key):
+                topic = table.topic(self.settings.topic_prefix)
+                if self.applied.clear_exposed(topic):
+                    self.report(
+                        f"listener {self.name}: whole-table refresh of {table.ref} applied; "
+                        f"deletes missed on {topic} repaired, no longer reported"
+                    )
+
+    def _flush_with_turns(self, turns: RealtimeTurns) -> None:
+        """A bulk batch's wait for its records' delivery, in slices with the real-time lane's
+        turns between them (a turn's own flush delivers them too); the flush that follows
+        then finds little or nothing left to wait for, and handles a broker that does not answer."""
+        give_up_at = time.monotonic() + 1.0
+        while self._producer.flush(0.0005) > 0 and time.monotonic() < give_up_at:
+            turns.offer()
+
+    def _flush(self) -> None:
+        """Everything produced for this batch is in Kafka before its offsets are committed; a
+        broker restarting meanwhile is waited for (up to ``FLUSH_WAIT_S``), as every other call."""
+        give_up_at = time.monotonic() + FLUSH_WAIT_S
+        self._kafka(
+            "delivering the batch's records", lambda: flushed(self._producer, give_up_at, f"listener {self.name}")
+        )
+
+    def _beat(self, state: str, force: bool = False, detail: str | None = None) -> None:
+        self._heartbeat.beat(
+            state,
+            self.counters,
+            len(self._rt_assignment) + len(self._bulk_assignment),
+            self._health.address if self._health else None,
+            self.tally.last_applied_at,
+            force=force,
+            detail=detail,
+        )
+
+    def summary(self) -> str:
+        c = self.counters
+        return (
+            f"applied {c.applied} ({c.bulk_applied} bulk), skipped {c.skipped}, filtered {c.filtered}, "
+            f"deletes of keys not held {c.absent_deletes}, "
+            f"failed attempts {c.failed}, parked {c.parked}, queued {c.queued}, superseded {c.superseded}, "
+            f"dead-lettered {c.dead_lettered}"
+        )
+
+    def _shutdown(self, clean: bool) -> None:
+        delivered = False
+        try:
+            self._beat("stopped", force=True)
+            delivered = self._producer.flush(15) == 0
+        finally:
+            for consumer in (self._rt, self._bulk):
+                try:
+                    consumer.close()  # leaves the group at once: partitions move without waiting for a timeout
+                except KafkaException as exc:
+                    self.report(f"listener {self.name}: closing a consumer: {exc}")
+            self.applied.close(save=clean and delivered)
+            self.adapter.close()
+            if self._reader:
+                self._reader.close()
+            if self._health:
+                self._health.stop()
+            self.report(f"listener {self.name}: stopped; {self.summary()}")
+
+
+@contextmanager
+def stop_on_signals(runtime: ListenerRuntime) -> Iterator[None]:
+    """SIGTERM/SIGINT ask the runtime to stop after the batch in flight."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum: int, frame: object) -> None:
+        runtime.report(f"listener {runtime.name}: {signal.Signals(signum).name}: stopping after the batch in flight")
+        runtime.stop()
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

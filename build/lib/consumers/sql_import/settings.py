@@ -1,0 +1,60 @@
+"""Settings of the ``sql_import`` adapter (a listener's ``adapter.settings``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import StringConstraints
+
+from consumers.adapter import AdapterSettings
+from mcq.resources import ResourceMissing, resource
+from mcq.secrets import ResolvedSecret
+
+Ident = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")]
+
+
+class SqlImportSettings(AdapterSettings):
+    table: Ident = "simon_person_import"
+    """The vendor's import table: one INSERT per person pushed; its trigger does the rest."""
+    vendor_schema: Ident = "insite"
+    """Where the import table lives (the install script's ``insite`` is replaced by it)."""
+    database: str = "vendor"
+    dsn: ResolvedSecret | None = None
+    """A libpq connection string instead of a configured database (a reference when it holds
+    a password: ``${env:NAME}``)."""
+    statement_timeout_ms: int = 10_000
+    install: Path | None = None
+    """A vendor schema script to run when the import table is missing (the sample:
+    ``examples/insite_import.sql``); relative paths are from the working directory, and
+    ``examples/<name>`` that is not there names the sample shipped with the package."""
+
+    def install_path(self) -> Path | None:
+        return _from_project(self.install)
+
+    def read_back_path(self) -> Path | None:
+        return _from_project(self.read_back)
+
+    read_back: Path | None = None
+    """A SQL file of a query returning what the vendor holds per person (what ``mcq
+    reconcile`` compares; relative paths as for ``install``),
+    with columns named as the import row -- ``spriden_id``, ``lastname``, ``firstname``,
+    ``status``, ``orgn``, ``title`` -- and ``retired``: true for a row the vendor keeps for a
+    person who is gone (INSITE's ``Former-<status>``), whose status then reads as NULL.
+    None: the target cannot be read back. The sample, for INSITE:
+    ``examples/insite_read_back.sql``."""
+
+    state: Literal["topics", "source"] = "topics"
+    """Where records are assembled from: a store kept from the compacted topics (no access
+    to the source needed; a replay rebuilds it), or read through to the source database."""
+
+
+def _from_project(path: Path | None) -> Path | None:
+    """``path`` as given (absolute, or from the working directory); a relative
+    ``examples/<name>`` that is not there is the sample shipped with the package."""
+    if path is None or path.is_absolute() or path.exists() or len(path.parts) != 2 or path.parts[0] != "examples":
+        return path
+    try:
+        return Path(str(resource("examples", path.parts[1])))
+    except ResourceMissing:
+        return path

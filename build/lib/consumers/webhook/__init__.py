@@ -1,0 +1,1 @@
+"""The ``webhook`` adapter: each change POSTed as JSON with an idempotency key."""

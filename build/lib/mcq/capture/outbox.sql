@@ -1,0 +1,97 @@
+-- The explicit-log path (the paper's Meta_Change_Rtn.Log_Insert/Update/Delete and its
+-- "manual entries"): code that wants to log a change itself calls these functions; they
+-- write the outbox table mcq.change_log, which Debezium captures like any other table.
+-- The PL/pgSQL call stack is kept with each entry (the paper's CALL_STACK column).
+-- Idempotent: safe to run on every `mcq connect apply`.
+--
+-- Scope: one database may serve several mcq deployments (topic prefixes), each with its
+-- own sources, and every source's connector captures this one table. An entry names the
+-- mcq source it is meant for -- the functions' `source` argument, else the session's
+-- `mcq.source` setting (SET mcq.source = 'campus'; or ALTER ROLE ... SET mcq.source) --
+-- and the normaliser of a source takes only entries that name it or name none. An
+-- entry that names no source reaches every source of the database.
+
+CREATE SCHEMA IF NOT EXISTS mcq;
+
+CREATE TABLE IF NOT EXISTS mcq.change_log (
+    log_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tname        text        NOT NULL CHECK (tname ~ '^[A-Z][A-Z0-9_]*$'),
+    subtype      text,
+    change_type  text        NOT NULL CHECK (change_type IN ('insert', 'update', 'delete')),
+    person_id    bigint,
+    pkey_string  text,
+    pkey_number  numeric,
+    aux_string   text,
+    call_stack   text,
+    logged_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    txid         bigint      NOT NULL DEFAULT txid_current(),
+    source       text
+);
+ALTER TABLE mcq.change_log ADD COLUMN IF NOT EXISTS source text;  -- outboxes made before scoping
+
+-- One row per mcq source, written by its connector's heartbeat.action.query: a change in
+-- this database even while every captured table is idle, so the replication slot moves
+-- on instead of holding the WAL other databases of the cluster write.
+CREATE TABLE IF NOT EXISTS mcq.heartbeat (
+    source   text        PRIMARY KEY,
+    beat_at  timestamptz NOT NULL
+);
+
+COMMENT ON TABLE mcq.change_log IS
+    'mcq outbox: explicit change entries (mcq_log_insert/update/delete), captured by Debezium';
+
+-- the signatures before `source` was added: a new parameter is a new overload
+DROP FUNCTION IF EXISTS mcq._log(text, text, text, bigint, text, numeric, text);
+DROP FUNCTION IF EXISTS public.mcq_log_insert(text, text, bigint, text, numeric, text);
+DROP FUNCTION IF EXISTS public.mcq_log_update(text, text, bigint, text, numeric, text);
+DROP FUNCTION IF EXISTS public.mcq_log_delete(text, text, bigint, text, numeric, text);
+
+CREATE OR REPLACE FUNCTION mcq._log(
+    p_change_type text, tname text, subtype text, person_id bigint,
+    pkey_string text, pkey_number numeric, aux_string text, source text
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    stack text;
+    new_id bigint;
+BEGIN
+    GET DIAGNOSTICS stack = PG_CONTEXT;
+    stack := regexp_replace(stack, '^[^\n]*\n', '');  -- drop this function's own frame
+    INSERT INTO mcq.change_log
+        (tname, subtype, change_type, person_id, pkey_string, pkey_number, aux_string, call_stack, source)
+    VALUES (upper(tname), subtype, p_change_type, person_id, pkey_string, pkey_number, aux_string, stack,
+            coalesce(source, nullif(current_setting('mcq.source', true), '')))
+    RETURNING log_id INTO new_id;
+    RETURN new_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION public.mcq_log_insert(
+    tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
+    pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
+    source text DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION public.mcq_log_update(
+    tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
+    pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
+    source text DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION public.mcq_log_delete(
+    tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
+    pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
+    source text DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
+    RETURN mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+END
+$$;

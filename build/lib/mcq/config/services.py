@@ -1,0 +1,126 @@
+"""Settings of the services mcq talks to or serves besides Kafka: Connect, the schema
+registry, the console, topics' durability and mcq's own log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    SecretStr,
+    model_validator,
+)
+
+from mcq.config.section import Section
+from mcq.targets import LOOPBACK
+
+
+class ConsoleUser(Section):
+    """One console login: a password hash (``mcq console --hash-password``; argon2id, never
+    the password itself) and a role: ``read`` sees everything, ``admin`` may also act."""
+
+    password_hash: SecretStr
+    role: Literal["read", "admin"] = "read"
+
+
+class ConsoleSettings(Section):
+    """The operator's console (``mcq console``): who may log in and where actions are recorded."""
+
+    bind: str = f"{LOOPBACK}:8088"
+    users: dict[str, ConsoleUser] = {}
+    """Logins by name (``MCQ_CONSOLE__USERS__ALICE__PASSWORD_HASH``, ``…__ROLE``)."""
+    trusted_user_header: str | None = None
+    """Behind an authenticating reverse proxy: the header naming the user it authenticated
+    (``X-Forwarded-User``); only then is it believed, and only from ``trusted_proxies``."""
+    trusted_role_header: str | None = None
+    """The proxy's header with the user's role (``read`` or ``admin``; default ``read``)."""
+    trusted_proxies: tuple[str, ...] = (LOOPBACK,)
+    """Client addresses whose trusted headers are believed."""
+    session_secret: SecretStr | None = None
+    """Signs the session cookie; unset: a random one per process (logins end with it)."""
+    refresh_s: int = Field(default=5, ge=1, le=3600)
+    """How often the overview refreshes itself."""
+    audit_log: Path | None = None
+    """Where every console action is recorded as a JSON line (who, what, when); unset:
+    ``<stack.home>/logs/console-audit.log``."""
+
+
+class HttpServiceSettings(Section):
+    """An HTTP service (Kafka Connect, the schema registry), optionally behind basic auth."""
+
+    url: str = ""
+    username: str | None = None
+    password: SecretStr | None = None
+
+    def auth(self) -> tuple[str, str] | None:
+        if self.username is None or self.password is None:
+            return None
+        return (self.username, self.password.get_secret_value())
+
+
+class ConnectSettings(HttpServiceSettings):
+    """The Kafka Connect worker that runs the Debezium source connectors."""
+
+    natural_text: bool = True
+    """The worker has mcq's ``NaturalText`` transform on its plugin path (the local stack
+    and the image do: ``jvm/connect-transforms``): connectors write values as compact JSON
+    whose dates and times are already text. False, for a worker mcq cannot add a plugin
+    to: values carry their Connect schema (about 6x larger) and the normaliser decodes them."""
+    slot_retained_warn_mb: int = Field(default=1024, ge=1)
+    """``mcq connect status`` and ``mcq status`` warn (exit 1) once a source's replication
+    slot holds more WAL than this on the source's disk (``MCQ_CONNECT__SLOT_RETAINED_WARN_MB``)."""
+
+
+class RegistrySettings(HttpServiceSettings):
+    """The Confluent-API schema registry (Apicurio's ``ccompat`` API locally)."""
+
+    def client_config(self) -> dict[str, Any]:
+        """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf: dict[str, Any] = {"url": self.url}
+        auth = self.auth()
+        if auth:
+            conf["basic.auth.user.info"] = f"{auth[0]}:{auth[1]}"
+        return conf
+
+
+class TopicSettings(Section):
+    """Durability of every topic mcq creates (logical, lanes, dead letters, applied positions,
+    heartbeats, the registry store) and, through Connect's topic creation, of the raw CDC
+    topics. The local stack has one broker; a production cluster wants 3 and 2."""
+
+    replication_factor: int = -1
+    """Replicas of each partition; -1: the cluster's ``default.replication.factor``."""
+    min_insync_replicas: int | None = None
+    """``min.insync.replicas`` set on each topic (None: the cluster's default). With
+    ``acks=all`` (mcq's producers) a write needs this many replicas in sync."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicSettings:
+        if self.replication_factor == 0 or self.replication_factor < -1:
+            raise ValueError(
+                f"replication_factor must be -1 (the cluster's default) or >= 1, not {self.replication_factor}"
+            )
+        if self.min_insync_replicas is not None:
+            if self.min_insync_replicas < 1:
+                raise ValueError(f"min_insync_replicas must be >= 1, not {self.min_insync_replicas}")
+            if self.replication_factor != -1 and self.min_insync_replicas > self.replication_factor:
+                raise ValueError(
+                    f"min_insync_replicas {self.min_insync_replicas} > replication_factor "
+                    f"{self.replication_factor}: no write could ever succeed"
+                )
+        return self
+
+    def config(self) -> dict[str, str]:
+        """Topic configuration entries these settings add."""
+        return {} if self.min_insync_replicas is None else {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
+class LogSettings(Section):
+    """Where mcq's own log goes (:mod:`mcq.logs`). ``MCQ_LOG__FORMAT=json`` writes every
+    line as one JSON object on stderr, as a Kubernetes log collector wants it."""
+
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    file: Path | None = None
+    """Default ``<stack.home>/logs/mcq.log``; the details of an unexpected error are there."""

@@ -1,0 +1,130 @@
+"""Settings of the local stack of real services (``stack.*``): where it lives, its ports, its
+binaries and whether it is the secure one."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import (
+    Field,
+    SecretStr,
+)
+
+from mcq.config.section import CHECKOUT, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError, Section
+
+
+def _default_home() -> Path:
+    if CHECKOUT is not None:
+        return CHECKOUT / ".mcq"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mcq"
+
+
+def _default_jvm_cache() -> Path:
+    if CHECKOUT is not None:
+        return CHECKOUT / ".cache" / "jvm"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mcq" / "jvm"
+
+
+class StackPorts(Section):
+    """Ports of the local stack: non-default so nothing collides with a real install, and
+    below Linux's ephemeral range (32768-60999): a client that keeps reconnecting to a
+    port of that range while its server restarts can be given that very port as its own
+    and connect to itself (TCP simultaneous open), and the server then cannot bind it
+    (a broker SIGKILLed under load stayed down: "port 59092 ... already in use")."""
+
+    postgres: int = 25432
+    kafka: int = 29092
+    kafka_controller: int = 29093
+    kafka_sasl: int = 29094
+    """The broker's SASL_SSL listener (SCRAM-SHA-512 over TLS with the stack's CA): every
+    client there has an identity and gets only what its ACLs allow (``mcq acl``)."""
+    connect: int = 28083
+    registry: int = 28081
+    ldap: int = 23389
+    ldaps: int = 23636
+
+
+class StackSettings(Section):
+    """Where the local stack keeps its state and how big its JVMs may grow."""
+
+    home: Path = Field(default_factory=lambda: Path(os.environ.get("MCQ_HOME") or _default_home()))
+    """Where the local stack and mcq's own state live: ``$MCQ_HOME``; by default ``.mcq/``
+    of the checkout mcq runs from, or ``$XDG_STATE_HOME/mcq`` (``~/.local/state/mcq``) when
+    it is installed."""
+    jvm_cache: Path = Field(default_factory=lambda: _default_jvm_cache())
+    """The Maven-resolved jars (Spark's Kafka and Avro connectors, the stack's services):
+    ``.cache/jvm/`` of the checkout (``make jvm``), or ``$XDG_CACHE_HOME/mcq/jvm`` when
+    installed; the image sets ``MCQ_STACK__JVM_CACHE``."""
+    ports: StackPorts = StackPorts()
+    java: str = "java"
+    postgres_bin: Path = Path("/usr/lib/postgresql/15/bin")
+    postgres_os_user: str = "postgres"
+    """Unix user that runs PostgreSQL when mcq runs as root (PostgreSQL refuses root)."""
+    slapd: Path = Path("/usr/sbin/slapd")
+    ldap_schema_dir: Path = Path("/etc/ldap/schema")
+    ldap_module_dir: Path = Path("/usr/lib/ldap")
+    kafka_heap: str = "-Xms512m -Xmx2g"
+    """A broker's heap grows with its topics and partitions (0.5 GB live at 6,000 topics)."""
+    connect_heap: str = "-Xms256m -Xmx768m"
+    registry_heap: str = "-Xms128m -Xmx512m"
+    start_timeout_s: float = 150.0
+    kafka_admin_password: SecretStr = SecretStr("mcq-admin-local")
+    """The SCRAM password of the local broker's ``mcq-admin`` user (a super user, like the
+    plaintext loopback port's anonymous clients)."""
+    kafka_connect_password: SecretStr = SecretStr("mcq-connect-local")
+    """The SCRAM password of ``mcq-connect``, the identity the local Connect worker uses on
+    the broker's SASL_SSL port, limited to what its ACLs allow (``mcq acl plan``)."""
+
+    @property
+    def secure_marker(self) -> Path:
+        """Present while the stack in ``home`` is the secure one (``mcq stack up --secure``)."""
+        return self.home / "conf" / "secure"
+
+    @property
+    def secret_file(self) -> Path:
+        """The secure stack's random secret (mode 0600), from which the passwords of its
+        local principals (normaliser, console, each listener) are derived; kept when the
+        stack goes back to plaintext, so users made under it keep working."""
+        return self.home / "conf" / "kafka-principals.secret"
+
+    @property
+    def secure(self) -> bool:
+        """The stack in ``home`` is the secure one: its broker has no plaintext port, and
+        mcq's clients default to SASL_SSL there."""
+        return self.secure_marker.is_file()
+
+    @property
+    def ca_cert(self) -> Path:
+        """The stack's CA certificate (``mcq.stack.tls``): what its clients trust."""
+        return self.home / "tls" / "ca.crt"
+
+    def set_secure(self, secure: bool) -> None:
+        """Mark the stack in ``home`` secure (making its secret once) or plaintext."""
+        if not secure:
+            self.secure_marker.unlink(missing_ok=True)
+            return
+        self.secure_marker.parent.mkdir(parents=True, exist_ok=True)
+        if not self.secret_file.is_file():
+            fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
+        self.secure_marker.write_text("made by `mcq stack up --secure`; `mcq stack up --plaintext` removes it\n")
+
+    def local_password(self, user: str) -> SecretStr:
+        """The SCRAM password of local principal USER on this stack: the admin's and Connect's
+        are settings; every other one is derived from the stack's secret (HMAC-SHA-256), so
+        any mcq process of this ``home`` can log in as the identity it runs as, and no one
+        without the secret file can."""
+        if user == KAFKA_ADMIN:
+            return self.kafka_admin_password
+        if user == KAFKA_CONNECT:
+            return self.kafka_connect_password
+        try:
+            key = self.secret_file.read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError(f"{self.secret_file}: the secure stack's secret is unreadable ({exc.strerror})") from None
+        return SecretStr(hmac.new(key, user.encode(), hashlib.sha256).hexdigest())

@@ -1,0 +1,101 @@
+"""Secrets by reference. A registry is stored in a Kafka topic and shown by ``mcq registry
+show``, the console and the chart's ConfigMap, so a secret in it (a webhook's token, a
+target's password) is written as a reference and read where it is used:
+
+    ${env:NAME}     the environment variable NAME of the process that uses it
+    ${file:PATH}    the content of PATH (a mounted Kubernetes Secret), without its last newline
+
+``literal_secrets`` finds values that should have been references (the registry loader
+refuses them, file:line); ``resolve`` turns a reference into a ``SecretStr``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, SecretStr
+
+from mcq.errors import EXIT_CONFIG, McqError
+
+REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
+SECRET_KEY = re.compile(
+    r"password|passwd|secret|token|credential|authorization|api[_-]?key|private[_-]?key", re.IGNORECASE
+)
+HOW = "write a reference instead: ${env:NAME} or ${file:PATH}"
+
+
+class SecretUnresolved(McqError):
+    """A reference whose variable is not set or whose file cannot be read."""
+
+    exit_code = EXIT_CONFIG
+
+
+def is_reference(value: object) -> bool:
+    return isinstance(value, str) and REFERENCE.match(value) is not None
+
+
+def _dsn_has_password(value: str) -> bool:
+    from psycopg.conninfo import conninfo_to_dict  # only when a registry has a DSN
+
+    try:
+        return bool(conninfo_to_dict(value).get("password"))
+    except Exception:  # not a conninfo at all: the adapter says so when it connects
+        return False
+
+
+def literal_secrets(settings: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every value under SETTINGS that is a secret written in clear: (its path, what to do)."""
+    if isinstance(settings, dict):
+        for key, value in settings.items():
+            here = (*path, key)
+            if isinstance(value, dict | list):
+                yield from literal_secrets(value, here)
+            elif not isinstance(value, str) or not value or is_reference(value):
+                continue
+            elif SECRET_KEY.search(str(key)):
+                yield here, f"a secret in clear (the registry is stored in a Kafka topic): {HOW}"
+            elif str(key).lower() == "dsn" and _dsn_has_password(value):
+                yield (
+                    here,
+                    f"a connection string with its password in clear (the registry is stored in a Kafka topic): {HOW}",
+                )
+    elif isinstance(settings, list):
+        for i, item in enumerate(settings):
+            yield from literal_secrets(item, (*path, i))
+
+
+def resolve(value: str, where: str) -> SecretStr:
+    """The secret VALUE refers to (a value that is no reference is returned as it is: a DSN
+    without a password). ``where`` names the setting in the error."""
+    match = REFERENCE.match(value)
+    if match is None:
+        return SecretStr(value)
+    kind, name = match.groups()
+    if kind == "env":
+        found = os.environ.get(name)
+        if found is None:
+            raise SecretUnresolved(f"{where}: ${{env:{name}}}: the environment variable {name} is not set")
+        return SecretStr(found)
+    try:
+        return SecretStr(Path(name).read_text().removesuffix("\n"))
+    except OSError as exc:
+        raise SecretUnresolved(f"{where}: ${{file:{name}}}: cannot read: {exc.strerror}") from None
+
+
+def _resolved(value: object) -> object:
+    if isinstance(value, str) and is_reference(value):
+        try:
+            return resolve(value, "reference").get_secret_value()
+        except SecretUnresolved as exc:
+            raise ValueError(str(exc).removeprefix("reference: ")) from None
+    return value
+
+
+ResolvedSecret = Annotated[SecretStr, BeforeValidator(_resolved)]
+"""A settings field holding a secret or a reference to one, resolved when the model is built."""
+ResolvedText = Annotated[str, BeforeValidator(_resolved)]
+"""Text that may be a reference (a header value such as ``Authorization``)."""

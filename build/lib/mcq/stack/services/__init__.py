@@ -1,0 +1,36 @@
+"""The services of the local stack: how each is prepared, started and checked.
+
+Every service is a real server: PostgreSQL and OpenLDAP from Debian's packages,
+Kafka, Kafka Connect (with Debezium) and Apicurio Registry from the JVM artifacts that
+``jvm/pom.xml`` resolves from Maven Central. A health check is a real round trip, not
+an open port: a produced-and-consumed record, a plugin listing, a registry answer, a bind.
+"""
+
+from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT
+from mcq.stack.services.base import JvmService, NotReady, Service
+from mcq.stack.services.connect import DEBEZIUM_POSTGRES_CONNECTOR, Connect
+from mcq.stack.services.kafka import HEALTH_TOPIC, KAFKA_CONTROLLER, Kafka, new_cluster_id
+from mcq.stack.services.ldap import Ldap
+from mcq.stack.services.postgres import Postgres
+from mcq.stack.services.registry import Registry
+
+SERVICES: tuple[type[Service], ...] = (Postgres, Ldap, Kafka, Registry, Connect)
+"""In start order: the registry stores its schemas in PostgreSQL, Connect needs Kafka."""
+
+__all__ = [
+    "DEBEZIUM_POSTGRES_CONNECTOR",
+    "HEALTH_TOPIC",
+    "KAFKA_ADMIN",
+    "KAFKA_CONNECT",
+    "KAFKA_CONTROLLER",
+    "SERVICES",
+    "Connect",
+    "JvmService",
+    "Kafka",
+    "Ldap",
+    "NotReady",
+    "Postgres",
+    "Registry",
+    "Service",
+    "new_cluster_id",
+]

@@ -1,0 +1,106 @@
+"""Kafka Connect with Debezium's PostgreSQL connector and mcq's transforms; healthy once the
+connector plugin is listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from mcq.config import KAFKA_CONNECT, LOOPBACK, jaas_line
+from mcq.stack.services.base import JvmService, NotReady, _properties
+from mcq.stack.tls import stack_tls
+
+if TYPE_CHECKING:
+    pass
+
+DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+
+
+class Connect(JvmService):
+    """A Kafka Connect worker in distributed mode, Debezium on its plugin path."""
+
+    name = "connect"
+    depends_on = ("kafka", "postgres")
+    heap = "connect_heap"
+    main_class = "org.apache.kafka.connect.cli.ConnectDistributed"
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.settings.stack.ports.connect,)
+
+    @property
+    def address(self) -> str:
+        return f"http://{LOOPBACK}:{self.settings.stack.ports.connect}"
+
+    @property
+    def plugin_path(self) -> Path:
+        return self.settings.stack.jvm_cache / "connect-plugins"
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._require(self.plugin_path / "debezium-connector-postgres", "the Debezium connector plugin")
+        self._require(self.plugin_path / "mcq-connect-transforms", "mcq's NaturalText transform plugin")
+        port = self.settings.stack.ports.connect
+        # the worker, its connectors' producers and its admin (topic creation) on the broker's
+        # SASL_SSL port as mcq-connect: capture runs under the ACLs a campus would give it
+        password = self.settings.stack.kafka_connect_password.get_secret_value()
+        sasl = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": jaas_line(
+                "org.apache.kafka.common.security.scram.ScramLoginModule", username=KAFKA_CONNECT, password=password
+            ),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": stack_tls(self.settings).ca_cert,
+        }
+        props = {
+            "bootstrap.servers": f"{LOOPBACK}:{self.settings.stack.ports.kafka_sasl}",
+            **sasl,
+            **{f"{client}.{k}": v for client in ("producer", "consumer", "admin") for k, v in sasl.items()},
+            "group.id": "mcq-connect",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "false",
+            "value.converter.schemas.enable": "false",
+            "config.storage.topic": "_mcq-connect-configs",
+            "offset.storage.topic": "_mcq-connect-offsets",
+            "status.storage.topic": "_mcq-connect-status",
+            "config.storage.replication.factor": 1,
+            "offset.storage.replication.factor": 1,
+            "status.storage.replication.factor": 1,
+            "offset.flush.interval.ms": 1000,
+            # a worker that lost its group membership (a broker restart) gets its connectors
+            # and tasks back only after this delay (default 5 min: Debezium captured nothing
+            # for 5 min after every broker restart, tests/soak); one worker: no one to wait for
+            "scheduled.rebalance.max.delay.ms": 10_000,
+            "listeners": f"http://{LOOPBACK}:{port}",
+            "rest.advertised.host.name": LOOPBACK,
+            "rest.advertised.port": port,
+            "plugin.path": self.plugin_path,
+            # connector JSON names secrets (${env:MCQ_SOURCE__PASSWORD}); the worker resolves them
+            "config.providers": "env,file",
+            "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+            "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+            "topic.creation.enable": "true",
+        }
+        conf = self.conf_dir / "connect.properties"
+        conf.write_text(_properties(props))
+        conf.chmod(0o600)  # the local stack's Connect password
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["MCQ_SOURCE__PASSWORD"] = self.settings.source.password.get_secret_value()
+        return env
+
+    def check(self) -> None:
+        try:
+            resp = httpx.get(f"{self.address}/connector-plugins", timeout=5)
+        except httpx.HTTPError as exc:
+            raise NotReady(f"GET /connector-plugins: {exc}") from None
+        if resp.status_code != 200:
+            raise NotReady(f"GET /connector-plugins answered {resp.status_code}")
+        classes = {p.get("class") for p in resp.json()}
+        if DEBEZIUM_POSTGRES_CONNECTOR not in classes:
+            raise NotReady(f"{DEBEZIUM_POSTGRES_CONNECTOR} is not among the worker's plugins")

@@ -1,0 +1,218 @@
+"""Read a whole topic, from its beginning to its end as it is now (consoles and reports)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports it without __all__
+
+from mcq.config import Settings
+from mcq.topics.exceptions import TopicReadError
+
+__all__ = ["TopicReadError"]  # raised here, defined with its siblings
+
+
+_NOT_YET = {  # what a partition answers while its leader is being elected or its broker restarts
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    # a restarted broker bumps its partitions' leader epochs: a client that asked with the
+    # epoch it knew is told so until its metadata is refreshed (seen after a broker SIGKILL)
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    # librdkafka's "Failed to query partition leaders: No leaders found" while a restarted
+    # broker has not yet taken leadership of its partitions (tests/soak: a listener exited)
+    KafkaError._NOENT,
+}
+
+
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` (a read error, or a Kafka client's exception) means "the broker is
+    not answering right now" -- wait and ask again -- rather than a request that cannot succeed."""
+    if isinstance(error, TopicReadError):
+        return error.retriable
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        err = error.args[0]
+        return bool(err.retriable() or err.code() in _NOT_YET)
+    return False
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """A partition's (low, high) offsets from the broker; a topic created a moment ago may
+    have no leader yet, so that answer is waited out (up to ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            passing = transient(exc)
+            if not passing or time.monotonic() > deadline:
+                raise TopicReadError(f"reading {tp.topic}[{tp.partition}]: {exc.args[0]}", passing) from None
+            time.sleep(0.5)
+
+
+_STALE_EPOCH = {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
+
+
+class RenewingAdmin:
+    """An admin client for a long-running process, made again when a broker restart left
+    it with stale leader epochs: librdkafka's ListOffsets then asks again and again with
+    the epoch it knew and fails FENCED_LEADER_EPOCH at every call, for ever (librdkafka
+    #4620, still so in 2.16; seen here after a broker SIGKILL). A new client starts from
+    fresh metadata."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self._conf = conf
+        self.client = AdminClient(conf)
+
+    def renew(self) -> None:
+        self.client = AdminClient(self._conf)
+
+
+def list_offsets(
+    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], spec: OffsetSpec, timeout_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """Each partition's offset by ``spec`` (earliest, latest, for a timestamp: -1 when no
+    record is that new) in one request through the admin client, a broker restart waited
+    out (up to ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        client = admin.client if isinstance(admin, RenewingAdmin) else admin
+        try:
+            futures = client.list_offsets({TopicPartition(t.topic, t.partition): spec for t in tps}, request_timeout=15)
+            return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as exc:
+            passing = transient(exc)
+            if isinstance(admin, RenewingAdmin) and exc.args[0].code() in _STALE_EPOCH:
+                admin.renew()
+            if not passing or time.monotonic() > deadline:
+                topics = sorted({t.topic for t in tps})
+                raise TopicReadError(f"reading offsets of {topics}: {exc.args[0]}", passing) from None
+            time.sleep(0.5)
+
+
+def all_watermarks(
+    admin: AdminClient | RenewingAdmin, tps: list[TopicPartition], timeout_s: float = 30.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) of many partitions in two requests, through the admin client: a consumer's
+    own offset queries wait behind its outstanding fetch (``fetch.wait.max.ms``) one by one."""
+    if not tps:
+        return {}
+    lows = list_offsets(admin, tps, OffsetSpec.earliest(), timeout_s)  # type: ignore[no-untyped-call]
+    highs = list_offsets(admin, tps, OffsetSpec.latest(), timeout_s)  # type: ignore[no-untyped-call]
+    return {key: (lows[key], highs[key]) for key in highs}
+
+
+def offsets_since(settings: Settings, topics: list[str], since_ms: int) -> dict[str, dict[int, tuple[int, int]]]:
+    """topic -> partition -> (the first offset written at or after ``since_ms``, the end)
+    for the existing ones of ``topics``; a partition with nothing since has both at its end."""
+    admin = RenewingAdmin(settings.kafka.client_config())
+    meta = admin.client.list_topics(timeout=30).topics
+    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    if not tps:
+        return {}
+    ends = list_offsets(admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    firsts = list_offsets(admin, tps, OffsetSpec.for_timestamp(since_ms))  # type: ignore[no-untyped-call]
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for (topic, partition), end in ends.items():
+        first = firsts[(topic, partition)]
+        out.setdefault(topic, {})[partition] = (end if first < 0 else first, end)  # -1: nothing since
+    return out
+
+
+def records_held(settings: Settings, topics: list[str]) -> int:
+    """Records the existing ones of ``topics`` hold now (high - low watermark of every
+    partition). Topics are listed whole: asking a missing one by name would create it."""
+    return records_after(settings, topics, {})
+
+
+def records_after(settings: Settings, topics: list[str], offsets: dict[str, dict[str, int]]) -> int:
+    """Records the existing ones of ``topics`` hold at or after ``offsets`` (topic ->
+    partition as text -> offset, Spark's form: a reader's next offset); a partition it does
+    not name counts from its low watermark."""
+    admin = AdminClient(settings.kafka.client_config())
+    meta = admin.list_topics(timeout=30).topics
+    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    return sum(
+        high - min(high, max(low, offsets.get(topic, {}).get(str(partition), low)))
+        for (topic, partition), (low, high) in all_watermarks(admin, tps).items()
+    )
+
+
+def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:
+    """What the consumer has fetched, up to ``most`` records in one call (a call per record
+    cost more than the record: most of a scheduled run's start-up), waiting up to
+    ``timeout_s`` for the first only; partition-end events left out. None when nothing came.
+    A consumer error raises :class:`TopicReadError` naming the partition.
+
+    ``consume(most, timeout)`` alone waits until it has ``most`` records *or* the whole
+    timeout passed: every catch-up of a few records (a scheduled run's tail, a projection
+    store before each batch) waited the full timeout, 0.5 s each."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return None
+    messages = [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+    out: list[Message] = []
+    for msg in messages:
+        err = msg.error()
+        if err is None:
+            out.append(msg)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            raise TopicReadError(f"reading {msg.topic()}[{msg.partition()}]: {err}", transient(KafkaException(err)))
+    return out
+
+
+def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[Message]:
+    """Every record of ``topic`` (partition by partition in offset order); [] if it does not exist."""
+    consumer = Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"_mcq-reader-{uuid.uuid4().hex}",  # never commits
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        ends = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in meta.partitions}
+        deadline = time.monotonic() + timeout_s
+        todo = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, -2) for p in todo])  # -2: from the beginning
+        out: list[Message] = []
+        while todo:
+            if time.monotonic() > deadline:
+                raise TopicReadError(f"reading {topic}: not at its end after {timeout_s:.0f} s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    todo.discard(msg.partition() or 0)
+                    continue
+                raise TopicReadError(f"reading {topic}: {err}")
+            out.append(msg)
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                todo.discard(msg.partition() or 0)
+        return out
+    finally:
+        consumer.close()
