@@ -32,7 +32,8 @@ COPY out/wheelhouse/ /wheels/
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/listener.pins \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
-    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
+    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version \
+    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 FROM runtime AS listener
 COPY --from=listener-venv /opt/venv /opt/venv
@@ -47,7 +48,8 @@ COPY out/wheelhouse/ /wheels/
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/all.pins \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
-    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version
+    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version \
+    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # The full image: a headless Java 17 for Spark, the jars `make jvm` resolved from Maven Central
 # (Spark's Kafka/Avro connectors, mcq's local file system for Spark; mcq's Connect transform for a
@@ -55,7 +57,9 @@ RUN python3 -m venv /opt/venv \
 # class-data archive for this image's java and jars (streams/jvm_archive.py).
 FROM runtime AS full
 USER 0
-RUN apt-get update \
+# (the JRE's postinst links its manual pages: a slim base has no /usr/share/man/man1)
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
 COPY --from=full-venv /opt/venv /opt/venv

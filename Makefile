@@ -90,8 +90,10 @@ lock: python
 # the lock files' exact versions as the pins the image installs.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 wheelhouse: python
-	rm -rf out/wheelhouse && mkdir -p out/wheelhouse
+	@# setuptools' build/ would carry modules deleted since the last build into the wheel
+	rm -rf out/wheelhouse build && mkdir -p out/wheelhouse
 	$(BIN)/pip wheel -q --no-deps -w out/wheelhouse .
+	rm -rf build
 	$(BIN)/pip wheel -q -r requirements/all.lock -w out/wheelhouse
 	$(BIN)/pip wheel -q -r requirements/listener.lock -w out/wheelhouse
 	@# the exact versions, without the hashes: pip checked those of the downloads above, and an

@@ -17,7 +17,7 @@ from mcq.change import Change
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import World, registry_world, running, wait_for
-from mcq.testing.worlds import CAMPUS
+from tests import CAMPUS
 from tests.integration.test_adapters import ch, send_changes
 
 

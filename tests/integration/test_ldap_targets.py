@@ -15,7 +15,7 @@ from mcq.stack import Stack
 from mcq.stack.services.ldap import second_directory
 from mcq.targets import LdapSettings, LdapTarget
 from mcq.testing.listeners import World, registry_world, running, wait_for
-from mcq.testing.worlds import CAMPUS
+from tests import CAMPUS
 from tests.integration.test_adapters import ch, listener, send_changes
 
 

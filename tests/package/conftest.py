@@ -6,6 +6,7 @@ stack: the wheel in a fresh virtualenv (test_wheel.py), the image under podman
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +31,21 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The distribution's wheel, built from the checkout as ``pip wheel .`` builds it."""
-    out = tmp_path_factory.mktemp("dist")
-    ok(run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, PROJECT_ROOT], timeout=600))
+    """The distribution's wheel, built as ``pip wheel .`` builds it from a copy of the
+    checkout's files (tracked or new, not ignored; links kept): nothing of an earlier
+    build's ``build/`` gets in, and the checkout is left as it was."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
+    files = ok(run(["git", "ls-files", "-z", "-co", "--exclude-standard"], timeout=60, cwd=PROJECT_ROOT))
+    for name in filter(None, files.split("\0")):
+        src, dst = PROJECT_ROOT / name, source / name
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted, not yet committed
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        else:
+            shutil.copy2(src, dst)
+    ok(run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, source], timeout=600))
     (built,) = out.glob("meta_change_queue-*.whl")
     return built
 

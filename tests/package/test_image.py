@@ -94,7 +94,7 @@ def run_image(image: str, *args: str, env: dict[str, str], mount: Path | None = 
         ulimits=[
             docker.types.Ulimit(name="nofile", soft=4096, hard=4096),
             docker.types.Ulimit(name="nproc", soft=4096, hard=4096),
-        ],  # fmt: skip
+        ],
     )
     if mount is not None:
         container.with_volume_mapping(str(mount), "/config", "ro")

@@ -1,1 +1,0 @@
-"""The ``ldap`` adapter: people, accounts, Unix groups and memberships in a directory."""

@@ -1,1 +1,0 @@
-"""The listener runtime: ``mcq listen NAME`` (see :mod:`consumers.runtime.listener`)."""

@@ -1,1 +1,0 @@
-"""The ``webhook`` adapter: each change POSTed as JSON with an idempotency key."""

@@ -1,1 +1,0 @@
-"""The console's pages: one module each, each with ``routes(ctx)``."""
