@@ -82,20 +82,30 @@ class Ran:
     out: str
 
 
-def run_image(image: str, *args: str, env: dict[str, str], mount: Path | None = None, timeout: float = 600) -> Ran:
-    """One ``mcq`` command in a container of ``image``, as a pod runs it; its exit code and output."""
+def run_image(
+    image: str, *args: str, env: dict[str, str], mount: Path | None = None, state: Path | None = None,
+    timeout: float = 600,
+) -> Ran:  # fmt: skip
+    """One ``mcq`` command in a container of ``image``, as a pod runs it: the registry file's
+    directory at /config (read-only), ``state`` as the writable volumes a pod mounts
+    (``/var/lib/mcq``, ``/var/lib/mcq-checkpoint``); its exit code and output."""
     container = DockerContainer(
         image,
         command=list(args),
         env=env,
         network_mode="host",
         read_only=True,  # writable only where a pod mounts volumes
-        tmpfs={"/tmp": "rw,size=2g", "/var/lib/mcq": "rw,uid=10001", "/var/lib/mcq-checkpoint": "rw,uid=10001"},
         ulimits=[
             docker.types.Ulimit(name="nofile", soft=4096, hard=4096),
             docker.types.Ulimit(name="nproc", soft=4096, hard=4096),
         ],
     )
+    container.with_tmpfs_mount("/tmp", "size=2g")  # its options, as given
+    if state is not None:  # volumes, as a pod's: podman's API ignores a tmpfs mode, and its owner is root
+        for name, inside in (("home", "/var/lib/mcq"), ("checkpoint", "/var/lib/mcq-checkpoint")):
+            (state / name).mkdir(parents=True, exist_ok=True)
+            os.chmod(state / name, 0o777)
+            container.with_volume_mapping(str(state / name), inside, "rw")
     if mount is not None:
         container.with_volume_mapping(str(mount), "/config", "ro")
     container.start()
@@ -141,9 +151,14 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
 ) -> None:
     with _world(settings, tmp_path) as world:
         env = {**world.env}
+        state = tmp_path / "volumes"
         registry = f"/config/{world.registry_file.name}"
         for command in (["topics", "apply"], ["schemas", "apply"], ["connect", "apply"]):
-            ok(run_image(LISTENER, *command, "--registry", registry, env=env, mount=world.registry_file.parent))
+            ok(
+                run_image(
+                    LISTENER, *command, "--registry", registry, env=env, mount=world.registry_file.parent, state=state
+                )
+            )
 
         topic = raw_topic(world.registry.sources[0], f"{world.schema}.accounts")
         wait_raw_records(world.settings, topic, 300)
@@ -157,8 +172,8 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
 
         ok(run_image(FULL, "streams", "normalize", "--once", "--registry", registry,
                      "--checkpoint", "/var/lib/mcq-checkpoint/normalize",
-                     env=env, mount=world.registry_file.parent, timeout=900))  # fmt: skip
+                     env=env, mount=world.registry_file.parent, state=state, timeout=900))  # fmt: skip
         ok(run_image(LISTENER, "listen", world.listener, "--until-caught-up", "--registry", registry,
-                     env=env, mount=world.registry_file.parent))  # fmt: skip
+                     env=env, mount=world.registry_file.parent, state=state))  # fmt: skip
 
         assert target_state(world.settings, world.target) == world.source_view()
