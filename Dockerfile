@@ -28,12 +28,8 @@ WORKDIR /var/lib/mcq
 
 # The listener's virtualenv: mcq without extras, exactly the versions of requirements/listener.lock.
 FROM runtime AS listener-venv
-COPY out/wheelhouse/ /wheels/
-RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/listener.pins \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
-    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version \
-    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
+COPY out/wheelhouse/ scripts/image/install-venv.sh /wheels/
+RUN /wheels/install-venv.sh listener
 
 FROM runtime AS listener
 COPY --from=listener-venv /opt/venv /opt/venv
@@ -44,12 +40,8 @@ CMD ["--help"]
 
 # The full image's virtualenv: mcq[all] (Spark, the console), exactly requirements/all.lock.
 FROM runtime AS full-venv
-COPY out/wheelhouse/ /wheels/
-RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps -r /wheels/all.pins \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels --no-deps meta-change-queue \
-    && /opt/venv/bin/pip check && /opt/venv/bin/mcq --version \
-    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
+COPY out/wheelhouse/ scripts/image/install-venv.sh /wheels/
+RUN /wheels/install-venv.sh all
 
 # The full image: a headless Java 17 for Spark, the jars `make jvm` resolved from Maven Central
 # (Spark's Kafka/Avro connectors, mcq's local file system for Spark; mcq's Connect transform for a
