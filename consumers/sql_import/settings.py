@@ -30,10 +30,10 @@ class SqlImportSettings(AdapterSettings):
     ``examples/<name>`` that is not there names the sample shipped with the package."""
 
     def install_path(self) -> Path | None:
-        return _from_project(self.install)
+        return _script_path(self.install)
 
     def read_back_path(self) -> Path | None:
-        return _from_project(self.read_back)
+        return _script_path(self.read_back)
 
     read_back: Path | None = None
     """A SQL file of a query returning what the vendor holds per person (what ``mcq
@@ -49,7 +49,7 @@ class SqlImportSettings(AdapterSettings):
     to the source needed; a replay rebuilds it), or read through to the source database."""
 
 
-def _from_project(path: Path | None) -> Path | None:
+def _script_path(path: Path | None) -> Path | None:
     """``path`` as given (absolute, or from the working directory); a relative
     ``examples/<name>`` that is not there is the sample shipped with the package."""
     if path is None or path.is_absolute() or path.exists() or len(path.parts) != 2 or path.parts[0] != "examples":

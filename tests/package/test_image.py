@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+import psycopg
 import pytest
 from testcontainers.core.container import DockerContainer
 
@@ -162,8 +163,6 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
 
         topic = raw_topic(world.registry.sources[0], f"{world.schema}.accounts")
         wait_raw_records(world.settings, topic, 300)
-        import psycopg
-
         workload = Workload(world.settings, world.schema, seed=9, next_id=300)
         with psycopg.connect(world.settings.source.dsn(), autocommit=True) as conn:
             for _ in range(200):
