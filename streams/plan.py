@@ -94,7 +94,9 @@ def plan_normalize(registry: Registry, prefix: str = "mcq") -> NormalizePlan:
         feeds=feeds,
         outbox_topics=tuple(raw_topic(s, OUTBOX_TABLE) for s in registry.sources),
         outbox_sources=tuple((raw_topic(s, OUTBOX_TABLE), s.name) for s in registry.sources),
-        explicit_topics=tuple((t.tname, t.subtype, t.topic(prefix)) for t in registry.tables if not t.feeds),
+        explicit_topics=tuple(
+            (t.tname, t.subtype, t.topic(prefix)) for t in registry.tables if not t.feeds and t.entity is None
+        ),
         refresh_topic=refresh_topic(prefix),
         withheld_topic=withheld_topic(prefix),
     )

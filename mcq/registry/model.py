@@ -15,6 +15,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from mcq.refs import KEY_FIELDS, table_ref
+from mcq.registry.entities import Entity, entity_columns, entity_problems, unwatched_entity_fields
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import Rule, parse_rule
 from mcq.secrets import literal_secrets
@@ -95,7 +96,10 @@ class LogicalTable(_Model):
     subtype: Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", max_length=32)] | None = None
     comment: str = ""
     feeds: tuple[Feed, ...] = ()
-    """Source tables feeding it; empty for a table only logged explicitly (mcq_log_*)."""
+    """Source tables feeding it; empty for a table only logged explicitly (mcq_log_*) or an entity."""
+    entity: Entity | None = None
+    """Computed, not captured: a root table's rows with their related rows (mcq.registry.entities),
+    written to its topic by ``mcq entities run``."""
     partitions: int = Field(default=3, ge=1, le=1024)
 
     @property
@@ -241,6 +245,14 @@ class Registry(_Model):
         interests = self.interests_of(listener)
         return [t for t in self.tables if any(i.covers(t) for i in interests)]
 
+    def columns_of(self, table: LogicalTable) -> frozenset[str]:
+        """What a listener may see of a table's rows: its captured columns, or an entity's
+        flattened fields (``customer.country``)."""
+        return entity_columns(self, table) if table.entity is not None else table.columns()
+
+    def entity_tables(self) -> list[LogicalTable]:
+        return [t for t in self.tables if t.entity is not None]
+
     def feeds_of(self, source: str) -> list[tuple[LogicalTable, Feed]]:
         return [(t, f) for t in self.tables for f in t.feeds if f.source == source]
 
@@ -277,6 +289,7 @@ class Registry(_Model):
                         out.append(((*here, "watch"), f"watched column {column!r} is not captured from {feed.table}"))
                 if not feed.keys:
                     out.append(((*here, "keys"), f"{feed.table} maps no key field; map at least one of {KEY_FIELDS}"))
+        out += entity_problems(self)
         names = {x.name for x in self.listeners}
         for ii, interest in enumerate(self.interests):
             here = ("interests", ii)
@@ -288,14 +301,15 @@ class Registry(_Model):
                 out.append(((*here, "tname"), f"unknown table {what}; define it under tables:"))
             rule = interest.parsed_rule()
             if rule and covered:
-                known = set(CHANGE_FIELDS) | {c for t in covered for c in t.columns()}
+                known = set(CHANGE_FIELDS) | {c for t in covered for c in self.columns_of(t)}
                 known |= {f"{side}.{c}" for side in ("before", "after") for c in known}
                 unknown = sorted(rule.fields() - known)
                 if unknown:
                     out.append(((*here, "rule"), f"rule reads {', '.join(unknown)}, which no covered table has"))
                 out += _unwatched_rule_columns(here, interest.listener, rule.fields(), covered)
+                out += _unwatched_entity_rule_fields(self, here, interest.listener, rule.fields(), covered)
             if interest.columns is not None and covered:
-                captured = {c for t in covered for c in t.columns()}
+                captured = {c for t in covered for c in self.columns_of(t)}
                 unknown = sorted(set(interest.columns) - captured) if captured else []
                 if unknown:
                     problem = f"columns {', '.join(unknown)} are not captured by any covered table"
@@ -327,6 +341,22 @@ def _unwatched_rule_columns(
                     f"{names} is housekeeping and never reaches {listener}, so its rows would not enter or leave "
                     f"the view; add {names} to that feed's watch"
                 )))  # fmt: skip
+    return out
+
+
+def _unwatched_entity_rule_fields(
+    registry: Registry, here: tuple[str | int, ...], listener: str, fields: frozenset[str], covered: list[LogicalTable]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """The same for an entity rule's related fields: ``customer.country`` read from a feed
+    that does not watch ``country`` would never move an order into or out of the view."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for table in covered:
+        for field, source, column in unwatched_entity_fields(registry, table, fields):
+            out.append(((*here, "rule"), (
+                f"rule reads {field}, which {source} does not watch: an update of only {column} is housekeeping "
+                f"and never re-evaluates {table.tname}, so its entities would not enter or leave {listener}'s "
+                f"view; add {column} to that feed's watch"
+            )))  # fmt: skip
     return out
 
 

@@ -9,7 +9,8 @@ The language is the SQL-like one of Oracle AQ's rule-based subscribers::
 
 Names are change fields (``tname``, ``subtype``, ``change_type``, ``person_id``,
 ``pkey_string``, ``pkey_number``, ``aux_string``), after-state columns by bare name, and
-``before.<column>`` / ``after.<column>``. A rule is parsed once (lark) into a small tree
+``before.<column>`` / ``after.<column>``; an entity's related fields by their path
+(``customer.country``, ``owner.status.code``: mcq.registry.entities). A rule is parsed once (lark) into a small tree
 of frozen nodes and evaluated by walking it: no ``eval``, no attribute access, no calls.
 Comparisons with a missing or NULL value are false, as in SQL.
 """
@@ -57,7 +58,7 @@ _LIKE.2: /like\b/i
 _NULL.2: /null\b/i
 _TRUE.2: /true\b/i
 _FALSE.2: /false\b/i
-NAME: /[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?/
+NAME: /[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*/
 STRING: /'([^']|'')*'/
 NUMBER: /-?\d+(\.\d+)?/
 %import common.WS
