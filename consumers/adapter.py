@@ -24,6 +24,7 @@ and a listener with ``adapter: {type: mykind, settings: {...}}`` uses it.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from importlib.metadata import entry_points
@@ -115,6 +116,11 @@ class Adapter(ABC):
     def ready(self) -> bool:
         """Whether the target answers (readiness probe); default: assume so."""
         return True
+
+    def preview(self, change: Change) -> str:
+        """What this adapter would write for ``change``, as text (``mcq map preview``);
+        default: the change as JSON."""
+        return json.dumps(change.as_json(), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 class ReadBack(ABC):

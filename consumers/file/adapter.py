@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consumers.adapter import Adapter, ReadBack, rows_in_view
-from consumers.exceptions import AdapterError, TargetUnavailable
+from consumers.exceptions import AdapterError, ChangeRejected, TargetUnavailable
 from consumers.file.names import FileNamer
 from consumers.file.settings import FileSettings
+from consumers.payload import Payload
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.refs import KEY_FIELDS
@@ -69,6 +70,18 @@ class FileAdapter(Adapter, ReadBack):
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
         self.names = FileNamer(listener.name)
+        self.payload = Payload(self.settings.template, as_json=True) if self.settings.template else None
+
+    def line(self, change: Change) -> str:
+        """One change as its JSON line (ChangeRejected when its template fails for it)."""
+        if self.payload is not None:
+            return self.payload.render(self.listener.name, self.registry, change)
+        return json.dumps(change.as_json(), sort_keys=True)
+
+    def preview(self, change: Change) -> str:
+        if self.settings.format == "xml":
+            return to_xml(self.listener.name, [change]).decode()
+        return json.dumps(json.loads(self.line(change)), indent=2, sort_keys=True, ensure_ascii=False)
 
     def open(self) -> None:
         try:
@@ -83,7 +96,19 @@ class FileAdapter(Adapter, ReadBack):
         if not changes:
             return []
         fmt = self.settings.format
-        body = to_xml(self.listener.name, changes) if fmt == "xml" else to_jsonl(changes)
+        outcomes: list[AdapterError | None] = [None] * len(changes)
+        if fmt == "xml":
+            body = to_xml(self.listener.name, changes)
+        else:
+            lines = []
+            for i, change in enumerate(changes):
+                try:
+                    lines.append(self.line(change).encode() + b"\n")
+                except ChangeRejected as exc:  # this change is dead-lettered; the others are written
+                    outcomes[i] = exc
+            body = b"".join(lines)
+            if not lines:
+                return outcomes
         name = self.names.next()
         final = self.settings.directory / f"{name}.{fmt}"
         temp = self.settings.directory / f".{name}.{uuid.uuid4().hex}.tmp"
@@ -94,7 +119,7 @@ class FileAdapter(Adapter, ReadBack):
         except OSError as exc:
             temp.unlink(missing_ok=True)
             return [TargetUnavailable(f"file: writing {final}: {exc.strerror}")] * len(changes)
-        return [None] * len(changes)
+        return outcomes
 
     @staticmethod
     def _write(path: Path, body: bytes) -> None:

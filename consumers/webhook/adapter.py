@@ -10,6 +10,7 @@ listener waits for it.
 
 from __future__ import annotations
 
+import json
 import ssl
 from typing import Any
 
@@ -17,6 +18,7 @@ import httpx
 
 from consumers.adapter import Adapter
 from consumers.exceptions import ChangeFailed, ChangeRejected, ListenerConfigError, TargetUnavailable
+from consumers.payload import Payload
 from consumers.webhook.settings import WebhookSettings
 from mcq.change import Change
 from mcq.config import Settings
@@ -33,6 +35,7 @@ class WebhookAdapter(Adapter):
 
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
+        self.payload = Payload(self.settings.template, as_json=True) if self.settings.template else None
         try:  # at start: a CA or client certificate that cannot be used is a configuration error
             self._verify = self.settings.ssl_context()
         except (OSError, ssl.SSLError) as exc:
@@ -52,13 +55,24 @@ class WebhookAdapter(Adapter):
             self._client.close()
             self._client = None
 
+    def body(self, change: Change) -> str:
+        """What is POSTed for a change (ChangeRejected when its template fails for it)."""
+        if self.payload is not None:
+            return self.payload.render(self.listener.name, self.registry, change)
+        body: dict[str, Any] = {"listener": self.listener.name, **change.as_json()}
+        return json.dumps(body)
+
+    def preview(self, change: Change) -> str:
+        return json.dumps(json.loads(self.body(change)), indent=2, sort_keys=True, ensure_ascii=False)
+
     def apply(self, change: Change) -> None:
+        body = self.body(change)
         self.open()
         assert self._client is not None
-        body: dict[str, Any] = {"listener": self.listener.name, **change.as_json()}
         url = str(self.settings.url)
+        headers = {"Idempotency-Key": change.idempotency_key, "Content-Type": "application/json"}
         try:
-            response = self._client.post(url, json=body, headers={"Idempotency-Key": change.idempotency_key})
+            response = self._client.post(url, content=body.encode(), headers=headers)
         except httpx.ConnectError as exc:
             raise TargetUnavailable(f"webhook {url}: {exc}") from None
         except httpx.TimeoutException:

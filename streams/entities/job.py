@@ -242,7 +242,7 @@ class EntityJob:
             if save:
                 store.close()
             else:
-                store._follower.close()
+                store.abandon()
         self._stores.clear()
         if self._health:
             self._health.stop()

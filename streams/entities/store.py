@@ -48,6 +48,11 @@ class EntityStore(EntityIndex, StateStore):
             self._trigger = (change.position, change.entry_time, change.txid, change.source_table)
             self.put(ref, change.key, change.state, change.position)
 
+    def abandon(self) -> None:
+        """Stop reading without saving a snapshot (after an error: what it holds may be ahead
+        of what was written)."""
+        self._follower.close()
+
     def take(self, timeout_s: float) -> bool:
         """Fold in what has been fetched, waiting up to ``timeout_s`` for the first record."""
         return self._follower.take(timeout_s)
