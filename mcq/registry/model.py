@@ -28,6 +28,7 @@ CHANGE_FIELDS = ("tname", "subtype", "change_type", *KEY_FIELDS)
 ALL_SUBTYPES = "*"
 
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=63)]
+FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
 KeyField = Literal["person_id", "pkey_string", "pkey_number", "aux_string"]
 
 
@@ -193,9 +194,9 @@ class Interest(_Model):
     subtype: str | None = ALL_SUBTYPES
     """A subtype, ``*`` for all subtypes of TNAME, or null for the table without subtype."""
     rule: str | None = None
-    columns: tuple[Identifier, ...] | None = None
-    """The columns this listener may see of the covered tables (an allow-list); default all
-    captured. A target never receives another column, not even through a projection."""
+    columns: tuple[FieldName, ...] | None = None
+    """The columns this listener may see of the covered tables (an allow-list; an entity's
+    related fields by their path, ``customer.country``); default all captured. A target never receives another column, not even through a projection."""
     delay_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
     """AQ's delay: a change is not applied before this many seconds after its source commit;
     a newer change of the key arriving meanwhile supersedes it."""

@@ -29,7 +29,11 @@ from mcq.refs import parse_ref
 from mcq.registry.entities import Entity, Join, field_value
 from mcq.registry.model import LogicalTable, Registry
 
-Values = tuple[str, ...]
+Values = str | tuple[str, ...]
+"""A join's field values: the value itself for a join on one field (most), else a tuple."""
+Texts = str | set[str]
+"""The row texts an index holds for one value: the text itself while there is one (most
+values: a customer's key, an order's key), a set from the second on."""
 
 
 @dataclass
@@ -66,8 +70,8 @@ class EntityIndex(IndexedState):
         self.root = self.entity.root
         self._tables = {ref: registry.table(*parse_ref(ref)) for ref in self.entity.members()}
         self._parent_ref = {j.name: self.root if j.via is None else self._join(j.via).table for j in self.entity.joins}
-        self._down: dict[str, dict[Values, set[str]]] = {j.name: defaultdict(set) for j in self.entity.joins}
-        self._up: dict[str, dict[Values, set[str]]] = {j.name: defaultdict(set) for j in self.entity.joins}
+        self._down: dict[str, dict[Values, Texts]] = {j.name: {} for j in self.entity.joins}
+        self._up: dict[str, dict[Values, Texts]] = {j.name: {} for j in self.entity.joins}
         self._as_joined = defaultdict(list)  # ref -> joins whose joined table it is
         self._as_parent = defaultdict(list)  # ref -> joins that hang from it
         for j in self.entity.joins:
@@ -90,16 +94,27 @@ class EntityIndex(IndexedState):
     # ------------------------------------------------------------------ keeping rows
 
     def put(self, ref: str, key: ChangeKey, row: Row | None, position: Position | None = None) -> None:
+        # the rows and their positions as IndexedState keeps them, without its index by key
+        # field (an entity is looked up through its joins' indexes only): a third less memory
         text = key.text()
-        old = self._rows[ref].get(text)
-        super().put(ref, key, row, position)
-        new = self._rows[ref].get(text)
+        rows = self._rows[ref]
+        old = rows.get(text)
+        if position is not None:
+            self._positions[text] = (position.last_commit_lsn, position.lsn)
+        if row is None:
+            rows.pop(text, None)
+        else:
+            rows[text] = (
+                (key.tname, key.subtype, key.person_id, key.pkey_string, key.pkey_number, key.aux_string),
+                row,
+            )
+        new = rows.get(text)
         before = len(self.dirty)
         for kt, r in [x for x in (old, new) if x is not None]:
             for join in self._as_joined.get(ref, ()):
                 vals = _values(kt, r, join.match.keys())
                 if vals is not None:
-                    self._mark_up(join, self._up[join.name].get(vals, ()))
+                    self._mark_up(join, _texts(self._up[join.name], vals))
         for join in self._as_joined.get(ref, ()):
             self._reindex(self._down[join.name], text, old, new, list(join.match.keys()))
         for join in self._as_parent.get(ref, ()):
@@ -111,21 +126,17 @@ class EntityIndex(IndexedState):
         self.fanout_last = len(self.dirty) - before
 
     def _reindex(
-        self, index: dict[Values, set[str]], text: str, old: tuple[KeyTuple, Row] | None,
+        self, index: dict[Values, Texts], text: str, old: tuple[KeyTuple, Row] | None,
         new: tuple[KeyTuple, Row] | None, fields: list[str],
     ) -> None:  # fmt: skip
         if old is not None:
             vals = _values(old[0], old[1], fields)
             if vals is not None:
-                found = index.get(vals)
-                if found is not None:
-                    found.discard(text)
-                    if not found:
-                        del index[vals]
+                _discard(index, vals, text)
         if new is not None:
             vals = _values(new[0], new[1], fields)
             if vals is not None:
-                index[vals].add(text)
+                _add(index, vals, text)
 
     def _mark_up(self, join: Join, parents: Any) -> None:
         """``parents`` (row texts of the table ``join`` hangs from) changed what they hold:
@@ -146,7 +157,7 @@ class EntityIndex(IndexedState):
         are dirty (their roots, up the chain)."""
         vals = _values(kt, row, join.match.keys())
         if vals is not None:
-            self._mark_up(join, self._up[join.name].get(vals, ()))
+            self._mark_up(join, _texts(self._up[join.name], vals))
 
     def _dirty(self, text: str, fields: KeyTuple) -> None:
         found = self.dirty.get(text)
@@ -164,11 +175,11 @@ class EntityIndex(IndexedState):
             for text, (kt, row) in self._rows[join.table].items():
                 vals = _values(kt, row, list(join.match.keys()))
                 if vals is not None:
-                    down[vals].add(text)
+                    _add(down, vals, text)
             for text, (kt, row) in self._rows[self._parent_ref[join.name]].items():
                 vals = _values(kt, row, list(join.match.values()))
                 if vals is not None:
-                    up[vals].add(text)
+                    _add(up, vals, text)
 
     def mark_all(self) -> None:
         """Every live root is dirty (a start, a rebuild)."""
@@ -206,7 +217,7 @@ class EntityIndex(IndexedState):
         for join in self.entity.children(parent):
             vals = _values(kt, row, list(join.match.values()))
             rows = self._rows[join.table]
-            texts = sorted(t for t in self._down[join.name].get(vals, ()) if t in rows) if vals is not None else []
+            texts = sorted(t for t in _texts(self._down[join.name], vals) if t in rows) if vals is not None else []
             children = []
             for t in texts:
                 ckt, crow = rows[t]
@@ -252,4 +263,37 @@ def _values(kt: KeyTuple, row: Row, fields: Any) -> Values | None:
         if v is None:
             return None
         out.append(v)
-    return tuple(out)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _texts(index: dict[Values, Texts], vals: Values) -> tuple[str, ...] | set[str]:
+    found = index.get(vals)
+    if found is None:
+        return ()
+    return (found,) if isinstance(found, str) else found
+
+
+def _add(index: dict[Values, Texts], vals: Values, text: str) -> None:
+    found = index.get(vals)
+    if found is None:
+        index[vals] = text
+    elif isinstance(found, str):
+        if found != text:
+            index[vals] = {found, text}
+    else:
+        found.add(text)
+
+
+def _discard(index: dict[Values, Texts], vals: Values, text: str) -> None:
+    found = index.get(vals)
+    if found is None:
+        return
+    if isinstance(found, str):
+        if found == text:
+            del index[vals]
+        return
+    found.discard(text)
+    if len(found) == 1:
+        index[vals] = next(iter(found))
+    elif not found:
+        del index[vals]
