@@ -35,6 +35,7 @@ from consumers.projection import Row
 from consumers.runtime.listener import ListenerRuntime
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
+from mcq.contract import register_topic, registry_client
 from mcq.registry import parse_registry
 from mcq.testing.listeners import produce
 from streams.entities.index import EntityIndex
@@ -109,6 +110,9 @@ def fanout(orders: int, rounds: int) -> list[list[str]]:
     job = EntityJob(settings, registry, report=lambda _: None)
     job.open()  # the topics and schemas
     job.close(save=False)
+    client = registry_client(settings)
+    for topic in (customers, orders_topic, items_topic):  # as `mcq schemas apply` registers them
+        register_topic(client, topic)
     produce(settings, customers, [_customer("USA")])
     produce(settings, orders_topic, [
         _change("ORDERS", o, {"id": str(o), "customer_id": "1", "orderregion": "WESTERN", "ordertype": "RUSH",

@@ -55,6 +55,10 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
         ],
     ),
     "batch_jobs": (["--keys", "1000000", "--samples", "1000"], ["--keys", "20000", "--samples", "10"]),
+    "entities": (
+        ["--orders", "1000", "--rounds", "5", "--entities", "100000"],
+        ["--orders", "1000", "--rounds", "2", "--entities", "20000"],
+    ),
     "listener_lanes": (
         ["--samples", "1000", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "20000", "--burst", "2000"],

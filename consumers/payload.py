@@ -21,25 +21,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateError
 
 from consumers.exceptions import ChangeRejected
 from mcq.change import Change
 from mcq.registry.entities import unflatten
 from mcq.registry.model import Registry
+from mcq.registry.templates import compile_template
 
-_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
-_ENV.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
-
-
-def compile_template(text: str) -> Any:
-    """A compiled template; ValueError naming the line of a syntax error."""
-    try:
-        return _ENV.from_string(text)
-    except TemplateError as exc:
-        line = getattr(exc, "lineno", None)
-        raise ValueError(f"template{f' line {line}' if line else ''}: {exc}") from None
+__all__ = ["Payload", "compile_template", "document"]
 
 
 def document(registry: Registry | None, change: Change, row: dict[str, str | None] | None) -> dict[str, Any] | None:

@@ -34,6 +34,8 @@ def chart_values(
             for listener in registry.listeners
         ],
     }
+    if registry.entity_tables():  # someone must write their topics
+        values["entities"] = {"enabled": True}
     if strimzi:
         connectors = []
         for source in registry.sources:

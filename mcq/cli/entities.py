@@ -53,7 +53,7 @@ def run(
     from mcq.health import HealthAddressTaken
     from streams.entities.job import EntityJob
 
-    settings = _settings()
+    settings = _settings().for_normaliser()  # it writes logical topics, as the normaliser does
     registry = _current_registry(registry_file)
     port = _health_port(http_port, no_http, until_caught_up, ENTITIES_HTTP_PORT)
     try:

@@ -18,6 +18,7 @@ from mcq.refs import KEY_FIELDS, table_ref
 from mcq.registry.entities import Entity, entity_columns, entity_problems, unwatched_entity_fields
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import Rule, parse_rule
+from mcq.registry.templates import template_problems
 from mcq.secrets import literal_secrets
 
 """The key fields of a change record (the paper's Table 1)."""
@@ -196,7 +197,8 @@ class Interest(_Model):
     rule: str | None = None
     columns: tuple[FieldName, ...] | None = None
     """The columns this listener may see of the covered tables (an allow-list; an entity's
-    related fields by their path, ``customer.country``); default all captured. A target never receives another column, not even through a projection."""
+    related fields by their path, ``customer.country``); default all captured. A target never
+    receives another column, not even through a projection."""
     delay_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
     """AQ's delay: a change is not applied before this many seconds after its source commit;
     a newer change of the key arriving meanwhile supersedes it."""
@@ -265,6 +267,7 @@ class Registry(_Model):
         out += _duplicates("listeners", [x.name for x in self.listeners], "listener")
         for li, listener in enumerate(self.listeners):
             out += literal_secrets(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
+            out += template_problems(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
         sources = {s.name: s for s in self.sources}
         for ti, table in enumerate(self.tables):
             for fi, feed in enumerate(table.feeds):

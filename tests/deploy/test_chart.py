@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from mcq.cli import main
 from tests.deploy.conftest import CAMPUS, CHART, K8S_VERSION, Render, run_helm
+from tests.unit.entity_registry import SHOP
 
 SECRET = "s3cr3t-pa55word-never-rendered"
 CUSTOM_KINDS = {"KafkaConnector", "ServiceMonitor", "SparkApplication"}  # CRDs: not in the API schemas
@@ -69,6 +70,7 @@ def mine(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "Insite": {"suspend": True},
                 },
                 "metrics": {"serviceMonitor": {"enabled": True}},
+                "entities": {"enabled": True},  # every general check covers its workload too
             }
         )
     )
@@ -293,6 +295,27 @@ def test_the_normaliser_is_one_recreated_pod_on_a_kept_checkpoint_claim(render: 
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][:2] == ["streams", "normalize"]
     assert {"name": "checkpoint", "mountPath": "/var/lib/mcq-checkpoint"} in container["volumeMounts"]
+
+
+def test_a_registry_with_entities_gets_one_recreated_entities_writer(render: Render, tmp_path: Path) -> None:
+    registry = tmp_path / "shop.yaml"
+    registry.write_text(SHOP.format(src="shop", schema="shop", slot="mcq_shop", listeners=""))
+    result = CliRunner().invoke(main, ["helm", "values", str(registry)])
+    assert result.exit_code == 0, result.output
+    values = tmp_path / "values.yaml"
+    values.write_text(result.output)
+    assert yaml.safe_load(result.output)["entities"] == {"enabled": True}
+    docs = render(values)
+    [deployment] = [
+        d for d in _of(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "entities"
+    ]
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["entities", "run"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    # the campus has no entity: nothing writes entity topics there
+    assert not [d for d in _of(render(), "Deployment") if "entities" in d["metadata"]["name"]]
 
 
 def test_the_normaliser_as_a_sparkapplication_needs_a_shared_checkpoint_claim(helm: Path, render: Render) -> None:

@@ -4,11 +4,15 @@ a cyclic join; the fan-out of a related row's change; the row a listener sees.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from mcq.change import ChangeKey, Position
+from consumers.exceptions import ChangeRejected
+from consumers.payload import Payload
+from mcq.change import Change, ChangeKey, Position
 from mcq.registry import RegistryInvalid, parse_registry
 from mcq.registry.entities import unflatten
 from streams.entities.index import EntityIndex
@@ -82,7 +86,7 @@ def test_a_cyclic_join_is_refused() -> None:
 
 def test_a_rule_over_a_related_column_its_feed_does_not_watch_is_refused() -> None:
     text = shop(LISTENERS).replace("columns: [id, name, country]}", "columns: [id, name, country], watch: [name]}")
-    with pytest.raises(RegistryInvalid, match="rule reads customer.country, which shop.customers does not watch"):
+    with pytest.raises(RegistryInvalid, match=r"rule reads customer\.country, which shop\.customers does not watch"):
         parse_registry(text, "shop.yaml")
 
 
@@ -174,3 +178,29 @@ def test_indexes_rebuilt_from_restored_rows_answer_as_before() -> None:
     index.dirty.clear()
     _put(index, "CUSTOMER", ChangeKey("CUSTOMER", pkey_number=1), {"id": "1", "name": "a", "country": "UK"}, 3)
     assert len(index.dirty) == 1
+
+
+def test_a_payload_template_that_does_not_compile_is_refused_at_its_line() -> None:
+    listeners = """listeners:
+  - name: Mail
+    owner: t@example
+    adapter: {type: webhook, settings: {url: "http://127.0.0.1:9/", template: "{{ entity.uname "}}
+interests:
+  - {listener: Mail, tname: MAILBOX}
+"""
+    text = shop(listeners)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "template:" in t)
+    with pytest.raises(RegistryInvalid, match=f"shop.yaml:{line}: listeners.Mail.*template line 1: unexpected end"):
+        parse_registry(text, "shop.yaml")
+
+
+def test_a_payload_that_fails_for_one_entity_rejects_that_change_with_the_reason() -> None:
+    registry = parse_registry(shop(), "shop.yaml")
+    payload = Payload('{"primary": {{ entity.addresses[0].address | tojson }}}', as_json=True)
+    at = Position(1, 1)
+    ok = Change(ChangeKey("MAILBOX", pkey_string="a"), "INSERT", at, datetime.now(UTC), "x",
+                after={"uname": "a", "addresses": '[{"address": "a@x"}]'})  # fmt: skip
+    assert json.loads(payload.render("Mail", registry, ok)) == {"primary": "a@x"}
+    empty = dataclasses.replace(ok, after={"uname": "b", "addresses": "[]"})
+    with pytest.raises(ChangeRejected, match=r"payload template for MAILBOX.*UndefinedError"):
+        payload.render("Mail", registry, empty)
