@@ -16,6 +16,7 @@ from mcq.cli.app import (
     FROM_FILE,
     _current_registry,
     _health_port,
+    _load_registry_file,
     _say,
     _settings,
     _stop,
@@ -51,15 +52,27 @@ def run(
     Run one instance per topic prefix. Stops on SIGTERM/SIGINT after the chunk in flight;
     exit 0 when stopped or caught up, 1 when it failed, 2 for an unknown entity."""
     from mcq.health import HealthAddressTaken
+    from mcq.registry.exceptions import RegistryError
+    from mcq.registry.store import RegistryReader
     from streams.entities.job import EntityJob
 
     settings = _settings().for_normaliser()  # it writes logical topics, as the normaliser does
-    registry = _current_registry(registry_file)
+    reader = None
+    if registry_file is not None:
+        registry = _load_registry_file(registry_file)
+    else:  # the shared store, followed: an entity added or changed is taken without a restart
+        try:
+            reader = RegistryReader(settings)
+            reader.catch_up()
+            registry = reader.registry()
+        except RegistryError as exc:
+            _stop(f"mcq entities run: reading the registry store: {exc}")
     port = _health_port(http_port, no_http, until_caught_up, ENTITIES_HTTP_PORT)
     try:
         job = EntityJob(
-            settings, registry, list(names) or None, report=_say, http=None if port is None else (http_host, port)
-        )
+            settings, registry, list(names) or None, report=_say, http=None if port is None else (http_host, port),
+            reader=reader,
+        )  # fmt: skip
     except ValueError as exc:
         _stop(f"mcq entities run: {exc}", EXIT_CONFIG)
     except HealthAddressTaken as exc:

@@ -39,6 +39,7 @@ from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.health import HealthServer
 from mcq.registry.model import LogicalTable, Registry
+from mcq.registry.store import RegistryReader
 from mcq.topics.plan import apply_topics, plan_topics
 from streams.entities.index import Trigger, digest
 from streams.entities.store import EntityStore, Written
@@ -75,17 +76,14 @@ class EntityJob:
         *,
         report: Callable[[str], None] = log.info,
         http: tuple[str, int] | None = None,
+        reader: RegistryReader | None = None,
     ) -> None:
+        """``reader``: the shared registry store, followed (an entity added, changed or removed
+        is taken without a restart); without it, ``registry`` as given."""
         self.settings = settings
-        self.registry = registry
-        wanted = registry.entity_tables()
-        if tables:
-            unknown = sorted(set(tables) - {t.tname for t in wanted})
-            if unknown:
-                known = ", ".join(t.tname for t in wanted) or "none"
-                raise ValueError(f"no entity named {', '.join(unknown)} in the registry (entities: {known})")
-            wanted = [t for t in wanted if t.tname in tables]
-        self.tables = wanted
+        self.names = tables
+        self._reader = reader
+        self._use(registry)
         self.report = report
         self.metrics = EntityMetrics()
         self._stop = threading.Event()
@@ -96,6 +94,47 @@ class EntityJob:
         self._health = HealthServer(*http, self._live, lambda: self._started, self.metrics.registry) if http else None
         self.written = 0
         self._errors: list[str] = []
+
+    def _use(self, registry: Registry) -> None:
+        self.registry = registry
+        wanted = registry.entity_tables()
+        if self.names:
+            unknown = sorted(set(self.names) - {t.tname for t in wanted})
+            if unknown:
+                known = ", ".join(t.tname for t in wanted) or "none"
+                raise ValueError(f"no entity named {', '.join(unknown)} in the registry (entities: {known})")
+            wanted = [t for t in wanted if t.tname in self.names]
+        self.tables = wanted
+
+    def _shape(self, registry: Registry) -> dict[str, object]:
+        """What this job's work depends on: its entities and their member tables' definitions."""
+        tables = [t for t in registry.entity_tables() if not self.names or t.tname in self.names]
+        members = {m for t in tables for m in (t.entity.members() if t.entity else [])}
+        return {
+            "entities": [t.model_dump() for t in tables],
+            "members": [t.model_dump() for t in registry.tables if t.ref in members],
+        }
+
+    def _follow_registry(self) -> bool:
+        """A registry change that touches an entity or its member tables: True (reopen)."""
+        if self._reader is None or not self._reader.poll(0):
+            return False
+        try:
+            registry = self._reader.registry()
+        except ValueError as exc:
+            self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
+            return False
+        if self._shape(registry) == self._shape(self.registry):
+            self.registry = registry
+            return False
+        try:
+            self._use(registry)
+        except ValueError as exc:
+            self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
+            return False
+        names = ", ".join(t.tname for t in self.tables) or "none"
+        self.report(f"entities: the registry changed what is computed; reopening ({names})")
+        return True
 
     def topic(self, table: LogicalTable) -> str:
         return table.topic(self.settings.topic_prefix)
@@ -122,7 +161,7 @@ class EntityJob:
             # the JVM's partitioner, as Spark's sink uses: one key, one partition, whoever writes it
             "partitioner": "murmur2_random",
         })  # fmt: skip
-        if self._health:
+        if self._health and not self._started:
             self._health.start()
         for table in self.tables:
             snapshot = state_snapshot.path_of(self.settings, f"entity-{table.tname}", "store")
@@ -149,6 +188,11 @@ class EntityJob:
             self._drain()
             while not self._stop.is_set():
                 self._last_tick = time.monotonic()
+                if self._follow_registry():
+                    self.close(save=True)  # what was read so far was all written: its snapshot is good
+                    self.open()
+                    self._drain()
+                    continue
                 if until_caught_up:
                     for store in self._stores.values():
                         store.catch_up(timeout_s=300.0)
@@ -161,6 +205,7 @@ class EntityJob:
             clean = True
         finally:
             self.close(save=clean)
+            self.shutdown()
         self.report(f"entities: {self.written} records written")
         return 0
 
@@ -244,5 +289,11 @@ class EntityJob:
             else:
                 store.abandon()
         self._stores.clear()
-        if self._health:
+        self._written.clear()
+
+    def shutdown(self) -> None:
+        """After the last run: the health endpoint and the registry reader."""
+        if self._health and self._started:
             self._health.stop()
+        if self._reader is not None:
+            self._reader.close()
