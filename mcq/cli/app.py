@@ -145,7 +145,6 @@ EXTRAS = {
     "pyspark": "spark",
     "matplotlib": "spark",
     "starlette": "console",
-    "jinja2": "console",
     "uvicorn": "console",
     "multipart": "console",
     "itsdangerous": "console",

@@ -10,8 +10,8 @@ accounts whose owner is an employee, and a file listener offline for the first h
 A random workload moves related rows: customers change country (one with 200 orders),
 statuses flip, addresses come and go, items move between orders, rows are deleted and
 inserted. Every target is compared with what SQL joins over the source say, written
-apart from the entity code; then a target emptied by hand is replayed, and
-``mcq reconcile`` finds it in sync."""
+apart from the entity code; then a target emptied by hand is replayed, ``mcq reconcile``
+finds it in sync, and ``mcq refresh`` by entity key repairs an entity lost and one changed."""
 
 from __future__ import annotations
 
@@ -383,5 +383,19 @@ def test_entity_listeners_mirror_sql_joins_over_the_source_as_related_rows_move(
         assert _held(target_state(s, f"{schema}.east")) == {k: orders[k] for k in east}
         clean = cli.invoke(main, ["reconcile", "East", "--registry", str(registry_file)], env=env)
         assert clean.exit_code == 0 and "0 missing, 0 extra, 0 different" in clean.output, clean.output
+        # one entity lost and one changed by hand: a refresh by entity key (a rule over its fields) repairs both
+        lost, changed = sorted(east)[:2]
+        with psycopg.connect(s.vendor.dsn(), autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {schema}.east WHERE change_key = %s", (lost,))
+            conn.execute(f"UPDATE {schema}.east SET state = '{{}}' WHERE change_key = %s", (changed,))
+        keys = " OR ".join(f"pkey_number = {ChangeKey.from_text(k).pkey_number}" for k in (lost, changed))
+        refreshed = cli.invoke(
+            main,
+            ["refresh", "East", "--tname", "ORDER_VIEW", "--where", keys, "--registry", str(registry_file)],
+            env=env,
+        )
+        assert refreshed.exit_code == 0, refreshed.output
+        assert listen("East")["East"].counters.bulk_applied == 2
+        assert _held(target_state(s, f"{schema}.east")) == {k: orders[k] for k in east}
     finally:
         uncapture(s, registry, schema)
