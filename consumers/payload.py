@@ -22,14 +22,16 @@ import json
 from typing import Any
 
 from jinja2 import TemplateError
+from pydantic import field_validator
 
+from consumers.adapter import AdapterSettings
 from consumers.exceptions import ChangeRejected
 from mcq.change import Change
 from mcq.registry.entities import unflatten
 from mcq.registry.model import Registry
 from mcq.registry.templates import compile_template
 
-__all__ = ["Payload", "compile_template", "document"]
+__all__ = ["Payload", "PayloadSettings", "compile_template", "document"]
 
 
 def document(registry: Registry | None, change: Change, row: dict[str, str | None] | None) -> dict[str, Any] | None:
@@ -39,6 +41,21 @@ def document(registry: Registry | None, change: Change, row: dict[str, str | Non
     table = registry.table(change.key.tname, change.key.subtype) if registry is not None else None
     many = table.entity.many_names() if table is not None and table.entity is not None else []
     return unflatten(row, many)
+
+
+class PayloadSettings(AdapterSettings):
+    """The settings of an adapter whose payload a template may shape (``webhook``, ``file``)."""
+
+    template: str | None = None
+    """The payload as a Jinja template over the change's entity (this module); it must
+    render JSON. Unset: the change as JSON (``Change.as_json``)."""
+
+    @field_validator("template")
+    @classmethod
+    def _template_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_template(value)
+        return value
 
 
 class Payload:

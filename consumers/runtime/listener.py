@@ -44,11 +44,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -75,6 +74,7 @@ from consumers.runtime.target import Abandon, TargetWatch
 from consumers.runtime.topics import tombstone_retention
 from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
+from mcq import signals
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
@@ -695,19 +695,6 @@ class ListenerRuntime:
             self.report(f"listener {self.name}: stopped; {self.summary()}")
 
 
-@contextmanager
-def stop_on_signals(runtime: ListenerRuntime) -> Iterator[None]:
+def stop_on_signals(runtime: ListenerRuntime) -> AbstractContextManager[None]:
     """SIGTERM/SIGINT ask the runtime to stop after the batch in flight."""
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum: int, frame: object) -> None:
-        runtime.report(f"listener {runtime.name}: {signal.Signals(signum).name}: stopping after the batch in flight")
-        runtime.stop()
-
-    for s in previous:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    return signals.stop_on_signals(runtime.stop, runtime.report, f"listener {runtime.name}", "the batch in flight")

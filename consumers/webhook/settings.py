@@ -5,14 +5,15 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from pydantic import AnyHttpUrl, field_validator, model_validator
+from pydantic import AnyHttpUrl, model_validator
 
-from consumers.adapter import AdapterSettings
-from consumers.payload import compile_template
+from consumers.payload import PayloadSettings
 from mcq.secrets import ResolvedSecret, ResolvedText
 
 
-class WebhookSettings(AdapterSettings):
+class WebhookSettings(PayloadSettings):
+    """``template``: the body (consumers/payload.py); unset, the change as JSON with ``listener``."""
+
     url: AnyHttpUrl
     timeout_s: float = 10.0
     headers: dict[str, ResolvedText] = {}
@@ -26,16 +27,6 @@ class WebhookSettings(AdapterSettings):
     client_cert: Path | None = None
     """A client certificate (PEM) for mutual TLS; ``client_key`` is its key (or in the same file)."""
     client_key: Path | None = None
-    template: str | None = None
-    """The body as a Jinja template over the change's entity (consumers/payload.py); it must
-    render JSON. Unset: the change as JSON (``Change.as_json`` with ``listener``)."""
-
-    @field_validator("template")
-    @classmethod
-    def _template_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            compile_template(value)
-        return value
 
     @model_validator(mode="after")
     def _key_needs_cert(self) -> WebhookSettings:

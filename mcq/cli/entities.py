@@ -3,10 +3,7 @@ a listener's target would be given for one key)."""
 
 from __future__ import annotations
 
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -24,6 +21,7 @@ from mcq.cli.app import (
     health_options,
     main,
 )
+from mcq.signals import stop_on_signals
 
 ENTITIES_HTTP_PORT = 8091
 
@@ -79,25 +77,8 @@ def run(
         _stop(f"mcq entities run: {exc}; choose another with --http-port or --no-http", EXIT_CONFIG)
     if not job.tables:
         _stop("mcq entities run: the registry defines no entity (a table with an entity: block)", EXIT_CONFIG)
-    with _stopping(job):
+    with stop_on_signals(job.stop, _say, "mcq entities run", "the chunk in flight"):
         sys.exit(job.run(until_caught_up=until_caught_up))
-
-
-@contextmanager
-def _stopping(job: object) -> Iterator[None]:
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum: int, frame: object) -> None:
-        _say(f"mcq entities run: {signal.Signals(signum).name}: stopping after the chunk in flight")
-        job.stop()  # type: ignore[attr-defined]
-
-    for s in previous:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @main.group("map")
