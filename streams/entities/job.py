@@ -169,6 +169,7 @@ class EntityJob:
             store.catch_up(timeout_s=300.0)
             written = self._written[table.tname] = Written()
             written.read(self.settings, [self.topic(table)])
+            store.on_fanout = self.metrics.fanout.labels(entity=table.tname).observe
             store.mark_all()
             for text in list(written.rows):  # written, and its root is gone: a delete to write
                 fields = store.root_fields(ChangeKey.from_text(text))

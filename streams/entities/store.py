@@ -4,6 +4,7 @@ was written to the entity's own topic, read back from it at start."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Message
@@ -24,6 +25,8 @@ class EntityStore(EntityIndex, StateStore):
 
     def __init__(self, settings: Settings, registry: Registry, table: LogicalTable, snapshot: Path | None) -> None:
         self._entity_setup(registry, table)
+        self.on_fanout: Callable[[int], None] | None = None
+        """Told each record's fan-out (the entities it put dirty), once it is past the start's read."""
         assert table.entity is not None
         StateStore.__init__(self, settings, registry, table.entity.members(), snapshot)
 
@@ -40,6 +43,8 @@ class EntityStore(EntityIndex, StateStore):
             if msg.value() is None:  # a tombstone: a delete; its position is in a header
                 self._trigger = (_header_position(msg), None, None, ref)
                 self.put(ref, self._codec.decode_key(topic, partition, offset, msg.key()), None)
+                if self.on_fanout is not None:
+                    self.on_fanout(self.fanout_last)
                 return
             change = self._codec.decode(topic, partition, offset, msg.key(), msg.value())
         except BadChange:
@@ -47,6 +52,8 @@ class EntityStore(EntityIndex, StateStore):
         if change is not None:
             self._trigger = (change.position, change.entry_time, change.txid, change.source_table)
             self.put(ref, change.key, change.state, change.position)
+        if self.on_fanout is not None:
+            self.on_fanout(self.fanout_last)
 
     def abandon(self) -> None:
         """Stop reading without saving a snapshot (after an error: what it holds may be ahead

@@ -113,6 +113,9 @@ def test_the_job_follows_the_registry_and_writes_only_what_changed(
         produce(s, f"{prefix}.customer", [_change("CUSTOMER", 1, {"id": "1", "name": "Ada", "country": "UK"})])
         produce(s, f"{prefix}.customer", [_change("CUSTOMER", 1, {"id": "1", "name": "Ada", "country": "NO"})])
         wait_for("the country change in every order", lambda: len(_records(s, topic)) == 15, timeout=60)
+        # measured: the customer's records put its 5 orders dirty (once, or once each if read apart)
+        fanout = job.metrics.registry.get_sample_value("mcq_entity_fanout_sum", {"entity": "ORDER_VIEW"})
+        assert fanout in (5, 10)
     finally:
         job.stop()
         thread.join(60)
