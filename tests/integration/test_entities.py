@@ -41,7 +41,7 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from streams.entities.job import EntityJob
 from streams.runner import run_normalize
-from tests.integration.webhook_server import receiving_webhook
+from tests.integration.webhook_server import receiving_webhook, replay
 from tests.unit.entity_registry import ACTIVE, EAST, OVERSEAS, SHOP, WEST
 
 MAILBOX_TEMPLATE = (
@@ -329,13 +329,7 @@ def test_entity_listeners_mirror_sql_joins_over_the_source_as_related_rows_move(
         lines = [
             json.loads(x) for f in sorted((tmp_path / "files").glob("*.jsonl")) for x in f.read_text().splitlines()
         ]
-        files: dict[str, dict[str, Any]] = {}
-        for line in lines:
-            key = line["idempotency_key"].split("@")[0]
-            if line["change_type"] == "DELETE":
-                files.pop(key, None)
-            else:
-                files[key] = line["after"]
+        files = replay(lines)
         want = {
             k: {c: v for c, v in row.items() if c in ("id", "customer.country", "items")} for k, row in orders.items()
         }
