@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ldap3 import BASE, LEVEL, Connection
 from ldap3.core.exceptions import (
@@ -65,10 +65,18 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
     kind = "ldap"
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
-    needs_state = STATE
+    needs_state: ClassVar[tuple[str, ...]] = STATE
     _conn: Connection | None = None  # reads: a round trip each
     _writer: Pipeline | None = None  # writes: pipelined
     _adding = False  # the last batch found most entries missing (see Pipeline)
+
+    def __new__(cls, listener: Listener, settings: Settings) -> LdapAdapter:
+        """A listener that declares its ``entries`` gets the mapped adapter (consumers/ldap/mapped.py)."""
+        if cls is LdapAdapter and listener.adapter.settings.get("entries") is not None:
+            from consumers.ldap.mapped import MappedLdapAdapter
+
+            return super().__new__(MappedLdapAdapter)
+        return super().__new__(cls)
 
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
@@ -164,7 +172,7 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
             if dn in failed:
                 for i in indexes:
                     if outcomes[i] is None:
-                        outcomes[i] = ChangeFailed(f"{changes[i].where} {changes[i].key}: ldap: {dn}: {failed[dn]}")
+                        outcomes[i] = ChangeFailed(f"{changes[i].where} {changes[i].key}: ldap: {dn}: {failed[dn][1]}")
             else:
                 self.written.wrote(dn, positions)
         return outcomes
@@ -193,7 +201,7 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
     # (cn=... under groups_dn); content: object classes and the managed attributes that
     # have values, names lower-cased and values sorted (the directory keeps no order)
 
-    def state_refs(self) -> tuple[str, ...]:
+    def state_refs(self) -> tuple[str, ...] | None:
         return STATE
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:

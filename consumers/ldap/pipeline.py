@@ -26,7 +26,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ldap3 import MODIFY_REPLACE, Connection
 from ldap3.core.exceptions import LDAPException, LDAPResponseTimeoutError, LDAPSessionTerminatedByServerError
@@ -48,17 +48,21 @@ class _Write:
     dn: str
     entry: Entry | None
     op: Op
+    controls: list[Any] | None = None
+    """Sent with a modify or a delete (an assertion that the entry is ours)."""
 
 
 class Pipeline:
     """Pipelined writes on one connection opened with ``client_strategy=ASYNC`` and
     ``raise_exceptions=False``; a lost connection raises ldap3's communication errors."""
 
-    def __init__(self, conn: Connection, timeout: float, adding: bool = False) -> None:
+    def __init__(self, conn: Connection, timeout: float, adding: bool = False, replace_classes: bool = True) -> None:
         self.conn = conn
         self.timeout = timeout
         self.adding = adding
         """The last batch found most entries missing: try adds first."""
+        self.replace_classes = replace_classes
+        """A modify REPLACEs objectClass too (False: object classes are set when the entry is added)."""
 
     def close(self) -> None:
         """Close the connection so that ldap3's receiving thread ends. (``unbind`` closes the
@@ -74,12 +78,18 @@ class Pipeline:
             with contextlib.suppress(LDAPException, OSError):
                 self.conn.strategy.close()
 
-    def make_all(self, entries: Mapping[str, Entry | None]) -> dict[str, str]:
-        """Make the directory hold each entry at its dn (None: nothing there). The dn's the
-        server refused, each with its reason."""
-        failed: dict[str, str] = {}
+    def make_all(
+        self, entries: Mapping[str, Entry | None], controls: Mapping[str, list[Any]] | None = None
+    ) -> dict[str, tuple[int, str]]:
+        """Make the directory hold each entry at its dn (None: nothing there), a modify or a
+        delete of a dn sent with its ``controls``. The dn's the server refused, each with the
+        result code and its reason."""
+        failed: dict[str, tuple[int, str]] = {}
         first: Op = "add" if self.adding else "modify"
-        todo = [_Write(dn, entry, "delete" if entry is None else first) for dn, entry in entries.items()]
+        guards = controls or {}
+        todo = [
+            _Write(dn, entry, "delete" if entry is None else first, guards.get(dn)) for dn, entry in entries.items()
+        ]
         for round_ in range(ROUNDS):
             if not todo:
                 break
@@ -94,9 +104,9 @@ class Pipeline:
                 if other is not None:
                     refused += 1
                     if round_ < ROUNDS - 1:
-                        again.append(_Write(write.dn, write.entry, other))
+                        again.append(_Write(write.dn, write.entry, other, write.controls))
                         continue
-                failed[write.dn] = reason
+                failed[write.dn] = (code, reason)
             if round_ == 0 and refused:  # most of what round 1 tried was the wrong write: switch
                 self.adding = (first == "modify") == (refused > done)
             todo = again
@@ -118,12 +128,13 @@ class Pipeline:
     def _request(self, write: _Write) -> int:
         conn, entry = self.conn, write.entry
         if write.op == "delete" or entry is None:
-            return int(conn.delete(write.dn))
+            return int(conn.delete(write.dn, controls=write.controls))
         if write.op == "add":
             return int(conn.add(write.dn, list(entry.object_classes), {k: v for k, v in entry.attributes.items() if v}))
         changes = {k: [(MODIFY_REPLACE, v)] for k, v in entry.attributes.items()}
-        changes["objectClass"] = [(MODIFY_REPLACE, list(entry.object_classes))]
-        return int(conn.modify(write.dn, changes))
+        if self.replace_classes:
+            changes["objectClass"] = [(MODIFY_REPLACE, list(entry.object_classes))]
+        return int(conn.modify(write.dn, changes, controls=write.controls))
 
     def _collect(self, index: int, message_id: int, results: list[tuple[int, str]]) -> None:
         """The result of ``message_id``, waited for in slices: a connection the server

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Literal
 
 from consumers.adapter import AdapterSettings
+from mcq.registry.mappings import EntryMapping
 
 
 class LdapAdapterSettings(AdapterSettings):
@@ -15,7 +16,15 @@ class LdapAdapterSettings(AdapterSettings):
     """A named LDAP connection of the configuration (``targets.<name>``): two listeners
     write to two directories. Default: the deployment's ``ldap``."""
     directory: str = "openldap"
-    """A label for logs and metrics (the campus registry has ``openldap`` and ``active-directory``)."""
+    """A label for logs and metrics (the campus registry has ``openldap`` and ``active-directory``);
+    ``active-directory`` also checks a mapping for what AD needs (mcq.registry.mappings)."""
+    entries: dict[str, EntryMapping] | None = None
+    """What each table the listener is interested in becomes in the directory, declared
+    (mcq.registry.mappings): a DN template, object classes, attributes. Unset: the sample
+    campus's people and groups (consumers/ldap/entries.py)."""
+    marker: str | None = None
+    """The attribute that marks the entries mcq made (default ``description``, in Active
+    Directory ``adminDescription``): only those are changed or deleted."""
     people_dn: str | None = None
     """Container of person entries (default ``ou=people,<base>``)."""
     groups_dn: str | None = None

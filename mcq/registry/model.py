@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from mcq.refs import KEY_FIELDS, table_ref
 from mcq.registry.entities import Entity, entity_columns, entity_problems, unwatched_entity_fields
 from mcq.registry.exceptions import RuleSyntaxError
+from mcq.registry.mappings import mapping_problems
 from mcq.registry.rules import Rule, parse_rule
 from mcq.registry.templates import template_problems
 from mcq.secrets import literal_secrets
@@ -268,6 +269,7 @@ class Registry(_Model):
         for li, listener in enumerate(self.listeners):
             out += literal_secrets(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
             out += template_problems(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
+        out += mapping_problems(self)
         sources = {s.name: s for s in self.sources}
         for ti, table in enumerate(self.tables):
             for fi, feed in enumerate(table.feeds):

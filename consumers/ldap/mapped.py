@@ -1,0 +1,325 @@
+"""Apply changes to a directory through a declared mapping (mcq.registry.mappings): each
+change's row -- an entity with its related rows -- becomes one entry, with no Python.
+
+**Ownership.** mcq changes and deletes only entries that carry its marker
+(``<marker attribute>: mcq:<listener> <key>``), which it sets when it adds an entry. A
+modify or a delete is sent with an LDAP assertion (RFC 4528) that the marker is there,
+so an entry someone else made is never taken over, even at the same name: the change
+is dead-lettered with the collision named, and the entry stays as it is. Reading back
+(``mcq reconcile``) sees only marked entries, so a repair never deletes a hand-made one.
+
+**Renames.** The marker names the row's key, so the entry of a key is found wherever it
+is: the entries mcq holds are read once when the adapter opens (key -> DN), and a row
+whose DN template now yields another name is renamed (modify DN, with the assertion)
+before it is written.
+
+Only the mapped attributes (and ``owned`` ones) are REPLACEd; object classes are set
+when an entry is added. Writes go pipelined (consumers/ldap/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ldap3 import BASE, LEVEL
+from ldap3.core.exceptions import (
+    LDAPCommunicationError,
+    LDAPException,
+    LDAPOperationResult,
+    LDAPResponseTimeoutError,
+    LDAPSocketOpenError,
+)
+from ldap3.operation.search import compile_filter, parse_filter
+from ldap3.protocol.controls import build_control
+from ldap3.utils.conv import escape_filter_chars
+from ldap3.utils.dn import safe_dn
+from pyasn1.codec.ber import encoder
+
+from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
+from consumers.ldap.adapter import LdapAdapter, _content, _values
+from consumers.ldap.entries import Entry
+from mcq.change import Change, ChangeKey
+from mcq.config import Settings
+from mcq.registry.mappings import (
+    DnTemplate,
+    EntryMapping,
+    LdapMapping,
+    attribute_values,
+    marker_value,
+    parse_dn_template,
+)
+from mcq.registry.model import Listener
+
+if TYPE_CHECKING:
+    from consumers.runtime.view import ListenerView
+
+ASSERTION_OID = "1.3.6.1.1.12"
+NO_SUCH_OBJECT, ALREADY_EXISTS, ASSERTION_FAILED = 32, 68, 122
+
+
+def assertion(attribute: str, value: str) -> Any:
+    """An LDAP assertion control: the operation is done only when the entry has ``value``."""
+    node = parse_filter(f"({attribute}={escape_filter_chars(value)})", None, True, True, None, False)
+    return build_control(ASSERTION_OID, True, encoder.encode(compile_filter(node.elements[0])), False)
+
+
+class Held:
+    """The entries this listener holds: key text <-> DN (lower-cased for lookups)."""
+
+    def __init__(self, found: dict[str, str]) -> None:
+        self._dn: dict[str, str] = {}
+        self._key: dict[str, str] = {}
+        for key, dn in found.items():
+            self.hold(key, dn)
+
+    def dn_of(self, key: str) -> str | None:
+        return self._dn.get(key)
+
+    def key_at(self, lower_dn: str) -> str | None:
+        return self._key.get(lower_dn)
+
+    def hold(self, key: str, dn: str) -> None:
+        self.forget(key)
+        self._dn[key], self._key[dn.lower()] = dn, key
+
+    def forget(self, key: str) -> None:
+        dn = self._dn.pop(key, None)
+        if dn is not None:
+            self._key.pop(dn.lower(), None)
+
+
+class MappedLdapAdapter(LdapAdapter):
+    """The ``ldap`` adapter of a listener whose settings declare ``entries``."""
+
+    needs_state = ()  # a change carries its whole row (an entity's related rows too)
+
+    def __init__(self, listener: Listener, settings: Settings) -> None:
+        super().__init__(listener, settings)
+        s = self.settings
+        self.mapping = LdapMapping(directory=s.directory, marker=s.marker, entries=s.entries or {})
+        self.templates: dict[str, DnTemplate] = {
+            ref: parse_dn_template(m.dn) for ref, m in self.mapping.entries.items()
+        }
+        self.marker = self.mapping.marker_attribute
+        self._held_dns: Held | None = None
+        """The entries this listener holds (read when opened, kept as it writes)."""
+
+    # ------------------------------------------------------------------ entries
+
+    def entry_of(self, change: Change) -> tuple[EntryMapping | None, Entry | None]:
+        """The mapping of a change's table, and the entry its row makes (None: no row, the
+        entry must go); ChangeRejected with the reason when the mapping fails for it."""
+        mapping = self.mapping.entries.get(change.key.ref)
+        if mapping is None:
+            return None, None
+        row = change.state
+        if row is None:
+            return mapping, None
+        values: dict[str, Any] = {k: v for k, v in change.key.as_dict().items() if v is not None}
+        values.update(row)
+        try:
+            dn = self.templates[change.key.ref].render(values, mapping.lookups)
+            attrs = {name: attribute_values(m, values, mapping.lookups) for name, m in mapping.attributes.items()}
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise ChangeRejected(f"{change.where} {change.key}: mapping: {exc}") from None
+        for name in mapping.owned:
+            attrs.setdefault(name, [])
+        attrs[self.marker] = [marker_value(self.listener.name, change.key.text())]
+        return mapping, Entry(dn, tuple(mapping.object_classes), attrs)
+
+    def _guard(self, key_text: str) -> list[Any]:
+        return [assertion(self.marker, marker_value(self.listener.name, key_text))]
+
+    def _collision(self, dn: str) -> str:
+        mark = f"{self.marker}: mcq:{self.listener.name} ..."
+        return f"collision: {dn} exists and is not this listener's (no {mark}); left as it is"
+
+    # ------------------------------------------------------------------ writes
+
+    def open(self) -> None:
+        self._connection()
+        if self._writer is None:
+            self._pipeline().replace_classes = False
+        if self._held_dns is None:
+            self._held_dns = Held({key: safe_dn(dn) for key, (dn, _) in self._held().items()})
+
+    def close(self) -> None:
+        super().close()
+        self._held_dns = None
+
+    def ready(self) -> bool:
+        try:
+            return bool(self._connection().search("", "(objectClass=*)", BASE, attributes=["1.1"]))
+        except (TargetUnavailable, LDAPException):
+            self._conn = None
+            return False
+
+    def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
+        """Each key's entry written once, as the batch's last change of it says, all in
+        flight at once; a key whose entry the server refused, or that collides with an entry
+        not ours, fails its changes (the others flow on)."""
+        self.open()
+        held = self._held_dns
+        assert held is not None
+        by_key: dict[str, list[int]] = {}
+        for i, change in enumerate(changes):
+            by_key.setdefault(change.key.text(), []).append(i)
+        entries: dict[str, Entry | None] = {}
+        controls: dict[str, list[Any]] = {}
+        dn_key: dict[str, str] = {}  # lower-cased DN written -> key
+        failed: dict[str, AdapterError] = {}  # key -> why its changes fail
+        for key, indexes in by_key.items():
+            change = changes[indexes[-1]]
+            try:
+                mapping, entry = self.entry_of(change)
+            except ChangeRejected as exc:
+                failed[key] = exc
+                continue
+            if mapping is None:
+                continue
+            now = held.dn_of(key)
+            if entry is None:
+                if now is not None:  # ours: delete it (a delete of what is not there is done)
+                    entries[now], controls[now], dn_key[now.lower()] = None, self._guard(key), key
+                continue
+            lower = entry.dn.lower()
+            other = dn_key.get(lower) or held.key_at(lower)
+            if other is not None and other != key:
+                reason = f"{self._collision(entry.dn)} (the row {other} of this listener has that name)"
+                failed[key] = ChangeRejected(f"{change.where} {change.key}: {reason}")
+                continue
+            if now is not None and now.lower() != lower:
+                rdn = entry.dn[: len(entry.dn) - len(self.templates[change.key.ref].container) - 1]
+                renamed = self._rename(key, now, entry.dn, rdn)
+                if renamed is not None:
+                    failed[key] = renamed
+                    continue
+            entries[entry.dn], controls[entry.dn], dn_key[lower] = entry, self._guard(key), key
+        try:
+            refused = self._pipeline().make_all(entries, controls)
+        except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
+            self._drop_writer()
+            return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
+        for dn, entry in entries.items():
+            key = dn_key[dn.lower()]
+            change = changes[by_key[key][-1]]
+            if dn in refused:
+                code, reason = refused[dn]
+                if code == ASSERTION_FAILED:  # there, and not ours: never taken over
+                    failed[key] = ChangeRejected(f"{change.where} {change.key}: {self._collision(dn)}")
+                else:  # the server's refusal (schema, a value too long): retried, then dead-lettered
+                    failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn}: {reason}")
+            elif entry is None:
+                held.forget(key)
+            else:
+                held.hold(key, dn)
+        outcomes: list[AdapterError | None] = [None] * len(changes)
+        for key, why in failed.items():
+            for i in by_key[key]:
+                outcomes[i] = why
+        return outcomes
+
+    def _rename(self, key: str, old: str, new: str, rdn: str) -> AdapterError | None:
+        """Move the entry of ``key`` from ``old`` to ``new`` (its new RDN in the same
+        container); None when done, or when ``old`` is gone or no longer ours (the entry is
+        then added anew)."""
+        assert self._held_dns is not None
+        try:
+            self._connection().modify_dn(old, rdn, delete_old_dn=True, controls=self._guard(key))
+        except LDAPOperationResult as exc:
+            code = int(exc.result or 0)
+            if code == ALREADY_EXISTS:
+                return ChangeRejected(f"{key}: rename of {old}: {self._collision(new)}")
+            if code not in (NO_SUCH_OBJECT, ASSERTION_FAILED):
+                return ChangeFailed(f"{key}: ldap: rename {old} -> {new}: {exc}")
+            self._held_dns.forget(key)
+            return None
+        except LDAPException as exc:
+            self._conn = None
+            return TargetUnavailable(f"ldap: rename {old}: {exc}")
+        self._held_dns.hold(key, new)
+        return None
+
+    # ------------------------------------------------------------------ read back
+
+    def _held(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Key text -> (DN, attributes) of every entry this listener holds (its marker)."""
+        conn = self._connection()
+        prefix = f"mcq:{self.listener.name} "
+        wanted = sorted({"objectClass", self.marker, *(a for m in self.mapping.entries.values() for a in _owned(m))})
+        out: dict[str, tuple[str, dict[str, Any]]] = {}
+        for container in sorted({t.container for t in self.templates.values()}):
+            try:
+                found = conn.extend.standard.paged_search(
+                    container, f"({self.marker}={escape_filter_chars(prefix)}*)", LEVEL, attributes=wanted,
+                    paged_size=1000, generator=True,
+                )  # fmt: skip
+                for entry in found:
+                    if entry.get("type") != "searchResEntry":
+                        continue
+                    attrs = entry["attributes"]
+                    for mark in _values(attrs.get(self.marker, [])):
+                        if mark.startswith(prefix):
+                            out[mark[len(prefix) :]] = (entry["dn"], attrs)
+            except LDAPOperationResult as exc:
+                if int(exc.result or 0) != NO_SUCH_OBJECT:  # a container not made yet holds nothing
+                    raise
+        return out
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for change in states:
+            seen, _ = view.see(change, False)
+            if seen is None or seen.after is None:
+                continue
+            try:
+                mapping, entry = self.entry_of(seen)
+            except ChangeRejected:
+                continue  # the mapping fails for it: dead-lettered, nothing the target can hold
+            if mapping is not None and entry is not None:
+                out[seen.key.text()] = self._compare(mapping, entry.dn, entry.object_classes, entry.attributes)
+        return out
+
+    def read_back(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, (dn, attrs) in self._held().items():
+            mapping = self.mapping.entries.get(ChangeKey.from_text(key).ref)
+            if mapping is None:
+                continue
+            values = {k: _values(v) for k, v in attrs.items() if k.lower() != "objectclass"}
+            out[key] = self._compare(mapping, dn, [str(c) for c in attrs.get("objectClass", [])], values)
+        return out
+
+    def _compare(
+        self, mapping: EntryMapping, dn: str, classes: Iterable[str], attributes: dict[str, list[str]]
+    ) -> dict[str, Any]:
+        """What reconcile compares: the DN, the mapped classes present, the owned attributes."""
+        owned = {a.lower() for a in _owned(mapping)}
+        mapped = {c.lower() for c in mapping.object_classes}
+        content = _content([c for c in classes if c.lower() in mapped], {
+            k: v for k, v in attributes.items() if k.lower() in owned
+        })  # fmt: skip
+        content["dn"] = [safe_dn(dn).lower()]
+        return content
+
+    def keys_of(self, obj: str) -> list[ChangeKey]:
+        return [ChangeKey.from_text(obj)]
+
+    def state_refs(self) -> tuple[str, ...] | None:  # type: ignore[override]  # an object per key
+        return None
+
+    def preview(self, change: Change) -> str:
+        mapping, entry = self.entry_of(change)
+        if mapping is None:
+            return f"(no entry mapping for {change.key.ref})"
+        if entry is None:
+            return json.dumps({"delete": "the entry of this key, if this listener holds one"}, indent=2)
+        body = {"dn": entry.dn, "objectClass": list(entry.object_classes),
+                "attributes": {k: v for k, v in entry.attributes.items() if v}}  # fmt: skip
+        return json.dumps(body, indent=2, ensure_ascii=False)
+
+
+def _owned(mapping: EntryMapping) -> list[str]:
+    return [*mapping.attributes, *mapping.owned]
