@@ -27,6 +27,7 @@ from ldap3 import BASE, LEVEL
 from ldap3.core.exceptions import (
     LDAPCommunicationError,
     LDAPException,
+    LDAPInvalidDnError,
     LDAPOperationResult,
     LDAPResponseTimeoutError,
     LDAPSocketOpenError,
@@ -34,7 +35,7 @@ from ldap3.core.exceptions import (
 from ldap3.operation.search import compile_filter, parse_filter
 from ldap3.protocol.controls import build_control
 from ldap3.utils.conv import escape_filter_chars
-from ldap3.utils.dn import safe_dn
+from ldap3.utils.dn import parse_dn, safe_dn
 from pyasn1.codec.ber import encoder
 
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
@@ -47,7 +48,9 @@ from mcq.registry.mappings import (
     EntryMapping,
     LdapMapping,
     attribute_values,
+    class_names,
     marker_value,
+    object_classes,
     parse_dn_template,
 )
 from mcq.registry.model import Listener
@@ -77,17 +80,25 @@ class Held:
     def dn_of(self, key: str) -> str | None:
         return self._dn.get(key)
 
-    def key_at(self, lower_dn: str) -> str | None:
-        return self._key.get(lower_dn)
+    def key_at(self, dn: str) -> str | None:
+        return self._key.get(normal(dn))
 
     def hold(self, key: str, dn: str) -> None:
         self.forget(key)
-        self._dn[key], self._key[dn.lower()] = dn, key
+        self._dn[key], self._key[normal(dn)] = dn, key
 
     def forget(self, key: str) -> None:
         dn = self._dn.pop(key, None)
         if dn is not None:
-            self._key.pop(dn.lower(), None)
+            self._key.pop(normal(dn), None)
+
+
+def normal(dn: str) -> str:
+    """A DN as compared: its parts as ldap3 writes them, lower-cased."""
+    try:
+        return str(safe_dn(dn)).lower()
+    except LDAPInvalidDnError:
+        return dn.lower()
 
 
 class MappedLdapAdapter(LdapAdapter):
@@ -98,10 +109,14 @@ class MappedLdapAdapter(LdapAdapter):
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
         s = self.settings
-        self.mapping = LdapMapping(directory=s.directory, marker=s.marker, entries=s.entries or {})
+        self.mapping = LdapMapping(
+            directory=s.directory, marker=s.marker, entries=s.entries or {}, owns_containers=s.owns_containers
+        )
+        base = self.directory.base_dn
         self.templates: dict[str, DnTemplate] = {
-            ref: parse_dn_template(m.dn) for ref, m in self.mapping.entries.items()
+            ref: parse_dn_template(m.dn).with_base(base) for ref, m in self.mapping.entries.items()
         }
+        self.owns_containers = self.mapping.owns_containers
         self.marker = self.mapping.marker_attribute
         self._held_dns: Held | None = None
         """The entries this listener holds (read when opened, kept as it writes)."""
@@ -126,10 +141,15 @@ class MappedLdapAdapter(LdapAdapter):
             raise ChangeRejected(f"{change.where} {change.key}: mapping: {exc}") from None
         for name in mapping.owned:
             attrs.setdefault(name, [])
-        attrs[self.marker] = [marker_value(self.listener.name, change.key.text())]
-        return mapping, Entry(dn, tuple(mapping.object_classes), attrs)
+        if not self.owns_containers:
+            attrs[self.marker] = [marker_value(self.listener.name, change.key.text())]
+        return mapping, Entry(dn, object_classes(mapping, attrs), attrs)
 
-    def _guard(self, key_text: str) -> list[Any]:
+    def _guard(self, key_text: str) -> list[Any] | None:
+        """The control sent with a modify, a delete or a rename of the entry of a key: that
+        it carries this listener's marker (None: the listener owns the containers)."""
+        if self.owns_containers:
+            return None
         return [assertion(self.marker, marker_value(self.listener.name, key_text))]
 
     def _collision(self, dn: str) -> str:
@@ -140,10 +160,10 @@ class MappedLdapAdapter(LdapAdapter):
 
     def open(self) -> None:
         self._connection()
-        if self._writer is None:
-            self._pipeline().replace_classes = False
+        if self._writer is None:  # Active Directory refuses a change of an entry's classes
+            self._pipeline().replace_classes = self.mapping.directory != "active-directory"
         if self._held_dns is None:
-            self._held_dns = Held({key: safe_dn(dn) for key, (dn, _) in self._held().items()})
+            self._held_dns = Held({key: dn for key, (dn, _) in self._held().items()})
 
     def close(self) -> None:
         super().close()
@@ -182,28 +202,32 @@ class MappedLdapAdapter(LdapAdapter):
             now = held.dn_of(key)
             if entry is None:
                 if now is not None:  # ours: delete it (a delete of what is not there is done)
-                    entries[now], controls[now], dn_key[now.lower()] = None, self._guard(key), key
+                    entries[now], dn_key[normal(now)] = None, key
+                    if (guard := self._guard(key)) is not None:
+                        controls[now] = guard
                 continue
-            lower = entry.dn.lower()
-            other = dn_key.get(lower) or held.key_at(lower)
+            lower = normal(entry.dn)
+            other = dn_key.get(lower) or held.key_at(entry.dn)
             if other is not None and other != key:
                 reason = f"{self._collision(entry.dn)} (the row {other} of this listener has that name)"
                 failed[key] = ChangeRejected(f"{change.where} {change.key}: {reason}")
                 continue
-            if now is not None and now.lower() != lower:
+            if now is not None and normal(now) != lower:
                 rdn = entry.dn[: len(entry.dn) - len(self.templates[change.key.ref].container) - 1]
                 renamed = self._rename(key, now, entry.dn, rdn)
                 if renamed is not None:
                     failed[key] = renamed
                     continue
-            entries[entry.dn], controls[entry.dn], dn_key[lower] = entry, self._guard(key), key
+            entries[entry.dn], dn_key[lower] = entry, key
+            if (guard := self._guard(key)) is not None:
+                controls[entry.dn] = guard
         try:
             refused = self._pipeline().make_all(entries, controls)
         except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
             self._drop_writer()
             return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
         for dn, entry in entries.items():
-            key = dn_key[dn.lower()]
+            key = dn_key[normal(dn)]
             change = changes[by_key[key][-1]]
             if dn in refused:
                 code, reason = refused[dn]
@@ -245,21 +269,27 @@ class MappedLdapAdapter(LdapAdapter):
     # ------------------------------------------------------------------ read back
 
     def _held(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Key text -> (DN, attributes) of every entry this listener holds (its marker)."""
+        """Key text -> (DN, attributes) of every entry this listener holds: those with its
+        marker, or (``owns_containers``) every entry of its containers that names a key."""
         conn = self._connection()
         prefix = f"mcq:{self.listener.name} "
         wanted = sorted({"objectClass", self.marker, *(a for m in self.mapping.entries.values() for a in _owned(m))})
         out: dict[str, tuple[str, dict[str, Any]]] = {}
         for container in sorted({t.container for t in self.templates.values()}):
+            search = "(objectClass=*)" if self.owns_containers else f"({self.marker}={escape_filter_chars(prefix)}*)"
             try:
                 found = conn.extend.standard.paged_search(
-                    container, f"({self.marker}={escape_filter_chars(prefix)}*)", LEVEL, attributes=wanted,
-                    paged_size=1000, generator=True,
-                )  # fmt: skip
+                    container, search, LEVEL, attributes=wanted, paged_size=1000, generator=True
+                )
                 for entry in found:
                     if entry.get("type") != "searchResEntry":
                         continue
                     attrs = entry["attributes"]
+                    if self.owns_containers:
+                        key = self._key_named(container, entry["dn"])
+                        if key is not None:
+                            out[key] = (entry["dn"], attrs)
+                        continue
                     for mark in _values(attrs.get(self.marker, [])):
                         if mark.startswith(prefix):
                             out[mark[len(prefix) :]] = (entry["dn"], attrs)
@@ -267,6 +297,37 @@ class MappedLdapAdapter(LdapAdapter):
                 if int(exc.result or 0) != NO_SUCH_OBJECT:  # a container not made yet holds nothing
                     raise
         return out
+
+    def _key_named(self, container: str, dn: str) -> str | None:
+        """The key text an entry of an owned container names by its RDN (None: it names
+        no row of the table mapped there)."""
+        names: dict[str, str] = {}
+        try:
+            parts = parse_dn(dn)
+        except LDAPInvalidDnError:
+            return None
+        for name, value, separator in parts:  # the first RDN: its parts joined by '+'
+            names[name.lower()] = _unescape(value)
+            if separator != "+":
+                break
+        for ref, template in self.templates.items():
+            fields = template.key_fields()
+            if fields is None or template.container.lower() != container.lower():
+                continue
+            if {a.lower() for a, _ in fields} != set(names):
+                continue
+            tname, _, subtype = ref.partition("/")
+            key: dict[str, Any] = {}
+            for attribute, field in fields:
+                value = names[attribute.lower()]
+                if field in ("person_id", "pkey_number"):
+                    if not value.lstrip("-").isdigit():
+                        return None
+                    key[field] = int(value)
+                else:
+                    key[field] = value
+            return ChangeKey(tname, subtype or None, **key).text()
+        return None
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -297,11 +358,11 @@ class MappedLdapAdapter(LdapAdapter):
     ) -> dict[str, Any]:
         """What reconcile compares: the DN, the mapped classes present, the owned attributes."""
         owned = {a.lower() for a in _owned(mapping)}
-        mapped = {c.lower() for c in mapping.object_classes}
+        mapped = {c.lower() for c in class_names(mapping)}
         content = _content([c for c in classes if c.lower() in mapped], {
             k: v for k, v in attributes.items() if k.lower() in owned
         })  # fmt: skip
-        content["dn"] = [safe_dn(dn).lower()]
+        content["dn"] = [normal(dn)]
         return content
 
     def keys_of(self, obj: str) -> list[ChangeKey]:
@@ -319,6 +380,26 @@ class MappedLdapAdapter(LdapAdapter):
         body = {"dn": entry.dn, "objectClass": list(entry.object_classes),
                 "attributes": {k: v for k, v in entry.attributes.items() if v}}  # fmt: skip
         return json.dumps(body, indent=2, ensure_ascii=False)
+
+
+def _unescape(value: str) -> str:
+    """An RDN value as written in a DN (RFC 4514: ``\\,`` or ``\\2C``) back to its text."""
+    out, i, raw = [], 0, value.encode()
+    data = bytearray()
+    while i < len(raw):
+        if raw[i : i + 1] == b"\\" and i + 1 < len(raw):
+            pair = raw[i + 1 : i + 3]
+            if len(pair) == 2 and all(chr(c) in "0123456789abcdefABCDEF" for c in pair):
+                data.append(int(pair, 16))
+                i += 3
+                continue
+            data += raw[i + 1 : i + 2]
+            i += 2
+            continue
+        data += raw[i : i + 1]
+        i += 1
+    out.append(data.decode("utf-8", "replace"))
+    return "".join(out)
 
 
 def _owned(mapping: EntryMapping) -> list[str]:

@@ -22,6 +22,8 @@ class LdapAdapterSettings(AdapterSettings):
     """What each table the listener is interested in becomes in the directory, declared
     (mcq.registry.mappings): a DN template, object classes, attributes. Unset: the sample
     campus's people and groups (consumers/ldap/entries.py)."""
+    owns_containers: bool = False
+    """Every entry in the containers of ``entries`` is mcq's (mcq.registry.mappings.LdapMapping)."""
     marker: str | None = None
     """The attribute that marks the entries mcq made (default ``description``, in Active
     Directory ``adminDescription``): only those are changed or deleted."""

@@ -7,6 +7,7 @@ with values, so that a mapping computes an attribute or a column from an entity:
     lookup('titles', kind, 'Staff')
     format_date(born, '%Y%m%d')
     dn('uid', login, 'ou=people,dc=example,dc=org')
+    postal(street, concat(city, ', ', state, ' ', postal_code), country)
 
 Names are the entity's fields (``customer.country``; inside an ``each`` over a to-many
 join, the item's fields). ``a || b`` is SQL's concatenation (NULL when either side is);
@@ -325,6 +326,13 @@ def _dn(attribute: Any, value: Any, container: Any) -> str | None:
     return f"{attribute}={escape_rdn(str(text(value)))},{container}"
 
 
+def _postal(*lines: Any) -> str:
+    """An RFC 4517 postalAddress: the lines joined by ``$`` (a ``$`` inside a line becomes a
+    space), each trimmed, a line of nothing but blanks and commas left out."""
+    texts = [text(line) or "" for line in lines]
+    return "$".join(t.strip().replace("$", " ") for t in texts if t.strip(" ,"))
+
+
 def _default(*values: Any) -> Any:
     return next((v for v in values if v not in (None, "")), None)
 
@@ -349,6 +357,7 @@ FUNCTIONS: dict[str, tuple[int, int, Callable[..., Any]]] = {
     "default": (2, -1, _default),
     "format_date": (2, 2, _format_date),
     "dn": (3, 3, _dn),
+    "postal": (1, -1, _postal),
     "lookup": (2, 3, _lookup),  # evaluated with the mapping's lookup tables
     "if": (2, 3, _default),  # evaluated lazily (see _value)
 }

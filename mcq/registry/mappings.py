@@ -77,17 +77,31 @@ class Each(_Model):
     """An expression over one row (its fields by name, its to-one joins as ``person.login``)."""
     when: str | None = None
     """Only the rows for which this condition holds."""
+    order_by: str | None = None
+    """An expression over one row that orders the values (numbers as numbers)."""
+    first: bool = False
+    """Only the first row (after ``when`` and ``order_by``): a single value from a to-many,
+    such as the first account's uidNumber."""
 
 
 AttributeMap = str | list[str] | Each
+
+
+class ObjectClass(_Model):
+    """An object class an entry has only when it has values for an attribute (an
+    auxiliary class comes with its attributes: ``{name: posixAccount, with: uidNumber}``)."""
+
+    name: AttributeName
+    with_: AttributeName = Field(alias="with")
 
 
 class EntryMapping(_Model):
     """How one table's rows become directory entries."""
 
     dn: str = Field(min_length=3)
-    """``rdn_attribute={expression},<container>``: the container is fixed."""
-    object_classes: tuple[AttributeName, ...] = Field(min_length=1)
+    """``rdn_attribute={expression},<container>``: the container is fixed (``{base}`` in it
+    is the directory's base DN)."""
+    object_classes: tuple[AttributeName | ObjectClass, ...] = Field(min_length=1)
     attributes: dict[AttributeName, AttributeMap] = Field(min_length=1)
     owned: tuple[AttributeName, ...] = ()
     """Attributes mcq also owns without mapping them (it keeps them empty)."""
@@ -104,6 +118,10 @@ class LdapMapping(_Model):
     """The attribute that marks an entry as this listener's (``mcq:<listener> <key>``);
     default ``description``, or ``adminDescription`` in Active Directory."""
     entries: dict[str, EntryMapping] = Field(min_length=1)
+    owns_containers: bool = False
+    """Every entry in the entries' containers is mcq's (no marker: the containers are the
+    listener's alone, and what else is in them is drift that a repair deletes). Needs DN
+    templates whose RDN is the row's key fields, so that an entry names its key."""
 
     @property
     def marker_attribute(self) -> str:
@@ -133,6 +151,23 @@ class DnTemplate:
     text: str
     rdn: tuple[RdnPart, ...]
     container: str
+
+    def with_base(self, base: str) -> DnTemplate:
+        """The template with ``{base}`` in its container replaced by the directory's base DN."""
+        return DnTemplate(self.text, self.rdn, self.container.replace("{base}", base))
+
+    def key_fields(self) -> list[tuple[str, str]] | None:
+        """(RDN attribute, key field) of an RDN made of key fields alone (an entry names its
+        key); None for any other RDN."""
+        out = []
+        for part in self.rdn:
+            if len(part.pieces) != 1 or not isinstance(part.pieces[0], Expression):
+                return None
+            tree = part.pieces[0].tree
+            if not isinstance(tree, FieldNode) or tree.name not in KEY_FIELDS:
+                return None
+            out.append((part.attribute, tree.name))
+        return out
 
     def render(self, values: Mapping[str, Any], lookups: Mapping[str, Mapping[str, str]]) -> str:
         """The DN for ``values``; ValueError when an RDN value is empty."""
@@ -168,10 +203,10 @@ def parse_dn_template(text: str) -> DnTemplate:
     container = ",".join(rest).strip()
     if not container:
         raise ValueError(f"dn {text!r}: needs a container after the RDN (uid={{login}},ou=people,dc=example,dc=org)")
-    if "{" in container:
+    if "{" in container.replace("{base}", ""):
         raise ValueError(f"dn {text!r}: only the first RDN may hold {{expressions}}; the container is fixed")
     try:
-        parse_dn(container)
+        parse_dn(container.replace("{base}", "dc=base"))
     except LDAPInvalidDnError as exc:
         raise ValueError(f"dn {text!r}: the container is not a DN: {exc}") from None
     parts: list[RdnPart] = []
@@ -264,15 +299,42 @@ def attribute_values(
         raw = values.get(mapped.each)
         rows = json.loads(raw) if isinstance(raw, str) else raw or []
         value, when = parse_expression(mapped.value), parse_expression(mapped.when) if mapped.when else None
-        found = []
-        for row in rows:
-            item = item_values(row)
-            if when is None or truth(when.value(item, lookups)):
-                found.append(as_text(value.value(item, lookups)))
+        items = [item_values(row) for row in rows]
+        items = [item for item in items if when is None or truth(when.value(item, lookups))]
+        if mapped.order_by is not None:
+            order = parse_expression(mapped.order_by)
+            items.sort(key=lambda item: _order(order.value(item, lookups)))
+        found = [as_text(value.value(item, lookups)) for item in items[: 1 if mapped.first else None]]
     else:
         texts = [mapped] if isinstance(mapped, str) else mapped
         found = [as_text(parse_expression(t).value(values, lookups)) for t in texts]
     return list(dict.fromkeys(v for v in found if v not in (None, "")))  # type: ignore[misc]
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    """A sort key: NULLs last, numbers (also as text) by value, then text."""
+    if value is None:
+        return (2, 0.0, "")
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
+
+
+def object_classes(mapping: EntryMapping, attributes: Mapping[str, list[str]]) -> tuple[str, ...]:
+    """The entry's object classes: a conditional one when its attribute has values."""
+    out = []
+    for c in mapping.object_classes:
+        if isinstance(c, str):
+            out.append(c)
+        elif attributes.get(c.with_):
+            out.append(c.name)
+    return tuple(out)
+
+
+def class_names(mapping: EntryMapping) -> list[str]:
+    """Every object class an entry of the mapping may have."""
+    return [c if isinstance(c, str) else c.name for c in mapping.object_classes]
 
 
 # ---------------------------------------------------------------------------- validation
@@ -310,7 +372,7 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
     here: tuple[str | int, ...] = ("listeners", li, "adapter", "settings")
     if listener.adapter.type != "ldap" or "entries" not in settings:
         return []
-    model_fields = {"directory", "marker", "entries"}
+    model_fields = {"directory", "marker", "entries", "owns_containers"}
     try:
         mapping = LdapMapping.model_validate({k: v for k, v in settings.items() if k in model_fields})
     except ValidationError as exc:
@@ -331,6 +393,9 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
         except ValueError as exc:
             out.append(((*at, "dn"), str(exc)))
         else:
+            if mapping.owns_containers and dn.key_fields() is None:
+                why = "with owns_containers, the RDN must be the row's key fields alone (employeeNumber={person_id})"
+                out.append(((*at, "dn"), f"dn {entry.dn!r}: {why}, so that an entry names its row"))
             for part in dn.rdn:
                 exprs = [p for p in part.pieces if isinstance(p, Expression)]
                 for expr in exprs:
@@ -341,7 +406,10 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
                     out.append(((*at, "dn"), f"dn {entry.dn!r}: the {part.attribute} can be empty ({used} may be "
                                              f"NULL): use a key field or default(...)"))  # fmt: skip
         names = {a.lower() for a in entry.attributes}
-        if mapping.marker_attribute.lower() in names:
+        for ci, c in enumerate(entry.object_classes):
+            if not isinstance(c, str) and c.with_.lower() not in names | {o.lower() for o in entry.owned}:
+                out.append(((*at, "object_classes", ci), f"{c.name} comes with {c.with_}, which is not mapped"))
+        if not mapping.owns_containers and mapping.marker_attribute.lower() in names:
             why = f"{mapping.marker_attribute} is the marker of mcq's entries (set marker: to another attribute)"
             out.append(((*at, "attributes", mapping.marker_attribute), why))
         for name, mapped in entry.attributes.items():
@@ -353,13 +421,13 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
                 if item is None:
                     out.append(((*where, "each"), f"{mapped.each} is not a to-many join of {ref}"))
                     continue
-                for text_ in [mapped.value, *([mapped.when] if mapped.when else [])]:
+                for text_ in [mapped.value, *(t for t in (mapped.when, mapped.order_by) if t)]:
                     out += [(where, p) for p in expression_problems(text_, item, entry.lookups)]
             else:
                 for text_ in [mapped] if isinstance(mapped, str) else mapped:
                     out += [(where, p) for p in expression_problems(text_, fields, entry.lookups)]
         if mapping.directory == "active-directory":
-            classes = {c.lower() for c in entry.object_classes}
+            classes = {c.lower() for c in class_names(entry)}
             if "samaccountname" not in names and classes & {"user", "group", "computer"}:
                 out.append(((*at, "attributes"), "an Active Directory user or group needs sAMAccountName"))
             if not classes & {"user", "group", "contact", "organizationalunit", "computer"}:
