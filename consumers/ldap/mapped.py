@@ -119,6 +119,7 @@ class MappedLdapAdapter(LdapAdapter):
         self.owns_containers = self.mapping.owns_containers
         self.marker = self.mapping.marker_attribute
         self._held_dns: Held | None = None
+        self._asserts = False
         """The entries this listener holds (read when opened, kept as it writes)."""
 
     # ------------------------------------------------------------------ entries
@@ -147,8 +148,10 @@ class MappedLdapAdapter(LdapAdapter):
 
     def _guard(self, key_text: str) -> list[Any] | None:
         """The control sent with a modify, a delete or a rename of the entry of a key: that
-        it carries this listener's marker (None: the listener owns the containers)."""
-        if self.owns_containers:
+        it still carries this listener's marker (None: the listener owns the containers, or
+        the server has no assertion control, as Samba's AD: then what the listener holds is
+        what it found marked when it opened, and kept as it wrote)."""
+        if self.owns_containers or not self._asserts:
             return None
         return [assertion(self.marker, marker_value(self.listener.name, key_text))]
 
@@ -163,6 +166,10 @@ class MappedLdapAdapter(LdapAdapter):
         if self._writer is None:  # Active Directory refuses a change of an entry's classes
             self._pipeline().replace_classes = self.mapping.directory != "active-directory"
         if self._held_dns is None:
+            root = self._connection()
+            root.search("", "(objectClass=*)", BASE, attributes=["supportedControl"])
+            supported = root.entries[0].entry_attributes_as_dict.get("supportedControl", []) if root.entries else []
+            self._asserts = ASSERTION_OID in {str(c) for c in supported}
             self._held_dns = Held({key: dn for key, (dn, _) in self._held().items()})
 
     def close(self) -> None:
@@ -188,6 +195,7 @@ class MappedLdapAdapter(LdapAdapter):
             by_key.setdefault(change.key.text(), []).append(i)
         entries: dict[str, Entry | None] = {}
         controls: dict[str, list[Any]] = {}
+        new: set[str] = set()
         dn_key: dict[str, str] = {}  # lower-cased DN written -> key
         failed: dict[str, AdapterError] = {}  # key -> why its changes fail
         for key, indexes in by_key.items():
@@ -219,10 +227,12 @@ class MappedLdapAdapter(LdapAdapter):
                     failed[key] = renamed
                     continue
             entries[entry.dn], dn_key[lower] = entry, key
+            if now is None and not self.owns_containers:
+                new.add(entry.dn)  # a name this listener holds nothing at: added, never taken over
             if (guard := self._guard(key)) is not None:
                 controls[entry.dn] = guard
         try:
-            refused = self._pipeline().make_all(entries, controls)
+            refused = self._pipeline().make_all(entries, controls, new)
         except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
             self._drop_writer()
             return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
@@ -231,7 +241,10 @@ class MappedLdapAdapter(LdapAdapter):
             change = changes[by_key[key][-1]]
             if dn in refused:
                 code, reason = refused[dn]
-                if code == ASSERTION_FAILED:  # there, and not ours: never taken over
+                if code == ALREADY_EXISTS and dn in new and self._marked(dn, key):
+                    held.hold(key, dn)  # ours after all (another instance made it): written next time
+                    failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn} was made meanwhile")
+                elif code in (ASSERTION_FAILED, ALREADY_EXISTS):  # there, and not ours: never taken over
                     failed[key] = ChangeRejected(f"{change.where} {change.key}: {self._collision(dn)}")
                 else:  # the server's refusal (schema, a value too long): retried, then dead-lettered
                     failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn}: {reason}")
@@ -265,6 +278,17 @@ class MappedLdapAdapter(LdapAdapter):
             return TargetUnavailable(f"ldap: rename {old}: {exc}")
         self._held_dns.hold(key, new)
         return None
+
+    def _marked(self, dn: str, key: str) -> bool:
+        """Whether the entry at ``dn`` carries this listener's marker for ``key``."""
+        try:
+            conn = self._connection()
+            if not conn.search(dn, "(objectClass=*)", BASE, attributes=[self.marker]):
+                return False
+            marks = _values(conn.entries[0].entry_attributes_as_dict.get(self.marker, []))
+        except (TargetUnavailable, LDAPException):
+            return False
+        return marker_value(self.listener.name, key) in marks
 
     # ------------------------------------------------------------------ read back
 

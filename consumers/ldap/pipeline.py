@@ -79,16 +79,21 @@ class Pipeline:
                 self.conn.strategy.close()
 
     def make_all(
-        self, entries: Mapping[str, Entry | None], controls: Mapping[str, list[Any]] | None = None
+        self,
+        entries: Mapping[str, Entry | None],
+        controls: Mapping[str, list[Any]] | None = None,
+        new: frozenset[str] | set[str] = frozenset(),
     ) -> dict[str, tuple[int, str]]:
         """Make the directory hold each entry at its dn (None: nothing there), a modify or a
-        delete of a dn sent with its ``controls``. The dn's the server refused, each with the
-        result code and its reason."""
+        delete of a dn sent with its ``controls``; a dn in ``new`` is only added (an entry
+        already there is refused with ALREADY_EXISTS, never modified). The dn's the server
+        refused, each with the result code and its reason."""
         failed: dict[str, tuple[int, str]] = {}
         first: Op = "add" if self.adding else "modify"
         guards = controls or {}
         todo = [
-            _Write(dn, entry, "delete" if entry is None else first, guards.get(dn)) for dn, entry in entries.items()
+            _Write(dn, entry, "delete" if entry is None else "add" if dn in new else first, guards.get(dn))
+            for dn, entry in entries.items()
         ]
         for round_ in range(ROUNDS):
             if not todo:
@@ -100,7 +105,7 @@ class Pipeline:
                 if code == 0 or (write.op == "delete" and code == NO_SUCH_OBJECT):
                     done += write.op != "delete"
                     continue
-                other = _other(write.op, code)
+                other = None if write.dn in new else _other(write.op, code)
                 if other is not None:
                     refused += 1
                     if round_ < ROUNDS - 1:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -45,7 +45,15 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
     kind = "sql_import"
     settings_model = SqlImportSettings
     settings: SqlImportSettings
-    needs_state = (PERSON, STATUS, ORGN, DEPARTMENT)
+    needs_state: ClassVar[tuple[str, ...]] = (PERSON, STATUS, ORGN, DEPARTMENT)
+
+    def __new__(cls, listener: Listener, settings: Settings) -> SqlImportAdapter:
+        """A listener that declares its ``rows`` gets the mapped adapter (consumers/sql_import/mapped.py)."""
+        if cls is SqlImportAdapter and listener.adapter.settings.get("rows") is not None:
+            from consumers.sql_import.mapped import MappedImportAdapter
+
+            return super().__new__(MappedImportAdapter)
+        return super().__new__(cls)
 
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
@@ -253,7 +261,7 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
             return f"adapter.settings.read_back: {path} does not exist"
         return None
 
-    def state_refs(self) -> tuple[str, ...]:
+    def state_refs(self) -> tuple[str, ...] | None:
         return self.needs_state
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:

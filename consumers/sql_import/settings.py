@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import StringConstraints
 
 from consumers.adapter import AdapterSettings
+from mcq.registry.mappings import ImportMapping
 from mcq.resources import ResourceMissing, resource
 from mcq.secrets import ResolvedSecret
 
@@ -43,6 +44,10 @@ class SqlImportSettings(AdapterSettings):
     person who is gone (INSITE's ``Former-<status>``), whose status then reads as NULL.
     None: the target cannot be read back. The sample, for INSITE:
     ``examples/insite_read_back.sql``."""
+
+    rows: dict[str, ImportMapping] | None = None
+    """What each table the listener is interested in pushes, declared (mcq.registry.mappings):
+    import column -> expression. Unset: the sample campus's INSITE person record."""
 
     state: Literal["topics", "source"] = "topics"
     """Where records are assembled from: a store kept from the compacted topics (no access

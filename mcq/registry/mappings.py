@@ -128,6 +128,29 @@ class LdapMapping(_Model):
         return self.marker or ("adminDescription" if self.directory == "active-directory" else "description")
 
 
+Column = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
+
+
+class ImportMapping(_Model):
+    """How one table's rows become rows of a vendor's import table (``sql_import``): each
+    change of a row pushes its whole current record; the vendor's trigger does the rest."""
+
+    columns: dict[Column, str | Each] = Field(min_length=1)
+    """Import column -> an expression over the row (an ``each`` gives its first value)."""
+    on_delete: dict[Column, str] | None = None
+    """When the row is gone: the last record pushed for it, with these columns set anew
+    (expressions over the key fields: ``{status: "NULL"}``). Unset: a delete pushes nothing."""
+    key_column: Column | None = None
+    """The import column that names the row (its expression a key field alone): what
+    ``mcq reconcile`` matches the vendor's read-back rows by."""
+
+
+class ImportMappings(_Model):
+    """The ``rows`` of an ``sql_import`` listener, by table."""
+
+    rows: dict[str, ImportMapping] = Field(min_length=1)
+
+
 def marker_value(listener: str, key_text: str) -> str:
     """What an entry mcq made carries in its marker attribute: the listener and the key of
     the row it is made from (found again by it after a rename or a delete)."""
@@ -435,8 +458,52 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
     return out
 
 
+def import_mapping_problems(registry: Registry, li: int, listener: Listener) -> list[Problem]:
+    """An ``sql_import`` listener's ``rows`` against its interests and the tables' fields."""
+    settings = listener.adapter.settings
+    here: tuple[str | int, ...] = ("listeners", li, "adapter", "settings")
+    if listener.adapter.type != "sql_import" or "rows" not in settings:
+        return []
+    try:
+        mapping = ImportMappings.model_validate({"rows": settings["rows"]})
+    except ValidationError as exc:
+        return [((*here, *e["loc"]), e["msg"]) for e in exc.errors()]
+    out: list[Problem] = []
+    interested = {t.ref: t for t in registry.tables_of(listener.name)}
+    for ref, rows in mapping.rows.items():
+        at = (*here, "rows", ref)
+        table = interested.get(ref)
+        if table is None:
+            out.append((at, f"listener {listener.name} has no interest in table {ref}"))
+            continue
+        fields = set(registry.columns_of(table)) | set(KEY_FIELDS)
+        for name, mapped in rows.columns.items():
+            where = (*at, "columns", name)
+            if isinstance(mapped, Each):
+                item = _item_fields(registry, table, mapped.each)
+                if item is None:
+                    out.append(((*where, "each"), f"{mapped.each} is not a to-many join of {ref}"))
+                    continue
+                for text_ in [mapped.value, *(t for t in (mapped.when, mapped.order_by) if t)]:
+                    out += [(where, p) for p in expression_problems(text_, item, {})]
+            else:
+                out += [(where, p) for p in expression_problems(mapped, fields, {})]
+        for name, text_ in (rows.on_delete or {}).items():
+            where = (*at, "on_delete", name)
+            if name not in rows.columns:
+                out.append((where, f"{name} is not one of the columns"))
+            out += [(where, p) for p in expression_problems(text_, set(KEY_FIELDS), {})]
+        if rows.key_column is not None:
+            keyed = rows.columns.get(rows.key_column)
+            if not isinstance(keyed, str) or keyed.strip() not in KEY_FIELDS:
+                out.append(((*at, "key_column"), f"{rows.key_column} must be mapped from a key field alone "
+                                                 f"({', '.join(KEY_FIELDS)})"))  # fmt: skip
+    return out
+
+
 def mapping_problems(registry: Registry) -> list[Problem]:
     out: list[Problem] = []
     for li, listener in enumerate(registry.listeners):
         out += ldap_mapping_problems(registry, li, listener)
+        out += import_mapping_problems(registry, li, listener)
     return out

@@ -103,11 +103,17 @@ def held(settings: Settings, container: str) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+@pytest.mark.parametrize("asserts", [True, False], ids=["assertion-control", "no-assertion-control"])
 def test_a_mapped_directory_holds_what_the_rows_say_and_never_touches_what_it_did_not_make(
-    base: str, settings: Settings
+    base: str, settings: Settings, asserts: bool
 ) -> None:
+    """Both ways a server may be: with LDAP's assertion control (OpenLDAP), and without it
+    (Samba's AD), where ownership rests on the marked entries found when the adapter opened."""
     registry = registry_of(base)
     adapter = adapter_of(registry, settings)
+    adapter.open()
+    assert adapter._asserts, "OpenLDAP has the assertion control"
+    adapter._asserts = asserts
     staff, teams = f"ou=staff,{base}", f"ou=teams,{base}"
     hand_before, wheel_before = held(settings, staff)["uid=hand"], held(settings, teams)["cn=wheel"]
     try:
@@ -160,6 +166,8 @@ def test_a_mapped_directory_holds_what_the_rows_say_and_never_touches_what_it_di
         # a new adapter (a restart) finds its entries by their marker and goes on
         adapter.close()
         again = adapter_of(registry, settings)
+        again.open()
+        again._asserts = asserts
         assert again.apply_batch([gone(ChangeKey("ACCOUNT_ENTRY", pkey_string="cyd"))]) == [None]
         assert set(held(settings, staff)) == {"uid=ana", "uid=eve", "uid=hand"}
         again.close()

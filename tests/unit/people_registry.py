@@ -86,3 +86,50 @@ LDAP_LISTENER = """
               gidNumber: gid
               memberUid: {{each: members, value: account.login, when: "account.login IS NOT NULL"}}
 """
+
+IMPORT_LISTENER = """
+  - name: {name}
+    owner: facilities@example
+    adapter:
+      type: sql_import
+      settings:
+        table: account_import
+        vendor_schema: {vendor}
+        read_back: {read_back}
+        rows:
+          ACCOUNT_ENTRY:
+            columns:
+              login: pkey_string
+              full_name: "trim(concat(owner.given, ' ', owner.family))"
+              status: "CASE WHEN owner.status = 'A' THEN 'active' WHEN owner.status = 'S' THEN 'suspended' WHEN owner.status = 'R' THEN 'retired-employee' END"
+              phone: {{each: owner.phones, value: number, when: "kind = 'office'", order_by: id, first: true}}
+            on_delete: {{status: "'gone'"}}
+            key_column: login
+"""
+"""The import listener: a retired account's status is longer than the vendor's column
+takes (its row is refused by the database, and only its)."""
+
+VENDOR = """
+CREATE SCHEMA {v};
+CREATE TABLE {v}.people (login text PRIMARY KEY, full_name text NOT NULL, status varchar(12), phone text);
+CREATE TABLE {v}.account_import (
+    import_id bigserial PRIMARY KEY, login text NOT NULL, full_name text, status text, phone text,
+    mcq_key text, mcq_position text, imported_at timestamptz NOT NULL DEFAULT now());
+CREATE FUNCTION {v}.t_account_import() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- the vendor's business rule: no account without a name
+    IF coalesce(btrim(NEW.full_name), '') = '' THEN
+        RAISE EXCEPTION 'VENDOR: account % has no name', NEW.login USING ERRCODE = 'check_violation';
+    END IF;
+    INSERT INTO {v}.people (login, full_name, status, phone)
+    VALUES (NEW.login, NEW.full_name, NEW.status, NEW.phone)
+    ON CONFLICT (login) DO UPDATE SET full_name = EXCLUDED.full_name, status = EXCLUDED.status,
+                                      phone = EXCLUDED.phone;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER t_account_import BEFORE INSERT ON {v}.account_import
+    FOR EACH ROW EXECUTE FUNCTION {v}.t_account_import();
+"""
+"""The vendor's schema: its table, the import table mcq writes, and the refusing trigger."""
+
+VENDOR_READ_BACK = "SELECT login, full_name, status, phone, status = 'gone' AS retired FROM {v}.people"
