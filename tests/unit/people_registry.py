@@ -101,7 +101,9 @@ IMPORT_LISTENER = """
             columns:
               login: pkey_string
               full_name: "trim(concat(owner.given, ' ', owner.family))"
-              status: "CASE WHEN owner.status = 'A' THEN 'active' WHEN owner.status = 'S' THEN 'suspended' WHEN owner.status = 'R' THEN 'retired-employee' END"
+              status: >-
+                CASE WHEN owner.status = 'A' THEN 'active' WHEN owner.status = 'S' THEN 'suspended'
+                WHEN owner.status = 'R' THEN 'retired-employee' END
               phone: {{each: owner.phones, value: number, when: "kind = 'office'", order_by: id, first: true}}
             on_delete: {{status: "'gone'"}}
             key_column: login
