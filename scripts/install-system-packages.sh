@@ -2,8 +2,8 @@
 # Installs, from Debian's packages, what the local stack runs and mcq builds with:
 # PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 JDK (mcq's Connect
 # transform is compiled: jvm/connect-transforms), Maven, Chromium (the console's browser
-# tests drive it headless through Playwright: no browser download) and Python's venv
-# module. Only what is missing is installed, so a second run is a no-op.
+# tests drive it headless through Playwright: no browser download), Samba's AD domain
+# controller and Python's venv module. Only what is missing is installed, so a second run is a no-op.
 set -euo pipefail
 
 need=()
@@ -17,6 +17,12 @@ have_cmd javac || need+=(openjdk-17-jdk-headless)
 have_cmd mvn || need+=(maven)
 have_cmd chromium || need+=(chromium)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# Samba's Active Directory domain controller (`mcq stack up --with ad`, the AD tests): the
+# daemon, its directory database modules, the provisioning data and the ACL module it needs
+have_file /usr/sbin/samba || need+=(samba)
+have_file /usr/lib/x86_64-linux-gnu/samba/ldb/samba_dsdb.so || need+=(samba-dsdb-modules)
+have_file /usr/share/samba/setup/provision.ldif || need+=(samba-ad-provision)
+have_file /usr/lib/x86_64-linux-gnu/samba/vfs/acl_xattr.so || need+=(samba-vfs-modules)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "system packages: all present"

@@ -53,6 +53,21 @@ def stack(settings: Settings) -> Iterator[Stack]:
         st.down(report=lambda line: print(f"[stack] {line}"))
 
 
+@pytest.fixture(scope="session")
+def active_directory(stack: Stack, settings: Settings) -> Iterator[Stack]:
+    """Samba's AD domain controller of the local stack (``mcq stack up --with ad``), up for
+    the rest of the session: started here when it is not running, and stopped after."""
+    st = Stack(settings, only=["ad"], with_=["ad"])
+    if st.is_up():
+        yield st
+        return
+    try:
+        st.up(report=lambda line: print(f"[stack] {line}"))
+        yield st
+    finally:
+        st.down(report=lambda line: print(f"[stack] {line}"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_secret_in_the_sessions_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Nothing written to a log during the session holds a secret value of the stack's: the

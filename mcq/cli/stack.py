@@ -32,17 +32,19 @@ def _only(value: str | None) -> list[str] | None:
 ONLY = click.option(
     "--only",
     metavar="SERVICES",
-    help="Comma-separated subset: postgres, ldap, kafka, registry, connect.",
+    help="Comma-separated subset: postgres, ldap, kafka, registry, connect (and ad, when started).",
 )
 
 
-def _stack(only: str | None) -> Stack:
+def _stack(only: str | None, with_: str | None = None) -> Stack:
     from mcq.stack import Stack
 
     try:
-        return Stack(_settings(), only=_only(only))
+        return Stack(_settings(), only=_only(only), with_=_only(with_) or ())
     except KeyError as exc:
-        raise click.BadParameter(str(exc.args[0]), param_hint="--only") from None
+        raise click.BadParameter(
+            str(exc.args[0]), param_hint="--with" if "optional" in str(exc) else "--only"
+        ) from None
 
 
 @stack.command()
@@ -54,11 +56,18 @@ def _stack(only: str | None) -> Stack:
     "use SCRAM over TLS, each process as its own principal) or the quick start's plaintext one; "
     "kept for later commands. Default: as it was.",
 )
-def up(only: str | None, secure: bool | None) -> None:
+@click.option(
+    "--with",
+    "with_",
+    metavar="SERVICES",
+    help="Optional services to start too: ad (Samba's Active Directory domain controller, LDAPS on "
+    "127.0.0.1:636 with the stack's CA; needs root and the samba package).",
+)
+def up(only: str | None, secure: bool | None, with_: str | None) -> None:
     """Start every service that is not running and wait until all are healthy."""
     if secure is not None and secure != _settings().stack.secure:
         _switch_mode(secure)
-    st = _stack(only)
+    st = _stack(only, with_)
     if st.settings.stack.secure:
         _say(
             f"secure stack: Kafka at {st.settings.kafka.bootstrap_servers} (SASL_SSL, SCRAM-SHA-512); "

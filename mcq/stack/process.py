@@ -133,7 +133,18 @@ def _state(pid: int) -> str:
 def _alive(pid: int, marker: str) -> bool:
     if _state(pid) in ("", "Z", "X"):
         return False
+    if marker.startswith(EXE_MARKER):
+        # a server that rewrites its process title over its arguments and environment
+        # (Samba's "samba: root process") is known by its executable
+        try:
+            return os.readlink(f"/proc/{pid}/exe") == marker[len(EXE_MARKER) :]
+        except OSError:
+            return False
     return marker in _cmdline(pid)
+
+
+EXE_MARKER = "exe:"
+"""A service marker that names the executable of the process (the pid file says which one)."""
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import PortInUse, ServiceFailed
-from mcq.stack.services import SERVICES, NotReady, Service
+from mcq.stack.services import OPTIONAL, SERVICES, NotReady, Service
 
 Report = Callable[[str], None]
 
@@ -47,10 +47,19 @@ def _port_free(port: int) -> bool:
 class Stack:
     """The local stack's services, in start order."""
 
-    def __init__(self, settings: Settings, only: Iterable[str] | None = None) -> None:
-        """All services, or only those named (their dependencies must be among them)."""
+    def __init__(self, settings: Settings, only: Iterable[str] | None = None, with_: Iterable[str] = ()) -> None:
+        """All services, or only those named (their dependencies must be among them); the
+        optional ones (``ad``) when named in ``with_`` or running."""
         self.settings = settings
         self.services: list[Service] = [cls(settings) for cls in SERVICES]
+        extra = set(with_)
+        unknown = extra - {cls.name for cls in OPTIONAL}
+        if unknown:
+            raise KeyError(f"no optional service {sorted(unknown)}; optional: {', '.join(c.name for c in OPTIONAL)}")
+        for cls in OPTIONAL:
+            svc = cls(settings)
+            if svc.name in extra or svc.handle.pid() is not None or (only is not None and svc.name in set(only)):
+                self.services.append(svc)
         if only is not None:
             wanted = set(only)
             unknown = wanted - {s.name for s in self.services}

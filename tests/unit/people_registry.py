@@ -49,6 +49,7 @@ tables:
       joins:
         - {{name: members, table: MEMBER, kind: one-to-many, match: {{group_name: pkey_string}}}}
         - {{name: account, table: ACCT, kind: many-to-one, match: {{pkey_string: login}}, via: members}}
+        - {{name: holder, table: PERS, kind: many-to-one, match: {{person_id: person_id}}, via: account}}
 {listeners}
 """
 
@@ -135,3 +136,40 @@ CREATE TRIGGER t_account_import BEFORE INSERT ON {v}.account_import
 """The vendor's schema: its table, the import table mcq writes, and the refusing trigger."""
 
 VENDOR_READ_BACK = "SELECT login, full_name, status, phone, status = 'gone' AS retired FROM {v}.people"
+
+AD_LISTENER = """
+  - name: {name}
+    owner: idm@example
+    adapter:
+      type: ldap
+      settings:
+        target: ad
+        directory: active-directory
+        entries:
+          ACCOUNT_ENTRY:
+            dn: "CN={{default(trim(concat(owner.given, ' ', owner.family)), login)}},OU=staff,{base}"
+            object_classes: [top, person, organizationalPerson, user]
+            attributes:
+              sAMAccountName: login
+              userPrincipalName: "login || '@mcq.test'"
+              displayName: "default(trim(concat(owner.given, ' ', owner.family)), login)"
+              givenName: owner.given
+              sn: owner.family
+              telephoneNumber: {{each: owner.phones, value: number, when: "kind = 'office'", order_by: id, first: true}}
+              otherTelephone: {{each: owner.phones, value: number, when: "kind = 'office'", order_by: id}}
+              mobile: {{each: owner.phones, value: number, when: "kind = 'mobile'", order_by: id, first: true}}
+              userAccountControl: "CASE WHEN owner.status = 'A' THEN 512 ELSE 514 END"
+          GROUP_ENTRY:
+            dn: "CN={{pkey_string}},OU=teams,{base}"
+            object_classes: [top, group]
+            attributes:
+              sAMAccountName: "'grp-' || pkey_string"
+              member:
+                each: members
+                value: >-
+                  dn('CN', default(trim(concat(account.holder.given, ' ', account.holder.family)), account.login),
+                     'OU=staff,{base}')
+                when: "account.login IS NOT NULL"
+"""
+"""An Active Directory listener: a user's CN is the owner's name (a new name renames the
+entry), enabled or disabled by the owner's status; groups with members by DN."""

@@ -7,6 +7,7 @@ an open port: a produced-and-consumed record, a plugin listing, a registry answe
 """
 
 from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT
+from mcq.stack.services.ad import ActiveDirectory, ad_directory
 from mcq.stack.services.base import JvmService, NotReady, Service
 from mcq.stack.services.connect import DEBEZIUM_POSTGRES_CONNECTOR, Connect
 from mcq.stack.services.kafka import HEALTH_TOPIC, KAFKA_CONTROLLER, Kafka, new_cluster_id
@@ -17,13 +18,18 @@ from mcq.stack.services.registry import Registry
 SERVICES: tuple[type[Service], ...] = (Postgres, Ldap, Kafka, Registry, Connect)
 """In start order: the registry stores its schemas in PostgreSQL, Connect needs Kafka."""
 
+OPTIONAL: tuple[type[Service], ...] = (ActiveDirectory,)
+"""Started only when asked (``mcq stack up --with ad``); stopped with the rest."""
+
 __all__ = [
     "DEBEZIUM_POSTGRES_CONNECTOR",
     "HEALTH_TOPIC",
     "KAFKA_ADMIN",
     "KAFKA_CONNECT",
     "KAFKA_CONTROLLER",
+    "OPTIONAL",
     "SERVICES",
+    "ActiveDirectory",
     "Connect",
     "JvmService",
     "Kafka",
@@ -32,5 +38,6 @@ __all__ = [
     "Postgres",
     "Registry",
     "Service",
+    "ad_directory",
     "new_cluster_id",
 ]
