@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 from rich.table import Table
 
-from mcq.cli.app import REGISTRY_FILE, _err, _load_registry_file, _say, _settings, _store, console, main
+from mcq.cli.app import REGISTRY_FILE, _err, _load_registry_file, _say, _settings, _stop, _store, console, main
 from mcq.output import cell
 from mcq.refs import table_ref
 from mcq.registry.model import Interest
@@ -20,9 +21,22 @@ def registry() -> None:
 
 @registry.command()
 @REGISTRY_FILE
-def validate(file: Path) -> None:
+@click.option(
+    "--online",
+    is_flag=True,
+    help="Also check what needs the targets: each mapped ldap listener's object classes and "
+    "attributes against its directory's own schema.",
+)
+def validate(file: Path, online: bool) -> None:
     """Check a registry file; every problem is one line with file:line (exit 1)."""
     reg = _load_registry_file(file)
+    if online:
+        from consumers.ldap.schema_check import schema_problems
+        from mcq.registry.loader import locate
+
+        problems = schema_problems(reg, _settings())
+        if problems:
+            _stop("\n".join(locate(file.read_text(), str(file), problems)))
     _say(
         f"{file}: valid: {len(reg.sources)} sources, {len(reg.tables)} tables/subtypes, "
         f"{len(reg.listeners)} listeners, {len(reg.interests)} interests"

@@ -79,6 +79,13 @@ def _where(path: Path_, data: Any) -> str:
     return ".".join(parts)
 
 
+def locate(text: str, name: str, problems: list[tuple[tuple[str | int, ...], str]]) -> list[str]:
+    """Problems found outside the registry's own checks (a server's schema), each as
+    ``file:line: where: what``."""
+    data, lines = read_yaml(text, name)
+    return [f"{name}:{_line(lines, p)}: {_where(p, data)}: {m}" for p, m in problems]
+
+
 def parse_registry(text: str, name: str = "<registry>") -> Registry:
     """Parse and validate registry YAML; raise :class:`RegistryInvalid` listing every problem."""
     data, lines = read_yaml(text, name)

@@ -11,8 +11,10 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import count
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from ldap3 import LEVEL, Connection, Server
 
 from consumers.adapter import make_adapter
@@ -20,6 +22,7 @@ from consumers.exceptions import ChangeFailed, ChangeRejected
 from consumers.ldap.mapped import MappedLdapAdapter
 from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
+from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
@@ -218,3 +221,35 @@ def test_an_entry_whose_name_follows_a_changed_row_is_renamed_not_duplicated(bas
         assert people["uid=hand"]["cn"] == ["Hand Made"] and "description" not in people["cn=Hand Made"]
     finally:
         adapter.close()
+
+
+def test_an_attribute_no_object_class_allows_is_refused_online_at_its_line(
+    base: str, settings: Settings, tmp_path: Path
+) -> None:
+    """``mcq registry validate --online`` reads the directory's own schema: an attribute
+    the entry's classes do not allow, and a class the directory lacks, each at its line."""
+    listener = LDAP_LISTENER.replace(
+        "              givenName: owner.given\n",
+        "              givenName: owner.given\n              sAMAccountName: login\n",
+    )
+    listener = listener.replace("[top, posixGroup]", "[top, posixGroup, mcqNoSuchClass]")
+    listeners = "listeners:" + listener.format(name="Dir", base=base)
+    listeners += "interests:\n  - {listener: Dir, tname: ACCOUNT_ENTRY}\n  - {listener: Dir, tname: GROUP_ENTRY}\n"
+    text = PEOPLE.format(src="hr", schema="hr", slot="mcq_hr", listeners=listeners)
+    path = tmp_path / "people.yaml"
+    path.write_text(text)
+    env = {"MCQ_HOME": str(settings.stack.home)}
+    offline = CliRunner().invoke(main, ["registry", "validate", str(path)], env=env)
+    assert offline.exit_code == 0, offline.output  # nothing the registry alone can tell
+    online = CliRunner().invoke(main, ["registry", "validate", str(path), "--online"], env=env)
+    assert online.exit_code == 1
+    lines = text.splitlines()
+    at = next(i for i, t in enumerate(lines, 1) if "sAMAccountName" in t)
+    assert f"people.yaml:{at}:" in online.output and "sAMAccountName: no object class of the entry allows it" in (
+        online.output)  # fmt: skip
+    at = next(i for i, t in enumerate(lines, 1) if "mcqNoSuchClass" in t)
+    assert f"people.yaml:{at}:" in online.output and "the directory has no object class mcqNoSuchClass" in online.output
+    good = tmp_path / "good.yaml"
+    good.write_text(PEOPLE.format(src="hr", schema="hr", slot="mcq_hr", listeners=listeners.replace(
+        "              sAMAccountName: login\n", "").replace(", mcqNoSuchClass", "")))  # fmt: skip
+    assert CliRunner().invoke(main, ["registry", "validate", str(good), "--online"], env=env).exit_code == 0
