@@ -110,9 +110,9 @@ class Workload:
             self.run("UPDATE {s}.persons SET status = CASE status WHEN 'A' THEN 'S' ELSE 'A' END WHERE id = %s",
                      (r.randrange(60),), "persons")  # fmt: skip
         elif roll < 0.33:
+            number = f"+1 555 {r.randrange(10_000):04d}"
             self.run("INSERT INTO {s}.telephones VALUES (%s, %s, %s, %s)",
-                     (self.fresh(), r.randrange(60), r.choice(("office", "mobile")), f"+1 555 {r.randrange(10_000):04d}"),
-                     "telephones")  # fmt: skip
+                     (self.fresh(), r.randrange(60), r.choice(("office", "mobile")), number), "telephones")  # fmt: skip
         elif roll < 0.43:
             phones = self.ids("SELECT id FROM {s}.telephones")
             if phones:
@@ -182,8 +182,12 @@ def _ldap(settings: Settings) -> Connection:
 
 def entries(conn: Connection, container: str, attributes: list[str]) -> dict[str, dict[str, list[str]]]:
     conn.search(container, "(objectClass=*)", LEVEL, attributes=attributes)
-    return {e.entry_dn.split(",")[0].lower(): {k.lower(): sorted(map(str, v)) for k, v in
-                                                e.entry_attributes_as_dict.items() if v} for e in conn.entries}  # fmt: skip
+    return {
+        e.entry_dn.split(",")[0].lower(): {
+            k.lower(): sorted(map(str, v)) for k, v in e.entry_attributes_as_dict.items() if v
+        }
+        for e in conn.entries
+    }
 
 
 def wanted_directory(people: dict[str, dict[str, Any]], teams: dict[str, dict[str, Any]]) -> dict[str, Any]:
