@@ -59,13 +59,33 @@ def active_directory(stack: Stack, settings: Settings) -> Iterator[Stack]:
     the rest of the session: started here when it is not running, and stopped after."""
     st = Stack(settings, only=["ad"], with_=["ad"])
     if st.is_up():
+        _forget_earlier_sessions(settings)
         yield st
         return
     try:
         st.up(report=lambda line: print(f"[stack] {line}"))
+        _forget_earlier_sessions(settings)
         yield st
     finally:
         st.down(report=lambda line: print(f"[stack] {line}"))
+
+
+def _forget_earlier_sessions(settings: Settings) -> None:
+    """The OUs an earlier, interrupted session left in the AD: their users would hold
+    sAMAccountNames (unique in the whole domain) that this session's tests use again."""
+    import ssl
+
+    from ldap3 import LEVEL, Connection, Server, Tls
+
+    from mcq.stack.services.ad import BASE_DN, ad_directory
+
+    target = ad_directory(settings)
+    tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=target["ca_file"], version=ssl.PROTOCOL_TLS_CLIENT)
+    conn = Connection(Server(target["url"], tls=tls), target["bind_dn"], target["password"], auto_bind=True)
+    conn.search(BASE_DN, "(objectClass=organizationalUnit)", LEVEL, attributes=["1.1"])
+    for ou in [e.entry_dn for e in conn.entries if e.entry_dn.lower() != f"ou=domain controllers,{BASE_DN}".lower()]:
+        conn.delete(ou, controls=[("1.2.840.113556.1.4.805", True, None)])  # the tree delete control
+    conn.unbind()
 
 
 @pytest.fixture(scope="session", autouse=True)

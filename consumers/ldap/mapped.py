@@ -184,20 +184,19 @@ class MappedLdapAdapter(LdapAdapter):
             return False
 
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
-        """Each key's entry written once, as the batch's last change of it says, all in
-        flight at once; a key whose entry the server refused, or that collides with an entry
-        not ours, fails its changes (the others flow on)."""
+        """Each key's entry written once, as the batch's last change of it says: the entries
+        that go first (their names free for others of the batch), then the renames, then
+        every write in flight at once. A key whose entry the server refused, or that
+        collides with an entry not ours, fails its changes (the others flow on)."""
         self.open()
         held = self._held_dns
         assert held is not None
         by_key: dict[str, list[int]] = {}
         for i, change in enumerate(changes):
             by_key.setdefault(change.key.text(), []).append(i)
-        entries: dict[str, Entry | None] = {}
-        controls: dict[str, list[Any]] = {}
-        new: set[str] = set()
-        dn_key: dict[str, str] = {}  # lower-cased DN written -> key
         failed: dict[str, AdapterError] = {}  # key -> why its changes fail
+        plans: list[tuple[str, Change, Entry]] = []
+        gone: dict[str, str] = {}  # DN -> key: entries of keys whose row is gone
         for key, indexes in by_key.items():
             change = changes[indexes[-1]]
             try:
@@ -208,55 +207,79 @@ class MappedLdapAdapter(LdapAdapter):
             if mapping is None:
                 continue
             now = held.dn_of(key)
-            if entry is None:
-                if now is not None:  # ours: delete it (a delete of what is not there is done)
-                    entries[now], dn_key[normal(now)] = None, key
-                    if (guard := self._guard(key)) is not None:
-                        controls[now] = guard
-                continue
-            lower = normal(entry.dn)
-            other = dn_key.get(lower) or held.key_at(entry.dn)
-            if other is not None and other != key:
-                reason = f"{self._collision(entry.dn)} (the row {other} of this listener has that name)"
-                failed[key] = ChangeRejected(f"{change.where} {change.key}: {reason}")
-                continue
-            if now is not None and normal(now) != lower:
-                rdn = entry.dn[: len(entry.dn) - len(self.templates[change.key.ref].container) - 1]
-                renamed = self._rename(key, now, entry.dn, rdn)
-                if renamed is not None:
-                    failed[key] = renamed
-                    continue
-            entries[entry.dn], dn_key[lower] = entry, key
-            if now is None and not self.owns_containers:
-                new.add(entry.dn)  # a name this listener holds nothing at: added, never taken over
-            if (guard := self._guard(key)) is not None:
-                controls[entry.dn] = guard
+            if entry is not None:
+                plans.append((key, change, entry))
+            elif now is not None:  # ours: delete it (a delete of what is not there is done)
+                gone[now] = key
         try:
-            refused = self._pipeline().make_all(entries, controls, new)
+            if gone:
+                self._write({dn: None for dn in gone}, gone, set(), changes, by_key, failed)
+            writes: dict[str, Entry | None] = {}
+            dn_key: dict[str, str] = {}
+            new: set[str] = set()
+            for key, change, entry in plans:
+                lower, now = normal(entry.dn), held.dn_of(key)
+                other = dn_key.get(lower) or held.key_at(entry.dn)
+                if other is not None and other != key:  # another row of ours has that name: for now?
+                    reason = f"{self._collision(entry.dn)} (the row {other} of this listener has that name)"
+                    failed[key] = ChangeFailed(f"{change.where} {change.key}: {reason}")
+                    continue
+                if now is not None and normal(now) != lower:
+                    rdn = entry.dn[: len(entry.dn) - len(self.templates[change.key.ref].container) - 1]
+                    renamed = self._rename(key, now, entry.dn, rdn)
+                    if renamed is not None:
+                        failed[key] = renamed
+                        continue
+                writes[entry.dn], dn_key[entry.dn] = entry, key
+                if held.dn_of(key) is None and not self.owns_containers:
+                    new.add(entry.dn)  # a name this listener holds nothing at: added, never taken over
+            self._write(writes, dn_key, new, changes, by_key, failed)
         except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
+            # which writes landed is unknown: the batch is written again (the holdings read anew)
             self._drop_writer()
+            self._held_dns = None
             return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
-        for dn, entry in entries.items():
-            key = dn_key[normal(dn)]
-            change = changes[by_key[key][-1]]
-            if dn in refused:
-                code, reason = refused[dn]
-                if code == ALREADY_EXISTS and dn in new and self._marked(dn, key):
-                    held.hold(key, dn)  # ours after all (another instance made it): written next time
-                    failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn} was made meanwhile")
-                elif code in (ASSERTION_FAILED, ALREADY_EXISTS):  # there, and not ours: never taken over
-                    failed[key] = ChangeRejected(f"{change.where} {change.key}: {self._collision(dn)}")
-                else:  # the server's refusal (schema, a value too long): retried, then dead-lettered
-                    failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn}: {reason}")
-            elif entry is None:
-                held.forget(key)
-            else:
-                held.hold(key, dn)
         outcomes: list[AdapterError | None] = [None] * len(changes)
         for key, why in failed.items():
             for i in by_key[key]:
                 outcomes[i] = why
         return outcomes
+
+    def _write(
+        self,
+        entries: dict[str, Entry | None],
+        dn_key: dict[str, str],
+        new: set[str],
+        changes: Sequence[Change],
+        by_key: dict[str, list[int]],
+        failed: dict[str, AdapterError],
+    ) -> None:
+        """Make the entries (None: delete), pipelined; what the listener holds follows, and
+        each key the server refused gets its reason in ``failed``."""
+        held = self._held_dns
+        assert held is not None
+        controls = {dn: guard for dn, key in dn_key.items() if (guard := self._guard(key)) is not None}
+        refused = self._pipeline().make_all(entries, controls, new)
+        for dn, entry in entries.items():
+            key = dn_key[dn]
+            change = changes[by_key[key][-1]]
+            if dn not in refused:
+                if entry is None:
+                    held.forget(key)
+                else:
+                    held.hold(key, dn)
+                continue
+            code, reason = refused[dn]
+            found = self._found(dn, key) if code == ALREADY_EXISTS and dn in new else None
+            if found == "ours":
+                held.hold(key, dn)  # ours after all (another instance made it): written next time
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn} was made meanwhile")
+            elif found == "absent":  # a value the directory keeps unique (sAMAccountName) is taken
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: collision: {dn}: {reason}")
+            elif code in (ASSERTION_FAILED, ALREADY_EXISTS):  # there, and not ours: never taken over
+                failed[key] = ChangeRejected(f"{change.where} {change.key}: {self._collision(dn)}")
+            else:  # the server's refusal (schema, a value too long): retried, then dead-lettered
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn}: {reason}")
 
     def _rename(self, key: str, old: str, new: str, rdn: str) -> AdapterError | None:
         """Move the entry of ``key`` from ``old`` to ``new`` (its new RDN in the same
@@ -268,6 +291,9 @@ class MappedLdapAdapter(LdapAdapter):
         except LDAPOperationResult as exc:
             code = int(exc.result or 0)
             if code == ALREADY_EXISTS:
+                other = self._held_dns.key_at(new)
+                if other is not None:  # a row of this listener has it (for now?): retried
+                    return ChangeFailed(f"{key}: rename of {old}: {new} is the row {other}'s")
                 return ChangeRejected(f"{key}: rename of {old}: {self._collision(new)}")
             if code not in (NO_SUCH_OBJECT, ASSERTION_FAILED):
                 return ChangeFailed(f"{key}: ldap: rename {old} -> {new}: {exc}")
@@ -279,16 +305,19 @@ class MappedLdapAdapter(LdapAdapter):
         self._held_dns.hold(key, new)
         return None
 
-    def _marked(self, dn: str, key: str) -> bool:
-        """Whether the entry at ``dn`` carries this listener's marker for ``key``."""
+    def _found(self, dn: str, key: str) -> str:
+        """What is at ``dn``: ``ours`` (this listener's marker for ``key``), ``other`` (an
+        entry that is not), or ``absent``."""
         try:
             conn = self._connection()
             if not conn.search(dn, "(objectClass=*)", BASE, attributes=[self.marker]):
-                return False
+                return "absent"
             marks = _values(conn.entries[0].entry_attributes_as_dict.get(self.marker, []))
+        except LDAPOperationResult as exc:
+            return "absent" if int(exc.result or 0) == NO_SUCH_OBJECT else "other"
         except (TargetUnavailable, LDAPException):
-            return False
-        return marker_value(self.listener.name, key) in marks
+            return "other"
+        return "ours" if marker_value(self.listener.name, key) in marks else "other"
 
     # ------------------------------------------------------------------ read back
 

@@ -114,10 +114,12 @@ def key_fields(table: LogicalTable) -> frozenset[str]:
 
 def field_value(key: tuple[Any, ...], row: Mapping[str, str | None], field: str) -> str | None:
     """A join field of a row as text: a key field from its key (tname, subtype, then the
-    four key fields in order), else its column."""
+    four key fields in order), else its column -- also a column named like a key field its
+    table's key does not use (an account's ``person_id`` column, keyed by ``pkey_string``)."""
     if field in KEY_FIELDS:
         value = key[2 + KEY_FIELDS.index(field)]
-        return None if value is None else str(value)
+        if value is not None:
+            return str(value)
     return row.get(field)
 
 

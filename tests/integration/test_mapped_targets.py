@@ -61,7 +61,7 @@ INTERESTS = """interests:
   - {listener: AD, tname: GROUP_ENTRY}
   - {listener: Vendor, tname: ACCOUNT_ENTRY}
 """
-RETRY = "    delivery: {park_initial_s: 0, max_attempts: 50}\n"
+RETRY = "    delivery: {park_initial_s: 0, max_attempts: 5}\n"
 
 
 class Workload:
@@ -308,7 +308,7 @@ def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_th
 
     def listen(*names: str) -> None:
         for name in names:
-            rt = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)
+            rt = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda line: print(name, line))
             assert rt.run(until_caught_up=True) == 0
 
     env = {"MCQ_TOPIC_PREFIX": s.topic_prefix, "MCQ_HOME": str(s.stack.home)}

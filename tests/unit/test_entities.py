@@ -204,3 +204,25 @@ def test_a_payload_that_fails_for_one_entity_rejects_that_change_with_the_reason
     empty = dataclasses.replace(ok, after={"uname": "b", "addresses": "[]"})
     with pytest.raises(ChangeRejected, match=r"payload template for MAILBOX.*UndefinedError"):
         payload.render("Mail", registry, empty)
+
+
+def test_a_join_on_a_column_named_like_a_key_field_its_table_is_not_keyed_by_reads_the_column() -> None:
+    """An account keyed by its login has a ``person_id`` column: its owner is the person of
+    that column (found by a new user's schema: read as the account's key's person_id, which
+    it has none of, the owner joined nothing)."""
+    from tests.unit.people_registry import PEOPLE
+
+    registry = parse_registry(PEOPLE.format(src="hr", schema="hr", slot="mcq_hr", listeners=""), "people.yaml")
+    table = registry.table("ACCOUNT_ENTRY", None)
+    assert table is not None
+    index = EntityIndex(registry, table)
+    _put(index, "PERS", ChangeKey("PERS", person_id=7), {"id": "7", "given": "Ana", "family": "Ruiz"}, 1)
+    _put(index, "PHONE", ChangeKey("PHONE", pkey_number=1), {"id": "1", "person_id": "7", "kind": "office",
+                                                             "number": "+1 555"}, 2)  # fmt: skip
+    _put(index, "ACCT", ChangeKey("ACCT", pkey_string="ana"), {"login": "ana", "person_id": "7", "uid_number": "1"}, 3)
+    doc = index.document(ChangeKey("ACCT", pkey_string="ana").text())
+    assert doc is not None
+    assert doc[0]["owner"]["given"] == "Ana" and [p["number"] for p in doc[0]["owner"]["phones"]] == ["+1 555"]
+    index.dirty.clear()
+    _put(index, "PERS", ChangeKey("PERS", person_id=7), {"id": "7", "given": "Ana", "family": "Gil"}, 4)
+    assert set(index.dirty) == {ChangeKey("ACCT", pkey_string="ana").text()}  # the owner's change reaches the account
