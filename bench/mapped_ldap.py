@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from ldap3 import Connection, Server
 
@@ -137,21 +136,14 @@ CAMPUS_AD = """
               sn: last_name
               telephoneNumber: {each: phones, value: phone_number, when: "tele_type = 'campus'", first: true}
               mail: udi.email
-              userAccountControl: "CASE WHEN status.status IN ('Student', 'Employee', 'Faculty', 'Staff') THEN 512 ELSE 514 END"
+              userAccountControl: >-
+                CASE WHEN status.status IN ('Student', 'Employee', 'Faculty', 'Staff') THEN 512 ELSE 514 END
 """
 
 INTERESTS = """
   - {listener: LDAPMapped, tname: PERSON_ENTRY}
   - {listener: LDAPMapped, tname: GROUP_ENTRY}
 """
-
-
-def entries_of(out: str) -> int:
-    """Changes the run applied (its closing line)."""
-    import re
-
-    found = re.search(r"(\d[\d,]*) (?:changes )?applied", out)
-    return int(found.group(1).replace(",", "")) if found else 0
 
 
 def _ldap(url: str, user: str, password: str, ca: str | None = None) -> Connection:
@@ -206,10 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loading and capturing {args.people:,} people ...", flush=True)
         with captured_world(settings, people=args.people, seed=11) as world:
             text = bench_registry(world.registry_yaml, token, hand)
-            text = text.replace("\nlisteners:\n", f"\n{CAMPUS_ENTITIES}\nlisteners:\n{CAMPUS_DIRECTORY.replace('BASE', mapped)}"
-                                + (CAMPUS_AD.replace("BASE", ad_base) if args.ad else "") + "\n", 1)
-            text = text.replace("\ninterests:\n", "\ninterests:\n" + INTERESTS
-                                + ("  - {listener: ADMapped, tname: PERSON_ENTRY}\n" if args.ad else ""), 1)
+            listeners = CAMPUS_DIRECTORY.replace("BASE", mapped) + (
+                CAMPUS_AD.replace("BASE", ad_base) if args.ad else ""
+            )
+            text = text.replace("\nlisteners:\n", f"\n{CAMPUS_ENTITIES}\nlisteners:\n{listeners}\n", 1)
+            interests = INTERESTS + ("  - {listener: ADMapped, tname: PERSON_ENTRY}\n" if args.ad else "")
+            text = text.replace("\ninterests:\n", "\ninterests:\n" + interests, 1)
             registry_file = work / "registry.yaml"
             registry_file.write_text(text)
             registry = parse_registry(text, str(registry_file))
@@ -218,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             reg = ("--registry", str(registry_file))
             print("normalising the initial load ...", flush=True)
             mcq(env, "streams", "normalize", *reg, "--once", "--checkpoint", str(work / "ckpt"))
-            seconds, out = mcq(env, "entities", "run", *reg, "--until-caught-up", "--no-http")
+            seconds, _ = mcq(env, "entities", "run", *reg, "--until-caught-up", "--no-http")
             people = registry.table("PERSON", "PEOPLE")
             assert people is not None
             rows.append(f"| `mcq entities run` (persons and groups assembled) | {args.people:,} people | "
@@ -226,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             print(rows[-1], flush=True)
             for name, base, label in (("LDAP", hand, "hand-written `ldap` adapter (from the raw tables)"),
                                       ("LDAPMapped", mapped, "mapped in YAML (from the entities)")):  # fmt: skip
-                seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
+                seconds, _ = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
                 n = _count(ldap, base) - 2  # not the two containers
                 rows.append(f"| {label} | {n:,} entries | {seconds:.1f} s | {n / seconds:,.0f} entries/s |")
                 print(rows[-1], flush=True)
@@ -235,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not check.ok:
                     raise SystemExit(f"{name}: the directory is not the source's state: {check.problems[:5]}")
             if ad is not None:
-                seconds, out = mcq(env, "listen", "ADMapped", *reg, "--until-caught-up", "--no-http")
+                seconds, _ = mcq(env, "listen", "ADMapped", *reg, "--until-caught-up", "--no-http")
                 n = _count(ad, f"OU=people,{ad_base}")
                 rows.append(f"| Active Directory (Samba), mapped in YAML | {n:,} users | {seconds:.1f} s | "
                             f"{n / seconds:,.0f} entries/s |")  # fmt: skip
@@ -255,5 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    time.tzset()
     sys.exit(main())
