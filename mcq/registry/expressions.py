@@ -28,7 +28,6 @@ from functools import lru_cache
 from typing import Any
 
 from lark import Lark, Token, UnexpectedInput, v_args
-from ldap3.utils.dn import escape_rdn
 
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import (
@@ -321,6 +320,8 @@ def _ascii(value: str) -> str:
 
 
 def _dn(attribute: Any, value: Any, container: Any) -> str | None:
+    from ldap3.utils.dn import escape_rdn  # the core loads no LDAP client until a DN is made
+
     if value in (None, ""):
         return None
     return f"{attribute}={escape_rdn(str(text(value)))},{container}"
