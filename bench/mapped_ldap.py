@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ad_base = f"OU=b{token},{AD_BASE}"
     ad = None
     if args.ad:
+        from mcq.stack import Stack
+
+        Stack(settings, only=["ad"], with_=["ad"]).up()  # started when it is not running
         target = ad_directory(settings)
         ad = _ldap(target["url"], target["bind_dn"], target["password"], target["ca_file"])
         ad.add(ad_base, ["organizationalUnit"])

@@ -59,6 +59,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
         ["--orders", "1000", "--rounds", "5", "--entities", "100000"],
         ["--orders", "1000", "--rounds", "2", "--entities", "20000"],
     ),
+    "mapped_ldap": (["--people", "10000", "--ad"], ["--people", "1000", "--ad"]),
     "listener_lanes": (
         ["--samples", "1000", "--bulk", "100000", "--burst", "20000"],
         ["--samples", "10", "--bulk", "20000", "--burst", "2000"],

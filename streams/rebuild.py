@@ -237,10 +237,15 @@ class Rebuild:
         adapter.open()
         seen: list[Change] = []
         batch: list[Change] = []
+        dead = self._dead_lettered()
+        skipped = 0
         try:
             for change in live_changes(live):
                 state, _ = self.view.see(change, False)
                 if state is None:
+                    continue
+                if state.key.text() in dead:
+                    skipped += 1  # the listener could not apply it: its dead letter says why, and stays
                     continue
                 seen.append(state)
                 batch.append(state)
@@ -253,11 +258,28 @@ class Rebuild:
             removed = self._remove_extra(seen)
         finally:
             adapter.close()
+        if skipped:
+            self.report(f"rebuild {self.name}: {skipped} key(s) left out: dead-lettered and unresolved "
+                        f"(`mcq dlq list {self.name}`)")  # fmt: skip
         loaded = spark.createDataFrame(
             [(c.key.text(), (c.position.last_commit_lsn, c.position.lsn)) for c in seen],
             "text string, pos struct<c: long, l: long>",
         )
         return len(seen), removed, self._write_applied(spark, loaded)
+
+    def _dead_lettered(self) -> set[str]:
+        """The keys of the listener's unresolved dead letters: what it could not apply (a
+        name collision, a template that fails for that row), left out of the rebuild as
+        the listener left them out of the target."""
+        from consumers.runtime.dlq import DeadLetters
+        from mcq.change import ChangeCodec
+        from mcq.contract import registry_client
+
+        entries = DeadLetters(self.settings, self.name).entries()
+        if not entries:
+            return set()
+        codec = ChangeCodec(registry_client(self.settings))
+        return {codec.decode_key("dlq", e.partition, e.offset, e.key).text() for e in entries if e.key}
 
     def _apply(self, batch: list[Change]) -> None:
         if not batch:

@@ -230,7 +230,8 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
     """Rebuild stopped listener NAME's target from the compacted logical topics in a Spark
     job, without consuming them through Kafka: a table target by COPY in one transaction,
     any other through its adapter (what it holds beyond the states removed where it can be
-    read back). The listener's applied positions follow, and its group moves to the
+    read back; the keys of its unresolved dead letters left out, as the listener left
+    them). The listener's applied positions follow, and its group moves to the
     offsets the rebuild read up to: what is committed meanwhile is applied by its next run.
 
     Refused while an instance of NAME runs (exit 1, naming the instances); exit 2 for an

@@ -33,6 +33,7 @@ from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.listener import ListenerRuntime
 from mcq.capture.apply import apply_capture
 from mcq.capture.connector import raw_topic
+from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import parse_registry
@@ -366,14 +367,21 @@ def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_th
         report = tmp_path / "drift.json"
         drift = cli.invoke(main, ["reconcile", "Dir", "--registry", str(registry_file), "--report", str(report)],
                            env=env)  # fmt: skip
-        assert drift.exit_code == 1 and "1 missing, 0 extra, 1 different" in drift.output, drift.output
+        # exactly what was done by hand, and the account whose name collides (dead-lettered: it never got there)
+        assert drift.exit_code == 1 and "2 missing, 0 extra, 1 different" in drift.output, drift.output
+        missing = {ChangeKey.from_text(line.split("missing: ", 1)[1]).pkey_string for line in
+                   drift.output.splitlines() if "missing: " in line}  # fmt: skip
+        assert missing == {victim, "hand"}, drift.output
+        assert f'"pkey_string":"{changed}"' in drift.output and "found ['Drifted']" in drift.output
         repaired = cli.invoke(main, ["reconcile", "Dir", "--repair", "--registry", str(registry_file)], env=env)
         assert repaired.exit_code == 0, repaired.output
         listen("Dir")
         assert held_directory(s, base) == {"uid=hand": {"cn": ["Hand Made"], "sn": ["Made"]},
                                            **wanted_directory(people, teams)}  # fmt: skip
         clean = cli.invoke(main, ["reconcile", "Dir", "--registry", str(registry_file)], env=env)
-        assert clean.exit_code == 0 and "0 missing, 0 extra, 0 different" in clean.output, clean.output
+        assert "1 missing, 0 extra, 0 different" in clean.output and '"pkey_string":"hand"' in clean.output, (
+            clean.output
+        )
 
         # an emptied directory (but the hand-made entry) rebuilt from the topics
         conn = _ldap(s)
@@ -383,6 +391,7 @@ def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_th
         conn.unbind()
         rebuilt = cli.invoke(main, ["rebuild", "Dir", "--registry", str(registry_file)], env=env)
         assert rebuilt.exit_code == 0, rebuilt.output
+        assert "1 key(s) left out: dead-lettered and unresolved" in rebuilt.output  # the colliding account
         assert held_directory(s, base) == {"uid=hand": {"cn": ["Hand Made"], "sn": ["Made"]},
                                            **wanted_directory(people, teams)}  # fmt: skip
     finally:
