@@ -43,12 +43,12 @@ from consumers.ldap.entries import (
     PEOPLE,
     PERSON_ATTRS,
     STATE,
-    Entry,
     group_dn,
     group_entry,
     person_dn,
     person_entry,
 )
+from consumers.ldap.entry import Entry
 from consumers.ldap.pipeline import Pipeline
 from consumers.ldap.settings import LdapAdapterSettings
 from consumers.projected import ProjectedAdapter

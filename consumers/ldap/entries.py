@@ -10,8 +10,7 @@ reaches us as the old key's delete and the new key's insert.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from consumers.ldap.entry import Entry
 from consumers.projection import Row, State
 
 PEOPLE, PHONES, ADDRESSES, STATUS, ORGN, UDI = (
@@ -29,14 +28,6 @@ PERSON_ATTRS = (
     "employeeType", "uid", "uidNumber", "gidNumber", "homeDirectory", "loginShell",
 )  # fmt: skip
 GROUP_ATTRS = ("gidNumber", "description", "memberUid")
-
-
-@dataclass(frozen=True)
-class Entry:
-    dn: str
-    object_classes: tuple[str, ...]
-    attributes: dict[str, list[str]]
-    """Every managed attribute: an empty list means "must not be there"."""
 
 
 def _address(row: Row) -> str:

@@ -2,11 +2,14 @@
 change's row -- an entity with its related rows -- becomes one entry, with no Python.
 
 **Ownership.** mcq changes and deletes only entries that carry its marker
-(``<marker attribute>: mcq:<listener> <key>``), which it sets when it adds an entry. A
-modify or a delete is sent with an LDAP assertion (RFC 4528) that the marker is there,
-so an entry someone else made is never taken over, even at the same name: the change
-is dead-lettered with the collision named, and the entry stays as it is. Reading back
-(``mcq reconcile``) sees only marked entries, so a repair never deletes a hand-made one.
+(``<marker attribute>: mcq:<listener> <key>``), which it sets when it adds an entry. The
+entries it holds are read by their marker when the adapter opens; a name it holds
+nothing at is only added (an entry already there is a collision: the change is
+dead-lettered with it named, the entry stays as it is), and where the server has LDAP's
+assertion control (RFC 4528; OpenLDAP, not Samba's AD) every modify, rename and delete
+also asserts the marker is still there. Reading back (``mcq reconcile``) sees only
+marked entries, so a repair never deletes a hand-made one. ``owns_containers``: every
+entry of the containers is the listener's instead (no marker).
 
 **Renames.** The marker names the row's key, so the entry of a key is found wherever it
 is: the entries mcq holds are read once when the adapter opens (key -> DN), and a row
@@ -40,7 +43,7 @@ from pyasn1.codec.ber import encoder
 
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
 from consumers.ldap.adapter import LdapAdapter, _content, _values
-from consumers.ldap.entries import Entry
+from consumers.ldap.entry import Entry
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.mappings import (
@@ -119,8 +122,9 @@ class MappedLdapAdapter(LdapAdapter):
         self.owns_containers = self.mapping.owns_containers
         self.marker = self.mapping.marker_attribute
         self._held_dns: Held | None = None
-        self._asserts = False
         """The entries this listener holds (read when opened, kept as it writes)."""
+        self._asserts = False
+        """The server has the assertion control (read when opened)."""
 
     # ------------------------------------------------------------------ entries
 

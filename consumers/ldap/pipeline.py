@@ -31,7 +31,7 @@ from typing import Any, Literal
 from ldap3 import MODIFY_REPLACE, Connection
 from ldap3.core.exceptions import LDAPException, LDAPResponseTimeoutError, LDAPSessionTerminatedByServerError
 
-from consumers.ldap.entries import Entry
+from consumers.ldap.entry import Entry
 
 NO_SUCH_OBJECT = 32
 ALREADY_EXISTS = 68

@@ -168,7 +168,7 @@ def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world:
     missing): every order of new and existing entries must still end with exactly the
     entries asked for."""
     from consumers.ldap.adapter import LdapAdapter
-    from consumers.ldap.entries import Entry
+    from consumers.ldap.entry import Entry
 
     adapter = make_adapter(world.registry.listener("LDAP"), world.settings)
     assert isinstance(adapter, LdapAdapter)
