@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -159,16 +159,19 @@ class ReadBack(ABC):
         """The keys whose refresh makes the adapter write ``obj`` again (or delete it)."""
 
 
-def rows_in_view(view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
-    """What a target holding one row per key should hold (``ReadBack.expected`` of such
-    adapters): each key's state the listener's view admits, restricted to the columns it
-    may see, by key text."""
-    out: dict[str, Any] = {}
+def states_in_view(view: ListenerView, states: Iterable[Change]) -> Iterator[Change]:
+    """Each key's state the listener's view admits, restricted to the columns it may see
+    (what ``ReadBack.expected`` makes its objects from)."""
     for change in states:
         seen, _ = view.see(change, False)
         if seen is not None and seen.after is not None:
-            out[seen.key.text()] = seen.after
-    return out
+            yield seen
+
+
+def rows_in_view(view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+    """What a target holding one row per key should hold (``ReadBack.expected`` of such
+    adapters): each key's state in the listener's view, by key text."""
+    return {seen.key.text(): seen.after for seen in states_in_view(view, states)}
 
 
 def adapter_class(kind: str) -> type[Adapter]:

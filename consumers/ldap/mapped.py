@@ -41,6 +41,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import parse_dn, safe_dn
 from pyasn1.codec.ber import encoder
 
+from consumers.adapter import states_in_view
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
 from consumers.ldap.adapter import LdapAdapter, _content, _values
 from consumers.ldap.entry import Entry
@@ -388,10 +389,7 @@ class MappedLdapAdapter(LdapAdapter):
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for change in states:
-            seen, _ = view.see(change, False)
-            if seen is None or seen.after is None:
-                continue
+        for seen in states_in_view(view, states):
             try:
                 mapping, entry = self.entry_of(seen)
             except ChangeRejected:

@@ -15,7 +15,7 @@ pushed (or whose rows were flushed) has nothing at the vendor to mark as former.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -286,22 +286,26 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
             self.store = kept
         return out
 
-    def read_back(self) -> dict[str, Any]:
+    def vendor_rows(self) -> Iterator[dict[str, Any]]:
+        """The rows of the read-back query, as column -> value, with no statement timeout."""
         query = self._read_back_query()
         assert query is not None, "unreadable() first"
         conn = self.target.connection()
-        out: dict[str, Any] = {}
-        self._retired: set[str] = set()
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET LOCAL statement_timeout = 0")
             cur.execute(query)  # type: ignore[arg-type]
             names = [d.name for d in cur.description or []]
             for values in cur:
-                row = dict(zip(names, values, strict=True))
-                obj = str(row["spriden_id"])
-                if row.get("retired"):
-                    self._retired.add(obj)
-                out[obj] = {f: None if row.get(f) is None else str(row[f]) for f in self.FIELDS}
+                yield dict(zip(names, values, strict=True))
+
+    def read_back(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        self._retired: set[str] = set()
+        for row in self.vendor_rows():
+            obj = str(row["spriden_id"])
+            if row.get("retired"):
+                self._retired.add(obj)
+            out[obj] = {f: None if row.get(f) is None else str(row[f]) for f in self.FIELDS}
         return out
 
     def settled(self, obj: str) -> bool:

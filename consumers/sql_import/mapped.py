@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from consumers.adapter import states_in_view
 from consumers.exceptions import AdapterError, ChangeRejected
 from consumers.postgres import Connection
 from consumers.sql_import.adapter import SqlImportAdapter
@@ -147,10 +148,7 @@ class MappedImportAdapter(SqlImportAdapter):
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for change in states:
-            seen, _ = view.see(change, False)
-            if seen is None or seen.after is None:
-                continue
+        for seen in states_in_view(view, states):
             try:
                 mapping, record = self.record_of(seen)
             except ChangeRejected:
@@ -163,28 +161,17 @@ class MappedImportAdapter(SqlImportAdapter):
         return out
 
     def read_back(self) -> dict[str, Any]:
-        query = self._read_back_query()
-        assert query is not None, "unreadable() first"
-        conn = self.target.connection()
         out: dict[str, Any] = {}
         self._retired: set[str] = set()
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SET LOCAL statement_timeout = 0")
-            cur.execute(query)  # type: ignore[arg-type]
-            names = [d.name for d in cur.description or []]
-            for values in cur:
-                row = dict(zip(names, values, strict=True))
-                for ref, mapping in self.rows.items():
-                    if mapping.key_column is None or row.get(mapping.key_column) is None:
-                        continue
-                    obj = f"{ref} {row[mapping.key_column]}"
-                    if row.get("retired"):
-                        self._retired.add(obj)
-                    out[obj] = {
-                        c: None if row.get(c) is None else str(row[c])
-                        for c in mapping.columns
-                        if c != mapping.key_column
-                    }
+        for row in self.vendor_rows():
+            for ref, mapping in self.rows.items():
+                if mapping.key_column is None or row.get(mapping.key_column) is None:
+                    continue
+                obj = f"{ref} {row[mapping.key_column]}"
+                if row.get("retired"):
+                    self._retired.add(obj)
+                out[obj] = {c: None if row.get(c) is None else str(row[c]) for c in mapping.columns
+                            if c != mapping.key_column}  # fmt: skip
         return out
 
     def keys_of(self, obj: str) -> list[ChangeKey]:

@@ -32,6 +32,7 @@ from lark import Lark, Token, UnexpectedInput, v_args
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import (
     _OPS,
+    TERMINALS,
     And,
     Compare,
     Const,
@@ -73,27 +74,12 @@ GRAMMAR = r"""
      | _NULL     -> null
      | "(" or_expr ")"
 
-COMP_OP: "<>" | "!=" | "<=" | ">=" | "=" | "<" | ">"
-_OR.2: /or\b/i
-_AND.2: /and\b/i
-_NOT.2: /not\b/i
-_IS.2: /is\b/i
-_IN.2: /in\b/i
-_LIKE.2: /like\b/i
-_NULL.2: /null\b/i
-_TRUE.2: /true\b/i
-_FALSE.2: /false\b/i
 _CASE.2: /case\b/i
 _WHEN.2: /when\b/i
 _THEN.2: /then\b/i
 _ELSE.2: /else\b/i
 _END.2: /end\b/i
 FUNC.3: /[a-z_][a-z0-9_]*(?=\s*\()/
-NAME: /[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*/
-STRING: /'([^']|'')*'/
-NUMBER: /-?\d+(\.\d+)?/
-%import common.WS
-%ignore WS
 """
 
 
@@ -131,7 +117,7 @@ class _ToExpr(_ToTree):
         return Case(tuple(zip(items[0::2], items[1::2], strict=True)), otherwise)  # type: ignore[arg-type]
 
 
-_PARSER = Lark(GRAMMAR, parser="lalr", maybe_placeholders=True)
+_PARSER = Lark(GRAMMAR + TERMINALS, parser="lalr", maybe_placeholders=True)
 
 
 @dataclass(frozen=True)

@@ -389,6 +389,26 @@ def _item_fields(registry: Registry, table: LogicalTable, join_name: str) -> set
     return out
 
 
+def _mapped_problems(
+    registry: Registry,
+    table: LogicalTable,
+    mapped: AttributeMap,
+    fields: set[str],
+    lookups: Mapping[str, Any],
+    where: tuple[str | int, ...],
+) -> list[Problem]:
+    """An attribute's or a column's expressions against the fields they may read: the
+    row's, or an ``each``'s item's."""
+    if isinstance(mapped, Each):
+        item = _item_fields(registry, table, mapped.each)
+        if item is None:
+            return [((*where, "each"), f"{mapped.each} is not a to-many join of {table.ref}")]
+        texts, fields = [mapped.value, *(t for t in (mapped.when, mapped.order_by) if t)], item
+    else:
+        texts = [mapped] if isinstance(mapped, str) else mapped
+    return [(where, p) for text_ in texts for p in expression_problems(text_, fields, lookups)]
+
+
 def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> list[Problem]:
     """An ``ldap`` listener's ``entries`` against its interests and the tables' fields."""
     settings = listener.adapter.settings
@@ -439,16 +459,7 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
             where = (*at, "attributes", name)
             if mapping.directory == "active-directory" and name.lower() in PASSWORDS:
                 out.append((where, f"{name}: mcq never writes passwords"))
-            if isinstance(mapped, Each):
-                item = _item_fields(registry, table, mapped.each)
-                if item is None:
-                    out.append(((*where, "each"), f"{mapped.each} is not a to-many join of {ref}"))
-                    continue
-                for text_ in [mapped.value, *(t for t in (mapped.when, mapped.order_by) if t)]:
-                    out += [(where, p) for p in expression_problems(text_, item, entry.lookups)]
-            else:
-                for text_ in [mapped] if isinstance(mapped, str) else mapped:
-                    out += [(where, p) for p in expression_problems(text_, fields, entry.lookups)]
+            out += _mapped_problems(registry, table, mapped, fields, entry.lookups, where)
         if mapping.directory == "active-directory":
             classes = {c.lower() for c in class_names(entry)}
             if "samaccountname" not in names and classes & {"user", "group", "computer"}:
@@ -479,15 +490,7 @@ def import_mapping_problems(registry: Registry, li: int, listener: Listener) -> 
         fields = set(registry.columns_of(table)) | set(KEY_FIELDS)
         for name, mapped in rows.columns.items():
             where = (*at, "columns", name)
-            if isinstance(mapped, Each):
-                item = _item_fields(registry, table, mapped.each)
-                if item is None:
-                    out.append(((*where, "each"), f"{mapped.each} is not a to-many join of {ref}"))
-                    continue
-                for text_ in [mapped.value, *(t for t in (mapped.when, mapped.order_by) if t)]:
-                    out += [(where, p) for p in expression_problems(text_, item, {})]
-            else:
-                out += [(where, p) for p in expression_problems(mapped, fields, {})]
+            out += _mapped_problems(registry, table, mapped, fields, {}, where)
         for name, text_ in (rows.on_delete or {}).items():
             where = (*at, "on_delete", name)
             if name not in rows.columns:

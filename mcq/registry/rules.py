@@ -47,7 +47,9 @@ GRAMMAR = r"""
         | _TRUE     -> true
         | _FALSE    -> false
         | _NULL     -> null
+"""
 
+TERMINALS = r"""
 COMP_OP: "<>" | "!=" | "<=" | ">=" | "=" | "<" | ">"
 _OR.2: /or\b/i
 _AND.2: /and\b/i
@@ -64,6 +66,7 @@ NUMBER: /-?\d+(\.\d+)?/
 %import common.WS
 %ignore WS
 """
+"""The words and literals of the language (mcq.registry.expressions adds its own)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,7 @@ class _ToTree(Transformer[Token, Node]):
         return parts[0] if len(parts) == 1 else Or(parts)
 
 
-_PARSER = Lark(GRAMMAR, parser="lalr", maybe_placeholders=False)
+_PARSER = Lark(GRAMMAR + TERMINALS, parser="lalr", maybe_placeholders=False)
 
 
 @dataclass(frozen=True)
