@@ -3,14 +3,14 @@
 -- PL/pgSQL. mcq only ever INSERTs into simon_person_import; the trigger applies the
 -- vendor's business rules to its own table SA_PERSON, or raises, and then the insert
 -- fails with the database's message (the listener retries, then dead-letters it).
--- The schema name is a placeholder: the sql_import adapter installs it as configured.
+-- {schema} is the sql_import adapter's vendor_schema (it replaces it before running this).
 
-CREATE SCHEMA IF NOT EXISTS insite;
+CREATE SCHEMA IF NOT EXISTS {schema};
 
-CREATE SEQUENCE IF NOT EXISTS insite.person_id_seq;
+CREATE SEQUENCE IF NOT EXISTS {schema}.person_id_seq;
 
-CREATE TABLE IF NOT EXISTS insite.sa_person (
-    person_id          bigint PRIMARY KEY DEFAULT nextval('insite.person_id_seq'),
+CREATE TABLE IF NOT EXISTS {schema}.sa_person (
+    person_id          bigint PRIMARY KEY DEFAULT nextval('{schema}.person_id_seq'),
     entered_date       timestamptz,
     entered_by         text,
     updated_date       timestamptz,
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS insite.sa_person (
 );
 
 -- What we send. Its rows are not used once the trigger has run; flush it now and then.
-CREATE TABLE IF NOT EXISTS insite.simon_person_import (
+CREATE TABLE IF NOT EXISTS {schema}.simon_person_import (
     import_id   bigserial PRIMARY KEY,
     spriden_id  text NOT NULL,
     lastname    text,
@@ -37,10 +37,10 @@ CREATE TABLE IF NOT EXISTS insite.simon_person_import (
     imported_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE OR REPLACE FUNCTION insite.t_simon_person_import() RETURNS trigger
+CREATE OR REPLACE FUNCTION {schema}.t_simon_person_import() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    r insite.sa_person%ROWTYPE;
+    r {schema}.sa_person%ROWTYPE;
     new_status text;
 BEGIN
     -- a business rule of the vendor's: no person without a last name
@@ -48,10 +48,10 @@ BEGIN
         RAISE EXCEPTION 'INSITE: person % has no last name', NEW.spriden_id
             USING ERRCODE = 'check_violation';
     END IF;
-    SELECT * INTO r FROM insite.sa_person WHERE person_number = NEW.spriden_id FOR UPDATE;
+    SELECT * INTO r FROM {schema}.sa_person WHERE person_number = NEW.spriden_id FOR UPDATE;
     IF NOT FOUND THEN  -- no existing record, insert a new one
         new_status := coalesce(NEW.status, 'No Status');
-        INSERT INTO insite.sa_person (entered_date, entered_by, person_number, person_last_name,
+        INSERT INTO {schema}.sa_person (entered_date, entered_by, person_number, person_last_name,
                                       person_first_name, person_text1, person_location, person_memo)
         VALUES (now(), current_user, NEW.spriden_id, NEW.lastname, NEW.firstname, NEW.orgn,
                 substr(new_status, 1, 24), NEW.title);
@@ -65,7 +65,7 @@ BEGIN
         ELSE
             new_status := NEW.status;
         END IF;
-        UPDATE insite.sa_person
+        UPDATE {schema}.sa_person
            SET updated_date = now(), updated_by = current_user,
                person_last_name = NEW.lastname, person_first_name = NEW.firstname,
                person_location = substr(new_status, 1, 24),
@@ -75,6 +75,6 @@ BEGIN
     RETURN NEW;
 END $$;
 
-DROP TRIGGER IF EXISTS t_simon_person_import ON insite.simon_person_import;
-CREATE TRIGGER t_simon_person_import BEFORE INSERT ON insite.simon_person_import
-    FOR EACH ROW EXECUTE FUNCTION insite.t_simon_person_import();
+DROP TRIGGER IF EXISTS t_simon_person_import ON {schema}.simon_person_import;
+CREATE TRIGGER t_simon_person_import BEFORE INSERT ON {schema}.simon_person_import
+    FOR EACH ROW EXECUTE FUNCTION {schema}.t_simon_person_import();

@@ -1,7 +1,7 @@
 -- What INSITE holds per person, named as mcq's import row (the sql_import adapter's
 -- read_back: what `mcq reconcile` compares). "No Status" and a Former-<status> read as
--- no status; a Former- row is one INSITE keeps for a person who is gone (retired). The
--- schema name is a placeholder: the adapter runs it in its vendor_schema.
+-- no status; a Former- row is one INSITE keeps for a person who is gone (retired).
+-- {schema} is the adapter's vendor_schema.
 SELECT person_number AS spriden_id,
        person_last_name AS lastname,
        person_first_name AS firstname,
@@ -10,4 +10,4 @@ SELECT person_number AS spriden_id,
        person_text1 AS orgn,
        person_memo AS title,
        coalesce(person_location LIKE 'Former-%', false) AS retired
-  FROM insite.sa_person
+  FROM {schema}.sa_person

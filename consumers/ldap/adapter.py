@@ -1,94 +1,149 @@
-"""Apply changes to an LDAP directory (ldap3): every change recomputes the entries it
-touches from the listener's state store and makes the directory say exactly that.
+"""Apply changes to a directory through a declared mapping (mcq.registry.mappings): each
+change's row -- an entity with its related rows -- becomes one entry, with no Python.
 
-Which entries a change touches: a person's for any PERSON aspect or LOGINS row (by
-person_id), every member's for a DEPARTMENT, a group's for GROUPS and GROUP_MEM (by
-group name). An entry that should exist is added or modified with REPLACE of every
-managed attribute (an empty value list removes it), so applying the same state twice
-leaves the directory as it was; an entry that should not exist is deleted. Only the
-attributes listed in :mod:`consumers.ldap.entries` are touched: others set by hand stay.
+**Ownership.** mcq changes and deletes only entries that carry its marker
+(``<marker attribute>: mcq:<listener> <key>``), which it sets when it adds an entry. The
+entries it holds are read by their marker when the adapter opens; a name it holds
+nothing at is only added (an entry already there is a collision: the change is
+dead-lettered with it named, the entry stays as it is), and where the server has LDAP's
+assertion control (RFC 4528; OpenLDAP, not Samba's AD) every modify, rename and delete
+also asserts the marker is still there. Reading back (``mcq reconcile``) sees only
+marked entries, so a repair never deletes a hand-made one. ``owns_containers``: every
+entry of the containers is the listener's instead (no marker).
 
-A batch's entries are written on a connection of their own with every write of a round
-in flight at once (consumers/ldap/pipeline.py); reads (reconcile, the readiness probe)
-take a round trip each on another.
+**Renames.** The marker names the row's key, so the entry of a key is found wherever it
+is: the entries mcq holds are read once when the adapter opens (key -> DN), and a row
+whose DN template now yields another name is renamed (modify DN, with the assertion)
+before it is written.
+
+Only the mapped attributes (and ``owned`` ones) are REPLACEd; object classes are set
+when an entry is added. Writes go pipelined (consumers/ldap/pipeline.py).
 
 A server that cannot be reached makes the target unavailable (the listener waits, and the
 batch is written again: every write is idempotent); a result the server refuses (schema or
-constraint violation) fails the changes that touched that entry, with the server's message.
+constraint violation) fails the changes of that key, with the server's message.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ldap3 import BASE, LEVEL, Connection
 from ldap3.core.exceptions import (
     LDAPCommunicationError,
     LDAPException,
+    LDAPInvalidDnError,
+    LDAPOperationResult,
     LDAPResponseTimeoutError,
     LDAPSocketOpenError,
 )
+from ldap3.utils.conv import escape_filter_chars
+from ldap3.utils.dn import parse_dn
 
-from consumers.adapter import ReadBack
-from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
+from consumers.adapter import Adapter, ReadBack, states_in_view
+from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
 from consumers.ldap.connection import LdapConnectError, connect
-from consumers.ldap.entries import (
-    DEPARTMENT,
-    GROUP_ATTRS,
-    GROUP_MEM,
-    GROUPS,
-    ORGN,
-    PEOPLE,
-    PERSON_ATTRS,
-    STATE,
-    group_dn,
-    group_entry,
-    person_dn,
-    person_entry,
-)
 from consumers.ldap.entry import Entry
+from consumers.ldap.ownership import (
+    ALREADY_EXISTS,
+    ASSERTION_FAILED,
+    ASSERTION_OID,
+    NO_SUCH_OBJECT,
+    Held,
+    assertion,
+    normal,
+    unescape_rdn,
+)
 from consumers.ldap.pipeline import Pipeline
 from consumers.ldap.settings import LdapAdapterSettings
-from consumers.projected import ProjectedAdapter
-from consumers.projection import IndexedState
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
+from mcq.registry.mappings import (
+    DnTemplate,
+    EntryMapping,
+    LdapMapping,
+    attribute_values,
+    class_names,
+    marker_value,
+    object_classes,
+    parse_dn_template,
+)
 from mcq.registry.model import Listener
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
 
 
-class LdapAdapter(ProjectedAdapter, ReadBack):
+class LdapAdapter(Adapter, ReadBack):
+    """The ``ldap`` adapter: a listener's ``entries`` (mcq.registry.mappings) written to its directory."""
+
     kind = "ldap"
     settings_model = LdapAdapterSettings
     settings: LdapAdapterSettings
-    needs_state: ClassVar[tuple[str, ...]] = STATE
     _conn: Connection | None = None  # reads: a round trip each
     _writer: Pipeline | None = None  # writes: pipelined
     _adding = False  # the last batch found most entries missing (see Pipeline)
 
-    def __new__(cls, listener: Listener, settings: Settings) -> LdapAdapter:
-        """A listener that declares its ``entries`` gets the mapped adapter (consumers/ldap/mapped.py)."""
-        if cls is LdapAdapter and listener.adapter.settings.get("entries") is not None:
-            from consumers.ldap.mapped import MappedLdapAdapter
-
-            return super().__new__(MappedLdapAdapter)
-        return super().__new__(cls)
-
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
         self.directory = settings.ldap_target(self.settings.target)  # a TargetError: make_adapter says it
+        s = self.settings
+        base = self.directory.base_dn
+        self.mapping = LdapMapping(
+            directory=s.directory, marker=s.marker, owns_containers=s.owns_containers,
+            entries={ref: m.with_base(base) for ref, m in (s.entries or {}).items()},
+        )  # fmt: skip
+        self.templates: dict[str, DnTemplate] = {
+            ref: parse_dn_template(m.dn).with_base(base) for ref, m in self.mapping.entries.items()
+        }
+        self.owns_containers = self.mapping.owns_containers
+        self.marker = self.mapping.marker_attribute
+        self._held_dns: Held | None = None
+        """The entries this listener holds (read when opened, kept as it writes)."""
+        self._asserts = False
+        """The server has the assertion control (read when opened)."""
 
-    @property
-    def people_dn(self) -> str:
-        return self.settings.people_dn or self.directory.people_dn
+    # ------------------------------------------------------------------ entries
 
-    @property
-    def groups_dn(self) -> str:
-        return self.settings.groups_dn or self.directory.groups_dn
+    def entry_of(self, change: Change) -> tuple[EntryMapping | None, Entry | None]:
+        """The mapping of a change's table, and the entry its row makes (None: no row, the
+        entry must go); ChangeRejected with the reason when the mapping fails for it."""
+        mapping = self.mapping.entries.get(change.key.ref)
+        if mapping is None:
+            return None, None
+        row = change.state
+        if row is None:
+            return mapping, None
+        values: dict[str, Any] = {k: v for k, v in change.key.as_dict().items() if v is not None}
+        values.update(row)
+        try:
+            dn = self.templates[change.key.ref].render(values, mapping.lookups)
+            attrs = {name: attribute_values(m, values, mapping.lookups) for name, m in mapping.attributes.items()}
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise ChangeRejected(f"{change.where} {change.key}: mapping: {exc}") from None
+        for name in mapping.owned:
+            attrs.setdefault(name, [])
+        if not self.owns_containers:
+            attrs[self.marker] = [marker_value(self.listener.name, change.key.text())]
+        return mapping, Entry(dn, object_classes(mapping, attrs), attrs)
+
+    def _guard(self, key_text: str) -> list[Any] | None:
+        """The control sent with a modify, a delete or a rename of the entry of a key: that
+        it still carries this listener's marker (None: the listener owns the containers, or
+        the server has no assertion control, as Samba's AD: then what the listener holds is
+        what it found marked when it opened, and kept as it wrote)."""
+        if self.owns_containers or not self._asserts:
+            return None
+        return [assertion(self.marker, marker_value(self.listener.name, key_text))]
+
+    def _collision(self, dn: str) -> str:
+        mark = f"{self.marker}: mcq:{self.listener.name} ..."
+        return f"collision: {dn} exists and is not this listener's (no {mark}); left as it is"
+
+    # ------------------------------------------------------------------ connections
 
     def _connection(self) -> Connection:
         if self._conn is not None and self._conn.bound and not self._conn.closed:
@@ -122,10 +177,18 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
             self._writer.close()
             self._writer = None
 
+    # ------------------------------------------------------------------ writes
+
     def open(self) -> None:
-        self.open_store()
         self._connection()
-        self._pipeline()
+        if self._writer is None:  # Active Directory refuses a change of an entry's classes
+            self._pipeline().replace_classes = self.mapping.directory != "active-directory"
+        if self._held_dns is None:
+            root = self._connection()
+            root.search("", "(objectClass=*)", BASE, attributes=["supportedControl"])
+            supported = root.entries[0].entry_attributes_as_dict.get("supportedControl", []) if root.entries else []
+            self._asserts = ASSERTION_OID in {str(c) for c in supported}
+            self._held_dns = Held({key: dn for key, (dn, _) in self._held().items()})
 
     def close(self) -> None:
         if self._conn is not None:
@@ -133,128 +196,262 @@ class LdapAdapter(ProjectedAdapter, ReadBack):
                 self._conn.unbind()
             self._conn = None
         self._drop_writer()
-        self.close_store()
+        self._held_dns = None
 
     def ready(self) -> bool:
         try:
-            return bool(self._connection().search(self.people_dn, "(objectClass=*)", BASE, attributes=["1.1"]))
+            return bool(self._connection().search("", "(objectClass=*)", BASE, attributes=["1.1"]))
         except (TargetUnavailable, LDAPException):
             self._conn = None
             return False
 
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
-        """Each entry the batch touches written once, as the store says it is now, all in
-        flight at once (consumers/ldap/pipeline.py); a change fails when an entry it
-        touched was refused."""
+        """Each key's entry written once, as the batch's last change of it says: the entries
+        that go first (their names free for others of the batch), then the renames, then
+        every write in flight at once. A key whose entry the server refused, or that
+        collides with an entry not ours, fails its changes (the others flow on)."""
         self.open()
-        assert self.store is not None
-        self.store.catch_up(changes)  # at least as new as every change of the batch
-        positions = self.store.positions()
-        entries: dict[str, Entry | None] = {}
-        touching: dict[str, list[int]] = {}  # dn -> the changes that touch it
+        held = self._held_dns
+        assert held is not None
+        by_key: dict[str, list[int]] = {}
         for i, change in enumerate(changes):
-            for dn, entry in self.touched(change):
-                if dn in entries:
-                    touching[dn].append(i)
-                elif self.written.reflected(dn, change):
-                    self.skipped += 1
-                else:
-                    entries[dn] = entry()
-                    touching[dn] = [i]
+            by_key.setdefault(change.key.text(), []).append(i)
+        failed: dict[str, AdapterError] = {}  # key -> why its changes fail
+        plans: list[tuple[str, Change, Entry]] = []
+        gone: dict[str, str] = {}  # DN -> key: entries of keys whose row is gone
+        for key, indexes in by_key.items():
+            change = changes[indexes[-1]]
+            try:
+                mapping, entry = self.entry_of(change)
+            except ChangeRejected as exc:
+                failed[key] = exc
+                continue
+            if mapping is None:
+                continue
+            now = held.dn_of(key)
+            if entry is not None:
+                plans.append((key, change, entry))
+            elif now is not None:  # ours: delete it (a delete of what is not there is done)
+                gone[now] = key
         try:
-            failed = self._pipeline().make_all(entries)
+            if gone:
+                self._write({dn: None for dn in gone}, gone, set(), changes, by_key, failed)
+            writes: dict[str, Entry | None] = {}
+            dn_key: dict[str, str] = {}
+            new: set[str] = set()
+            for key, change, entry in plans:
+                lower, now = normal(entry.dn), held.dn_of(key)
+                other = dn_key.get(lower) or held.key_at(entry.dn)
+                if other is not None and other != key:  # another row of ours has that name: for now?
+                    reason = f"{self._collision(entry.dn)} (the row {other} of this listener has that name)"
+                    failed[key] = ChangeFailed(f"{change.where} {change.key}: {reason}")
+                    continue
+                if now is not None and normal(now) != lower:
+                    rdn = entry.dn[: len(entry.dn) - len(self.templates[change.key.ref].container) - 1]
+                    renamed = self._rename(key, now, entry.dn, rdn)
+                    if renamed is not None:
+                        failed[key] = renamed
+                        continue
+                writes[entry.dn], dn_key[entry.dn] = entry, key
+                if held.dn_of(key) is None and not self.owns_containers:
+                    new.add(entry.dn)  # a name this listener holds nothing at: added, never taken over
+            self._write(writes, dn_key, new, changes, by_key, failed)
         except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
-            # which writes landed is unknown: the batch is written again, idempotently
+            # which writes landed is unknown: the batch is written again (the holdings read anew)
             self._drop_writer()
+            self._held_dns = None
             return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
         outcomes: list[AdapterError | None] = [None] * len(changes)
-        for dn, indexes in touching.items():
-            if dn in failed:
-                for i in indexes:
-                    if outcomes[i] is None:
-                        outcomes[i] = ChangeFailed(f"{changes[i].where} {changes[i].key}: ldap: {dn}: {failed[dn][1]}")
-            else:
-                self.written.wrote(dn, positions)
+        for key, why in failed.items():
+            for i in by_key[key]:
+                outcomes[i] = why
         return outcomes
 
-    def touched(self, change: Change) -> list[tuple[str, Callable[[], Entry | None]]]:
-        """Every entry a change touches: (dn, what the entry must be now, or None: gone),
-        the entry computed only when asked (a write already made may make it unneeded)."""
-        store, key, gid = self.store, change.key, self.settings.default_gid
-        assert store is not None
+    def _write(
+        self,
+        entries: dict[str, Entry | None],
+        dn_key: dict[str, str],
+        new: set[str],
+        changes: Sequence[Change],
+        by_key: dict[str, list[int]],
+        failed: dict[str, AdapterError],
+    ) -> None:
+        """Make the entries (None: delete), pipelined; what the listener holds follows, and
+        each key the server refused gets its reason in ``failed``."""
+        held = self._held_dns
+        assert held is not None
+        controls = {dn: guard for dn, key in dn_key.items() if (guard := self._guard(key)) is not None}
+        refused = self._pipeline().make_all(entries, controls, new)
+        for dn, entry in entries.items():
+            key = dn_key[dn]
+            change = changes[by_key[key][-1]]
+            if dn not in refused:
+                if entry is None:
+                    held.forget(key)
+                else:
+                    held.hold(key, dn)
+                continue
+            code, reason = refused[dn]
+            found = self._found(dn, key) if code == ALREADY_EXISTS and dn in new else None
+            if found == "ours":
+                held.hold(key, dn)  # ours after all (another instance made it): written next time
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn} was made meanwhile")
+            elif found == "absent":  # a value the directory keeps unique (sAMAccountName) is taken
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: collision: {dn}: {reason}")
+            elif code in (ASSERTION_FAILED, ALREADY_EXISTS):  # there, and not ours: never taken over
+                failed[key] = ChangeRejected(f"{change.where} {change.key}: {self._collision(dn)}")
+            else:  # the server's refusal (schema, a value too long): retried, then dead-lettered
+                failed[key] = ChangeFailed(f"{change.where} {change.key}: ldap: {dn}: {reason}")
 
-        def person(p: int) -> tuple[str, Callable[[], Entry | None]]:
-            return person_dn(p, self.people_dn), lambda: person_entry(store, p, self.people_dn, gid)
+    def _rename(self, key: str, old: str, new: str, rdn: str) -> AdapterError | None:
+        """Move the entry of ``key`` from ``old`` to ``new`` (its new RDN in the same
+        container); None when done, or when ``old`` is gone or no longer ours (the entry is
+        then added anew)."""
+        assert self._held_dns is not None
+        try:
+            self._connection().modify_dn(old, rdn, delete_old_dn=True, controls=self._guard(key))
+        except LDAPOperationResult as exc:
+            code = int(exc.result or 0)
+            if code == ALREADY_EXISTS:
+                other = self._held_dns.key_at(new)
+                if other is not None:  # a row of this listener has it (for now?): retried
+                    return ChangeFailed(f"{key}: rename of {old}: {new} is the row {other}'s")
+                return ChangeRejected(f"{key}: rename of {old}: {self._collision(new)}")
+            if code not in (NO_SUCH_OBJECT, ASSERTION_FAILED):
+                return ChangeFailed(f"{key}: ldap: rename {old} -> {new}: {exc}")
+            self._held_dns.forget(key)
+            return None
+        except LDAPException as exc:
+            self._conn = None
+            return TargetUnavailable(f"ldap: rename {old}: {exc}")
+        self._held_dns.hold(key, new)
+        return None
 
-        if key.tname == "PERSON" or (key.tname == "LOGINS" and key.person_id is not None):
-            return [] if key.person_id is None else [person(key.person_id)]
-        if key.tname == DEPARTMENT and key.pkey_number is not None:
-            people = {int(r.get("person_id") or 0) for r in store.keyed(ORGN, pkey_number=key.pkey_number)}
-            return [person(p) for p in sorted(people)]
-        if key.tname in (GROUPS, GROUP_MEM) and key.pkey_string is not None:
-            name = key.pkey_string
-            return [(group_dn(name, self.groups_dn), lambda: group_entry(store, name, self.groups_dn))]
-        return []
+    def _found(self, dn: str, key: str) -> str:
+        """What is at ``dn``: ``ours`` (this listener's marker for ``key``), ``other`` (an
+        entry that is not), or ``absent``."""
+        try:
+            conn = self._connection()
+            if not conn.search(dn, "(objectClass=*)", BASE, attributes=[self.marker]):
+                return "absent"
+            marks = _values(conn.entries[0].entry_attributes_as_dict.get(self.marker, []))
+        except LDAPOperationResult as exc:
+            return "absent" if int(exc.result or 0) == NO_SUCH_OBJECT else "other"
+        except (TargetUnavailable, LDAPException):
+            return "other"
+        return "ours" if marker_value(self.listener.name, key) in marks else "other"
 
-    # ------------------------------------------------------------------ read back (mcq reconcile)
-    # objects: "person <person_id>" (employeeNumber=... under people_dn) and "group <name>"
-    # (cn=... under groups_dn); content: object classes and the managed attributes that
-    # have values, names lower-cased and values sorted (the directory keeps no order)
+    # ------------------------------------------------------------------ read back
 
-    def state_refs(self) -> tuple[str, ...] | None:
-        return STATE
+    def _held(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Key text -> (DN, attributes) of every entry this listener holds: those with its
+        marker, or (``owns_containers``) every entry of its containers that names a key."""
+        conn = self._connection()
+        prefix = f"mcq:{self.listener.name} "
+        wanted = sorted({"objectClass", self.marker, *(a for m in self.mapping.entries.values() for a in _owned(m))})
+        out: dict[str, tuple[str, dict[str, Any]]] = {}
+        for container in sorted({t.container for t in self.templates.values()}):
+            search = "(objectClass=*)" if self.owns_containers else f"({self.marker}={escape_filter_chars(prefix)}*)"
+            try:
+                found = conn.extend.standard.paged_search(
+                    container, search, LEVEL, attributes=wanted, paged_size=1000, generator=True
+                )
+                for entry in found:
+                    if entry.get("type") != "searchResEntry":
+                        continue
+                    attrs = entry["attributes"]
+                    if self.owns_containers:
+                        key = self._key_named(container, entry["dn"])
+                        if key is not None:
+                            out[key] = (entry["dn"], attrs)
+                        continue
+                    for mark in _values(attrs.get(self.marker, [])):
+                        if mark.startswith(prefix):
+                            out[mark[len(prefix) :]] = (entry["dn"], attrs)
+            except LDAPOperationResult as exc:
+                if int(exc.result or 0) != NO_SUCH_OBJECT:  # a container not made yet holds nothing
+                    raise
+        return out
+
+    def _key_named(self, container: str, dn: str) -> str | None:
+        """The key text an entry of an owned container names by its RDN (None: it names
+        no row of the table mapped there)."""
+        names: dict[str, str] = {}
+        try:
+            parts = parse_dn(dn)
+        except LDAPInvalidDnError:
+            return None
+        for name, value, separator in parts:  # the first RDN: its parts joined by '+'
+            names[name.lower()] = unescape_rdn(value)
+            if separator != "+":
+                break
+        for ref, template in self.templates.items():
+            fields = template.key_fields()
+            if fields is None or template.container.lower() != container.lower():
+                continue
+            if {a.lower() for a, _ in fields} != set(names):
+                continue
+            tname, _, subtype = ref.partition("/")
+            key: dict[str, Any] = {}
+            for attribute, field in fields:
+                value = names[attribute.lower()]
+                if field in ("person_id", "pkey_number"):
+                    if not value.lstrip("-").isdigit():
+                        return None
+                    key[field] = int(value)
+                else:
+                    key[field] = value
+            return ChangeKey(tname, subtype or None, **key).text()
+        return None
 
     def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
-        from consumers.runtime.view import ViewState
-
-        inner = IndexedState()
-        for change in states:
-            inner.put(change.key.ref, change.key, change.after, change.position)
-        store = ViewState(inner, view)  # type: ignore[arg-type]  # an IndexedState reads as a store does
         out: dict[str, Any] = {}
-        for key, _, _ in inner.entries(PEOPLE):
-            if key.person_id is not None:
-                person = person_entry(store, key.person_id, self.people_dn, self.settings.default_gid)
-                if person is not None:
-                    out[f"person {key.person_id}"] = _content(person.object_classes, person.attributes)
-        for key, _, _ in inner.entries(GROUPS):
-            if key.pkey_string is not None:
-                group = group_entry(store, key.pkey_string, self.groups_dn)
-                if group is not None:
-                    out[f"group {key.pkey_string}"] = _content(group.object_classes, group.attributes)
+        for seen in states_in_view(view, states):
+            try:
+                mapping, entry = self.entry_of(seen)
+            except ChangeRejected:
+                continue  # the mapping fails for it: dead-lettered, nothing the target can hold
+            if mapping is not None and entry is not None:
+                out[seen.key.text()] = self._compare(mapping, entry.dn, entry.object_classes, entry.attributes)
         return out
 
     def read_back(self) -> dict[str, Any]:
-        from ldap3.utils.dn import parse_dn
-
-        conn = self._connection()
         out: dict[str, Any] = {}
-        for base, rdn, kind, managed in (
-            (self.people_dn, "employeenumber", "person", PERSON_ATTRS),
-            (self.groups_dn, "cn", "group", GROUP_ATTRS),
-        ):
-            found = conn.extend.standard.paged_search(
-                base, "(objectClass=*)", LEVEL, attributes=["objectClass", *managed], paged_size=1000, generator=True
-            )
-            for entry in found:
-                if entry.get("type") != "searchResEntry":
-                    continue
-                name, value, _ = parse_dn(entry["dn"])[0]
-                if name.lower() != rdn or (kind == "person" and not value.isdigit()):
-                    continue  # not an entry this adapter makes
-                attrs = entry["attributes"]
-                classes = [str(c) for c in attrs.get("objectClass", [])]
-                values = {k: _values(v) for k, v in attrs.items() if k.lower() != "objectclass"}
-                out[f"{kind} {int(value) if kind == 'person' else value}"] = _content(classes, values)
+        for key, (dn, attrs) in self._held().items():
+            mapping = self.mapping.entries.get(ChangeKey.from_text(key).ref)
+            if mapping is None:
+                continue
+            values = {k: _values(v) for k, v in attrs.items() if k.lower() != "objectclass"}
+            out[key] = self._compare(mapping, dn, [str(c) for c in attrs.get("objectClass", [])], values)
         return out
 
+    def _compare(
+        self, mapping: EntryMapping, dn: str, classes: Iterable[str], attributes: dict[str, list[str]]
+    ) -> dict[str, Any]:
+        """What reconcile compares: the DN, the mapped classes present, the owned attributes."""
+        owned = {a.lower() for a in _owned(mapping)}
+        mapped = {c.lower() for c in class_names(mapping)}
+        content = _content([c for c in classes if c.lower() in mapped], {
+            k: v for k, v in attributes.items() if k.lower() in owned
+        })  # fmt: skip
+        content["dn"] = [normal(dn)]
+        return content
+
     def keys_of(self, obj: str) -> list[ChangeKey]:
-        """A person's entry is written again by a refresh of its PERSON/PEOPLE key (deleted
-        when that has no state), a group's by its GROUPS key."""
-        kind, _, name = obj.partition(" ")
-        if kind == "person":
-            return [ChangeKey("PERSON", "PEOPLE", int(name))]
-        return [ChangeKey(GROUPS, None, None, name)]
+        return [ChangeKey.from_text(obj)]
+
+    def state_refs(self) -> tuple[str, ...] | None:  # type: ignore[override]  # an object per key
+        return None
+
+    def preview(self, change: Change) -> str:
+        mapping, entry = self.entry_of(change)
+        if mapping is None:
+            return f"(no entry mapping for {change.key.ref})"
+        if entry is None:
+            return json.dumps({"delete": "the entry of this key, if this listener holds one"}, indent=2)
+        body = {"dn": entry.dn, "objectClass": list(entry.object_classes),
+                "attributes": {k: v for k, v in entry.attributes.items() if v}}  # fmt: skip
+        return json.dumps(body, indent=2, ensure_ascii=False)
 
 
 def _values(value: object) -> list[str]:
@@ -266,3 +463,7 @@ def _content(classes: Iterable[str], attributes: dict[str, list[str]]) -> dict[s
     out = {"objectclass": sorted(c.lower() for c in classes)}
     out.update({k.lower(): sorted(v) for k, v in attributes.items() if v})
     return out
+
+
+def _owned(mapping: EntryMapping) -> list[str]:
+    return [*mapping.attributes, *mapping.owned]

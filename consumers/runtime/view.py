@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from consumers.projection import Row, SourceState, StateStore
+from consumers.projection import Row, StateStore
 from mcq.change import Change, ChangeKey
 from mcq.refs import parse_ref
 from mcq.registry.model import Interest, Registry
@@ -166,7 +166,7 @@ class ViewState:
     columns it may see. Projections (LDAP entries, Push_Person) assemble from this, so a
     rule or allow-list governs what they write as it governs what reaches a plain target."""
 
-    def __init__(self, inner: StateStore | SourceState, view: ListenerView) -> None:
+    def __init__(self, inner: StateStore, view: ListenerView) -> None:
         self.inner = inner
         self.view = view
 

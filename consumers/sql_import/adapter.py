@@ -1,63 +1,52 @@
-"""Push_Person into a vendor's import table (the MCQ paper's Figures 3 and 4).
+"""Push records into a vendor's import table through a declared mapping
+(mcq.registry.mappings.ImportMapping): each change's row -- an entity with its related
+rows -- becomes one import row, with no Python.
 
-A change to any aspect of a person (or to a department people belong to) pushes the
-person's whole current record, assembled from the listener's :class:`StateStore`:
-name from PERSON/PEOPLE, status from PERSON/Status, department and title from
-PERSON/Dir_Orgn and DEPARTMENT. The row goes into the import table; the vendor's
-trigger inserts or updates its own table, or raises, and then the change fails with the
-database's message (retried, then dead-lettered). Pushing the current state makes a
-repeated delivery harmless. A deleted person is pushed once more without a status (the
-trigger records ``Former-<status>``), with the names from the delete's before image --
-or, when compaction left only the tombstone (a daily listener that catches up late), from
-the last row pushed for that person into the import table, which is ours. A person never
-pushed (or whose rows were flushed) has nothing at the vendor to mark as former.
+The import table needs the mapped columns and ``mcq_key``, ``mcq_position`` (what pushed
+each row). A change pushes its key's whole current record, so a repeated delivery is
+harmless; the vendor's trigger inserts or updates its own table, or raises, and then the
+change fails with the database's message (retried, then dead-lettered) while the rest of
+the batch goes in. A row that is gone pushes the last record pushed for its key with the
+``on_delete`` columns set anew (a vendor keeps a former person), or nothing when the
+mapping has no ``on_delete`` or nothing was ever pushed for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from psycopg import sql
 
-from consumers.adapter import ReadBack
-from consumers.exceptions import AdapterError, ChangeFailed, TargetUnavailable
-from consumers.postgres import Connection, PgTarget, first_line
-from consumers.projected import ProjectedAdapter
-from consumers.projection import IndexedState
+from consumers.adapter import Adapter, ReadBack, states_in_view
+from consumers.exceptions import AdapterError, ChangeRejected, TargetUnavailable
+from consumers.postgres import Connection, PgTarget
 from consumers.sql_import.settings import SqlImportSettings
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
+from mcq.registry.expressions import parse_expression
+from mcq.registry.expressions import text as as_text
+from mcq.registry.mappings import Each, ImportMapping, attribute_values
 from mcq.registry.model import Listener
 
 if TYPE_CHECKING:
     from consumers.runtime.view import ListenerView
 
-PERSON = "PERSON/PEOPLE"
-STATUS = "PERSON/Status"
-ORGN = "PERSON/Dir_Orgn"
-DEPARTMENT = "DEPARTMENT"
+Record = dict[str, str | None]
 
 
-class SqlImportAdapter(ProjectedAdapter, ReadBack):
+class SqlImportAdapter(Adapter, ReadBack):
+    """The ``sql_import`` adapter: a listener's ``rows`` (mcq.registry.mappings) pushed into
+    a vendor's import table."""
+
     kind = "sql_import"
     settings_model = SqlImportSettings
     settings: SqlImportSettings
-    needs_state: ClassVar[tuple[str, ...]] = (PERSON, STATUS, ORGN, DEPARTMENT)
-
-    def __new__(cls, listener: Listener, settings: Settings) -> SqlImportAdapter:
-        """A listener that declares its ``rows`` gets the mapped adapter (consumers/sql_import/mapped.py)."""
-        if cls is SqlImportAdapter and listener.adapter.settings.get("rows") is not None:
-            from consumers.sql_import.mapped import MappedImportAdapter
-
-            return super().__new__(MappedImportAdapter)
-        return super().__new__(cls)
 
     def __init__(self, listener: Listener, settings: Settings) -> None:
         super().__init__(listener, settings)
         s = self.settings
+        self.rows: dict[str, ImportMapping] = dict(s.rows)
         self.table = sql.SQL("{}.{}").format(sql.Identifier(s.vendor_schema), sql.Identifier(s.table))
         self.target = PgTarget(
             f"import table {s.vendor_schema}.{s.table}", settings, s.database, s.dsn, s.statement_timeout_ms,
@@ -72,188 +61,108 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
         script = s.install_path()
         if script is None:
             raise TargetUnavailable(f"import table {s.vendor_schema}.{s.table} does not exist (and no install script)")
-        conn.execute(script.read_text().replace("insite.", f"{s.vendor_schema}.").replace(  # type: ignore[arg-type]
-            "SCHEMA IF NOT EXISTS insite", f"SCHEMA IF NOT EXISTS {s.vendor_schema}"
-        ))  # fmt: skip
+        conn.execute(script.read_text().replace("{schema}", s.vendor_schema))  # type: ignore[arg-type]
 
     def open(self) -> None:
-        self.open_store()
         self.target.connection()
 
     def close(self) -> None:
         self.target.close()
-        self.close_store()
 
     def ready(self) -> bool:
         return self.target.ready()
 
+    # ------------------------------------------------------------------ records
+
+    def record_of(self, change: Change) -> tuple[ImportMapping | None, Record | None]:
+        """The mapping of a change's table and the record its row makes (None: the row is
+        gone); ChangeRejected with the reason when the mapping fails for it."""
+        mapping = self.rows.get(change.key.ref)
+        if mapping is None or change.state is None:
+            return mapping, None
+        values: dict[str, Any] = {k: v for k, v in change.key.as_dict().items() if v is not None}
+        values.update(change.state)
+        try:
+            return mapping, {name: _one(m, values) for name, m in mapping.columns.items()}
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise ChangeRejected(f"{change.where} {change.key}: mapping: {exc}") from None
+
+    def _gone_record(self, conn: Connection, mapping: ImportMapping, change: Change) -> Record | None:
+        """What a row that is gone pushes: its last record, with ``on_delete`` set anew."""
+        if mapping.on_delete is None:
+            return None
+        names = list(mapping.columns)
+        found = conn.execute(
+            sql.SQL("SELECT {}, mcq_position FROM {} WHERE mcq_key = %s").format(
+                sql.SQL(", ").join(map(sql.Identifier, names)), self.table
+            ),
+            (change.key.text(),),
+        ).fetchall()
+        if not found:
+            return None  # never pushed: the vendor holds nothing of it
+        last = max(found, key=lambda r: _position(r[-1]))
+        record: Record = {n: None if v is None else str(v) for n, v in zip(names, last[:-1], strict=True)}
+        keys = {k: v for k, v in change.key.as_dict().items() if v is not None}
+        for name, text_ in mapping.on_delete.items():
+            record[name] = as_text(parse_expression(text_).value(keys))
+        return record
+
+    def _insert_record(self, conn: Connection, record: Record, change: Change) -> None:
+        names = list(record)
+        conn.execute(
+            sql.SQL("INSERT INTO {} ({}, mcq_key, mcq_position) VALUES ({}, %s, %s)").format(
+                self.table,
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.SQL(", ").join(sql.Placeholder() * len(names)),
+            ),
+            (*record.values(), change.key.text(), str(change.position)),
+        )
+
+    # ------------------------------------------------------------------ writes
+
     def apply_batch(self, changes: Sequence[Change]) -> list[AdapterError | None]:
-        if self.store is None:
-            self.open()
-        assert self.store is not None
-        self.store.catch_up(changes)  # at least as new as every change of the batch
-        positions = self.store.positions()
-        outcomes = self._push_all(changes) if len(changes) > 1 else None
-        if outcomes is None:  # one by one: a refused person fails only the changes that touch them
-            self._pushed: dict[int, int] = {}  # person -> id(change) that pushed them: one push per batch is enough
-            self._refused: dict[int, str] = {}  # id(change) -> the first refusal among its people
-            outcomes = self.target.apply_batch(changes, self._push)
+        """Each key's record pushed once, as the batch's last change of it says, in one
+        transaction; a record the vendor refuses, or the mapping cannot make, fails its
+        key's changes alone."""
+        by_key: dict[str, list[int]] = {}
         for i, change in enumerate(changes):
-            if outcomes[i] is None and id(change) in self._refused:
-                outcomes[i] = ChangeFailed(f"{change.where} {change.key}: {self._refused[id(change)]}")
-        committed = {id(c) for c, outcome in zip(changes, outcomes, strict=True) if outcome is None}
-        for person_id, pushed_by in self._pushed.items():
-            if pushed_by in committed:  # only a push that is in the database now
-                self.written.wrote(str(person_id), positions)
+            by_key.setdefault(change.key.text(), []).append(i)
+        failed: dict[str, AdapterError] = {}
+        pushes: list[Change] = []
+        self._records: dict[int, tuple[ImportMapping, Record | None]] = {}
+        for key, indexes in by_key.items():
+            change = changes[indexes[-1]]
+            try:
+                mapping, record = self.record_of(change)
+            except ChangeRejected as exc:
+                failed[key] = exc
+                continue
+            if mapping is not None:
+                self._records[id(change)] = (mapping, record)
+                pushes.append(change)
+        for change, result in zip(pushes, self.target.apply_batch(pushes, self._push), strict=True):
+            if result is not None:
+                failed[change.key.text()] = result
+        outcomes: list[AdapterError | None] = [None] * len(changes)
+        for key, why in failed.items():
+            for i in by_key[key]:
+                outcomes[i] = why
         return outcomes
 
-    def people_of(self, change: Change) -> list[int]:
-        """Whose record a change touches."""
-        assert self.store is not None
-        if change.key.person_id is not None:
-            return [change.key.person_id]
-        if change.key.tname == DEPARTMENT and change.key.pkey_number is not None:
-            dept = str(change.key.pkey_number)
-            return sorted({int(r["person_id"] or 0) for r in self.store.keyed(ORGN, pkey_number=dept)})
-        return []  # space data (buildings, floors, rooms) has no person record to push
-
-    def record(self, person_id: int, change: Change, conn: Connection | None = None) -> dict[str, str | None] | None:
-        """The import row of a person now; None when there is no person to push."""
-        assert self.store is not None
-        person = self.store.row(PERSON, person_id)
-        status_row = self.store.row(STATUS, person_id)
-        if person is None:
-            if change.key.ref != PERSON or change.change_type != "DELETE":
-                return None  # not (or no longer) a person: nothing the vendor could hold
-            person = change.before or (self._last_pushed(conn, person_id) if conn is not None else None)
-            if person is None and conn is not None:
-                person = self._vendor_names(conn, person_id)  # a row we never pushed (a stray one)
-            if person is None:
-                return None  # never pushed: the vendor holds nothing to mark as former
-            status_row = None  # deleted: pushed once more, without a status
-        orgns = sorted(self.store.rows(ORGN, person_id), key=lambda r: int(r.get("dept_id") or 0))
-        orgn = title = None
-        if orgns:
-            title = orgns[0].get("title")
-            dept = self.store.keyed(DEPARTMENT, pkey_number=orgns[0].get("dept_id") or "")
-            orgn = dept[0].get("name") if dept else None
-        return {
-            "spriden_id": str(person_id),
-            "lastname": person.get("last_name"),
-            "firstname": person.get("first_name"),
-            "status": status_row.get("status") if status_row else None,
-            "orgn": orgn,
-            "title": title,
-        }
-
-    def _last_pushed(self, conn: Connection, person_id: int) -> dict[str, str | None] | None:
-        """The names of the last row pushed for a person (a delete that is only a tombstone)."""
-        found = conn.execute(
-            sql.SQL("SELECT lastname, firstname FROM {} WHERE spriden_id = %s ORDER BY import_id DESC LIMIT 1").format(
-                self.table
-            ),
-            (str(person_id),),
-        ).fetchone()
-        return {"last_name": str(found[0]) if found[0] is not None else None,
-                "first_name": str(found[1]) if found[1] is not None else None} if found else None  # fmt: skip
-
-    @property
-    def _insert(self) -> sql.Composed:
-        return sql.SQL(
-            "INSERT INTO {} (spriden_id, lastname, firstname, status, orgn, title, mcq_key, "
-            "mcq_position) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-        ).format(self.table)
-
-    def _push_all(self, changes: Sequence[Change]) -> list[AdapterError | None] | None:
-        """The whole batch's pushes in one transaction and one pipelined ``executemany``
-        (a savepoint and an insert per person cost three round trips each); None when the
-        database refused any of them (a vendor rule), so that the batch is pushed again
-        one by one and only the changes of the refused people fail."""
-        try:
-            conn = self.target.connection()
-        except TargetUnavailable as exc:
-            return [exc] * len(changes)
-        pushed: dict[int, int] = {}
-        rows: list[tuple[str | None, ...]] = []
-        skipped = 0
-        try:
-            with conn.transaction():  # first: a record may read the import table (a tombstoned person)
-                for change in changes:
-                    for person_id in self.people_of(change):
-                        if person_id in pushed:
-                            continue
-                        if self.written.reflected(str(person_id), change):
-                            skipped += 1
-                            continue
-                        row = self.record(person_id, change, conn)
-                        if row is not None:
-                            rows.append((*row.values(), change.key.text(), str(change.position)))
-                            pushed[person_id] = id(change)
-                if rows:
-                    with conn.cursor() as cur:
-                        cur.executemany(self._insert, rows)
-        except psycopg.Error:
-            if conn.broken:
-                self.target.close()
-            return None
-        self._pushed, self._refused = pushed, {}
-        self.skipped += skipped
-        return [None] * len(changes)
-
     def _push(self, conn: Connection, change: Change) -> None:
-        # one savepoint per person: a department's change reaches its other members even when
-        # the vendor refuses one of them (that one fails the change: retried, dead-lettered)
-        for person_id in self.people_of(change):
-            if person_id in self._pushed:
-                continue
-            if self.written.reflected(str(person_id), change):
-                self.skipped += 1
-                continue
-            row = self.record(person_id, change, conn)
-            if row is None:
-                continue
-            try:
-                with conn.transaction():
-                    conn.execute(self._insert, (*row.values(), change.key.text(), str(change.position)))
-            except psycopg.Error as exc:
-                if conn.broken:
-                    raise
-                self._refused.setdefault(id(change), first_line(exc))
-                continue
-            self._pushed[person_id] = id(change)
-
-    def _vendor_names(self, conn: Connection, person_id: int) -> dict[str, str | None] | None:
-        """The names the vendor holds for a person we have no push of, through the read-back
-        query (a row someone added by hand): enough to mark it as gone."""
-        query = self._read_back_query()
-        if query is None:
-            return None
-        found = conn.execute(
-            # the query's own % (LIKE patterns) are literal, not placeholders
-            sql.SQL("SELECT lastname, firstname FROM ({}) AS r WHERE spriden_id = %s").format(
-                sql.SQL(query.replace("%", "%%"))  # type: ignore[arg-type]
-            ),
-            (str(person_id),),
-        ).fetchone()
-        if found is None:
-            return None
-        return {"last_name": None if found[0] is None else str(found[0]),
-                "first_name": None if found[1] is None else str(found[1])}  # fmt: skip
+        mapping, record = self._records[id(change)]
+        if record is None:
+            record = self._gone_record(conn, mapping, change)
+            if record is None:
+                return
+        self._insert_record(conn, record, change)
 
     # ------------------------------------------------------------------ read back (mcq reconcile)
-    # objects: a person's number; content: the import row's fields as the vendor holds them
-
-    FIELDS = ("lastname", "firstname", "status", "orgn", "title")
-
-    def _read_back_query(self) -> str | None:
-        path = self.settings.read_back_path()
-        if path is None:
-            return None
-        text = path.read_text(encoding="utf-8").replace("insite.", f"{self.settings.vendor_schema}.")
-        lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
-        return "\n".join(lines).strip().rstrip(";")
+    # objects: the key column's value; content: the mapped columns as the vendor holds them
 
     def unreadable(self) -> str | None:
+        if any(m.key_column is None for m in self.rows.values()):
+            return "set key_column in each of adapter.settings.rows (the import column that names the row)"
         path = self.settings.read_back_path()
         if path is None:
             return "set adapter.settings.read_back to a query of what the vendor holds (examples/insite_read_back.sql)"
@@ -261,30 +170,13 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
             return f"adapter.settings.read_back: {path} does not exist"
         return None
 
-    def state_refs(self) -> tuple[str, ...] | None:
-        return self.needs_state
-
-    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
-        from consumers.runtime.view import ViewState
-
-        inner = IndexedState()
-        for change in states:
-            inner.put(change.key.ref, change.key, change.after, change.position)
-        kept, self.store = self.store, ViewState(inner, view)  # type: ignore[arg-type]  # a store, read the same way
-        out: dict[str, Any] = {}
-        try:
-            for key, _, _ in inner.entries(PERSON):
-                if key.person_id is None:
-                    continue
-                probe = Change(key, "UPDATE", Position(0, 0), datetime.now(UTC), key.ref)
-                record = self.record(key.person_id, probe)
-                if record is not None:
-                    status = record.get("status")
-                    record["status"] = status[:24] if status else None  # what the vendor's column keeps
-                    out[str(record.pop("spriden_id"))] = {f: record.get(f) for f in self.FIELDS}
-        finally:
-            self.store = kept
-        return out
+    def _read_back_query(self) -> str | None:
+        path = self.settings.read_back_path()
+        if path is None:
+            return None
+        text = path.read_text(encoding="utf-8").replace("{schema}", self.settings.vendor_schema)
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+        return "\n".join(lines).strip().rstrip(";")
 
     def vendor_rows(self) -> Iterator[dict[str, Any]]:
         """The rows of the read-back query, as column -> value, with no statement timeout."""
@@ -298,18 +190,71 @@ class SqlImportAdapter(ProjectedAdapter, ReadBack):
             for values in cur:
                 yield dict(zip(names, values, strict=True))
 
+    def state_refs(self) -> tuple[str, ...] | None:
+        return None  # an object per key
+
+    def expected(self, view: ListenerView, states: Iterable[Change]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for seen in states_in_view(view, states):
+            try:
+                mapping, record = self.record_of(seen)
+            except ChangeRejected:
+                continue  # dead-lettered: nothing the vendor can hold
+            if mapping is None or record is None or mapping.key_column is None:
+                continue
+            obj = record.get(mapping.key_column)
+            if obj is not None:
+                out[f"{seen.key.ref} {obj}"] = {c: record.get(c) for c in mapping.columns if c != mapping.key_column}
+        return out
+
     def read_back(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         self._retired: set[str] = set()
         for row in self.vendor_rows():
-            obj = str(row["spriden_id"])
-            if row.get("retired"):
-                self._retired.add(obj)
-            out[obj] = {f: None if row.get(f) is None else str(row[f]) for f in self.FIELDS}
+            for ref, mapping in self.rows.items():
+                if mapping.key_column is None or row.get(mapping.key_column) is None:
+                    continue
+                obj = f"{ref} {row[mapping.key_column]}"
+                if row.get("retired"):
+                    self._retired.add(obj)
+                out[obj] = {c: None if row.get(c) is None else str(row[c]) for c in mapping.columns
+                            if c != mapping.key_column}  # fmt: skip
         return out
 
     def settled(self, obj: str) -> bool:
         return obj in getattr(self, "_retired", set())
 
     def keys_of(self, obj: str) -> list[ChangeKey]:
-        return [ChangeKey("PERSON", "PEOPLE", int(obj))] if obj.isdigit() else []
+        ref, _, value = obj.partition(" ")
+        mapping = self.rows.get(ref)
+        if mapping is None or mapping.key_column is None:
+            return []
+        field = str(mapping.columns[mapping.key_column]).strip()
+        tname, _, subtype = ref.partition("/")
+        key: Any = int(value) if field in ("person_id", "pkey_number") and value.lstrip("-").isdigit() else value
+        return [ChangeKey(tname, subtype or None, **{field: key})]
+
+    def preview(self, change: Change) -> str:
+        import json
+
+        mapping, record = self.record_of(change)
+        if mapping is None:
+            return f"(no row mapping for {change.key.ref})"
+        if record is None:
+            return json.dumps({"delete": "the last record pushed for this key, with on_delete", "on_delete":
+                               mapping.on_delete}, indent=2)  # fmt: skip
+        return json.dumps({"insert into": f"{self.settings.vendor_schema}.{self.settings.table}", "row": record},
+                          indent=2, ensure_ascii=False)  # fmt: skip
+
+
+def _one(mapped: str | Each, values: dict[str, Any]) -> str | None:
+    """A column's value: an expression's, or an ``each``'s first."""
+    found = attribute_values(mapped, values, {})
+    return found[0] if found else None
+
+
+def _position(text_: object) -> Position:
+    try:
+        return Position.parse(str(text_))
+    except (ValueError, IndexError):
+        return Position(-1, -1)

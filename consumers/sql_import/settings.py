@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import Field, StringConstraints
 
 from consumers.adapter import AdapterSettings
 from mcq.registry.mappings import ImportMapping
@@ -16,10 +16,10 @@ Ident = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")]
 
 
 class SqlImportSettings(AdapterSettings):
-    table: Ident = "simon_person_import"
-    """The vendor's import table: one INSERT per person pushed; its trigger does the rest."""
-    vendor_schema: Ident = "insite"
-    """Where the import table lives (the install script's ``insite`` is replaced by it)."""
+    table: Ident
+    """The vendor's import table: one INSERT per record pushed; its trigger does the rest."""
+    vendor_schema: Ident
+    """Where the import table lives (``{schema}`` in the install and read-back scripts)."""
     database: str = "vendor"
     dsn: ResolvedSecret | None = None
     """A libpq connection string instead of a configured database (a reference when it holds
@@ -37,21 +37,15 @@ class SqlImportSettings(AdapterSettings):
         return _script_path(self.read_back)
 
     read_back: Path | None = None
-    """A SQL file of a query returning what the vendor holds per person (what ``mcq
-    reconcile`` compares; relative paths as for ``install``),
-    with columns named as the import row -- ``spriden_id``, ``lastname``, ``firstname``,
-    ``status``, ``orgn``, ``title`` -- and ``retired``: true for a row the vendor keeps for a
-    person who is gone (INSITE's ``Former-<status>``), whose status then reads as NULL.
-    None: the target cannot be read back. The sample, for INSITE:
-    ``examples/insite_read_back.sql``."""
+    """A SQL file of a query returning what the vendor holds per record (what ``mcq
+    reconcile`` compares; relative paths as for ``install``), with columns named as the
+    mapped import columns, and ``retired``: true for a row the vendor keeps for a record
+    that is gone (INSITE's ``Former-<status>``). None: the target cannot be read back. The
+    sample, for INSITE: ``examples/insite_read_back.sql``."""
 
-    rows: dict[str, ImportMapping] | None = None
+    rows: dict[str, ImportMapping] = Field(min_length=1)
     """What each table the listener is interested in pushes, declared (mcq.registry.mappings):
-    import column -> expression. Unset: the sample campus's INSITE person record."""
-
-    state: Literal["topics", "source"] = "topics"
-    """Where records are assembled from: a store kept from the compacted topics (no access
-    to the source needed; a replay rebuilds it), or read through to the source database."""
+    import column -> expression."""
 
 
 def _script_path(path: Path | None) -> Path | None:

@@ -1,6 +1,8 @@
 """``mcq demo``: the whole pipeline on the campus world, narrated, then checked.
 
-Starts the normaliser and the real-time listeners (LDAP, BEST's files) as processes,
+Starts the normaliser, the entities job (the people and groups the directory and the
+vendor's import table map, examples/campus.yaml) and the real-time listeners (LDAP, BEST's
+files) as processes,
 waits for the initial load to reach them, performs a scripted burst of changes in the
 source (a new hire, a telephone changed twice, a status change, a transfer-student
 refresh through the explicit-log function, a deletion, a change the vendor trigger
@@ -146,10 +148,11 @@ def run_demo(settings: Settings, registry: Registry, say: Say = log.info, timeou
     ldap_settings = registry.listener("LDAP").adapter.settings  # type: ignore[union-attr]
     people_dn = ldap_settings.get("people_dn") or settings.ldap.people_dn
     groups_dn = ldap_settings.get("groups_dn") or settings.ldap.groups_dn
-    vendor_schema = registry.listener("Insite").adapter.settings.get("vendor_schema", "insite")  # type: ignore[union-attr]
+    vendor_schema = registry.listener("Insite").adapter.settings["vendor_schema"]  # type: ignore[union-attr]
     deadline = time.monotonic() + timeout_s
     try:
         start("normalize", "streams", "normalize", "--trigger", "1 second")
+        start("entities", "entities", "run", "--http-port", "0")
         for name in REALTIME:
             start(name, "listen", name, "--http-port", "0")
 
@@ -168,7 +171,7 @@ def run_demo(settings: Settings, registry: Registry, say: Say = log.info, timeou
                         say(line)
                 time.sleep(3)
 
-        say("demo: the initial load flows: source -> Debezium -> Spark -> Kafka -> LDAP")
+        say("demo: the initial load flows: source -> Debezium -> Spark -> Kafka -> entities -> LDAP")
         first = converge("the initial load to reach LDAP", lambda: check_ldap(settings, registry, people_dn, groups_dn))
         say(first.line())
         for problem in first.problems[:10]:

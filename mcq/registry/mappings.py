@@ -108,6 +108,20 @@ class EntryMapping(_Model):
     lookups: dict[str, dict[str, str]] = {}
     """Lookup tables of ``lookup('name', value[, default])``."""
 
+    def with_base(self, base: str) -> EntryMapping:
+        """The mapping with ``{base}`` in its attributes' expressions (inside a string
+        literal: ``dn('CN', login, 'OU=staff,{base}')``) replaced by the directory's base DN."""
+        quoted = base.replace("'", "''")
+
+        def sub(mapped: AttributeMap) -> AttributeMap:
+            if isinstance(mapped, Each):
+                return mapped.model_copy(update={"value": mapped.value.replace("{base}", quoted)})
+            if isinstance(mapped, list):
+                return [m.replace("{base}", quoted) for m in mapped]
+            return mapped.replace("{base}", quoted)
+
+        return self.model_copy(update={"attributes": {n: sub(m) for n, m in self.attributes.items()}})
+
 
 class LdapMapping(_Model):
     """The ``entries`` of an ``ldap`` listener, by table (``TNAME`` or ``TNAME/Subtype``)."""
@@ -413,8 +427,11 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
     """An ``ldap`` listener's ``entries`` against its interests and the tables' fields."""
     settings = listener.adapter.settings
     here: tuple[str | int, ...] = ("listeners", li, "adapter", "settings")
-    if listener.adapter.type != "ldap" or "entries" not in settings:
+    if listener.adapter.type != "ldap":
         return []
+    if "entries" not in settings:
+        return [(here, "an ldap listener declares its entries: what each table it is interested in becomes "
+                       "(docs/mappings.md)")]  # fmt: skip
     model_fields = {"directory", "marker", "entries", "owns_containers"}
     try:
         mapping = LdapMapping.model_validate({k: v for k, v in settings.items() if k in model_fields})
@@ -422,6 +439,7 @@ def ldap_mapping_problems(registry: Registry, li: int, listener: Listener) -> li
         return [((*here, *e["loc"]), e["msg"]) for e in exc.errors()]
     out: list[Problem] = []
     interested = {t.ref: t for t in registry.tables_of(listener.name)}
+    out += _unmapped(listener, interested, mapping.entries, (*here, "entries"))
     for ref, entry in mapping.entries.items():
         at = (*here, "entries", ref)
         table = interested.get(ref)
@@ -473,14 +491,18 @@ def import_mapping_problems(registry: Registry, li: int, listener: Listener) -> 
     """An ``sql_import`` listener's ``rows`` against its interests and the tables' fields."""
     settings = listener.adapter.settings
     here: tuple[str | int, ...] = ("listeners", li, "adapter", "settings")
-    if listener.adapter.type != "sql_import" or "rows" not in settings:
+    if listener.adapter.type != "sql_import":
         return []
+    if "rows" not in settings:
+        return [(here, "an sql_import listener declares its rows: the import row each table it is interested "
+                       "in pushes (docs/mappings.md)")]  # fmt: skip
     try:
         mapping = ImportMappings.model_validate({"rows": settings["rows"]})
     except ValidationError as exc:
         return [((*here, *e["loc"]), e["msg"]) for e in exc.errors()]
     out: list[Problem] = []
     interested = {t.ref: t for t in registry.tables_of(listener.name)}
+    out += _unmapped(listener, interested, mapping.rows, (*here, "rows"))
     for ref, rows in mapping.rows.items():
         at = (*here, "rows", ref)
         table = interested.get(ref)
@@ -502,6 +524,18 @@ def import_mapping_problems(registry: Registry, li: int, listener: Listener) -> 
                 out.append(((*at, "key_column"), f"{rows.key_column} must be mapped from a key field alone "
                                                  f"({', '.join(KEY_FIELDS)})"))  # fmt: skip
     return out
+
+
+def _unmapped(
+    listener: Listener, interested: Mapping[str, object], mapped: Mapping[str, object], at: tuple[str | int, ...]
+) -> list[Problem]:
+    """A table the listener is interested in that its mapping says nothing of: its changes
+    would reach the listener and change nothing at the target."""
+    missing = sorted(set(interested) - set(mapped))
+    if not missing:
+        return []
+    return [(at, f"listener {listener.name} is interested in {', '.join(missing)} but maps nothing of it "
+                 f"(map it, or drop the interest)")]  # fmt: skip
 
 
 def mapping_problems(registry: Registry) -> list[Problem]:

@@ -21,7 +21,7 @@ from ldap3 import LEVEL, MODIFY_REPLACE, Connection, Server, Tls
 
 from consumers.adapter import make_adapter
 from consumers.exceptions import ChangeFailed, ChangeRejected
-from consumers.ldap.mapped import MappedLdapAdapter
+from consumers.ldap.adapter import LdapAdapter
 from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
@@ -64,12 +64,12 @@ def registry_of(base: str) -> Registry:
     return parse_registry(PEOPLE.format(src="hr", schema="hr", slot="mcq_hr", listeners=listeners), "people.yaml")
 
 
-def adapter_of(registry: Registry, settings: Settings) -> MappedLdapAdapter:
+def adapter_of(registry: Registry, settings: Settings) -> LdapAdapter:
     listener = registry.listener("AD")
     assert listener is not None
     s = settings.model_copy(update={"targets": {"ad": LdapTarget(**ad_directory(settings))}})
     adapter = make_adapter(listener, s)
-    assert isinstance(adapter, MappedLdapAdapter)
+    assert isinstance(adapter, LdapAdapter)
     adapter.bind(registry)
     return adapter
 

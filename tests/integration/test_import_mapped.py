@@ -18,7 +18,7 @@ import pytest
 from consumers.adapter import make_adapter
 from consumers.exceptions import ChangeFailed
 from consumers.runtime.view import ListenerView
-from consumers.sql_import.mapped import MappedImportAdapter
+from consumers.sql_import.adapter import SqlImportAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
@@ -72,7 +72,7 @@ def test_a_mapped_import_table_gets_each_record_and_the_vendor_refuses_only_its_
     listener = registry.listener("Vendor")
     assert listener is not None
     adapter = make_adapter(listener, settings)
-    assert isinstance(adapter, MappedImportAdapter)
+    assert isinstance(adapter, SqlImportAdapter)
     adapter.bind(registry)
     try:
         batch = [account("ana", "Ana", "Ruiz", phones=("+1 555 0100", "+1 555 0101")), account("bob", None, None),

@@ -19,7 +19,7 @@ from ldap3 import LEVEL, Connection, Server
 
 from consumers.adapter import make_adapter
 from consumers.exceptions import ChangeFailed, ChangeRejected
-from consumers.ldap.mapped import MappedLdapAdapter
+from consumers.ldap.adapter import LdapAdapter
 from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.cli import main
@@ -62,11 +62,11 @@ def registry_of(base: str, listener: str = LDAP_LISTENER) -> Registry:
     return parse_registry(PEOPLE.format(src="hr", schema="hr", slot="mcq_hr", listeners=listeners), "people.yaml")
 
 
-def adapter_of(registry: Registry, settings: Settings) -> MappedLdapAdapter:
+def adapter_of(registry: Registry, settings: Settings) -> LdapAdapter:
     listener = registry.listener("Dir")
     assert listener is not None
     adapter = make_adapter(listener, settings)
-    assert isinstance(adapter, MappedLdapAdapter)
+    assert isinstance(adapter, LdapAdapter)
     adapter.bind(registry)
     return adapter
 

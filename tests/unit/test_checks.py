@@ -54,8 +54,8 @@ tables:
         keys: {person_id: person_id}
         columns: [person_id, status]
 listeners:
-  - {name: LDAP, owner: a@b, adapter: {type: ldap}}
-  - {name: AD, owner: a@b, adapter: {type: ldap}}
+  - {name: LDAP, owner: a@b, adapter: {type: file, settings: {directory: out/ldap}}}
+  - {name: AD, owner: a@b, adapter: {type: file, settings: {directory: out/ad}}}
   - {name: Calls, owner: a@b, adapter: {type: file, settings: {directory: out}}}
 interests:
   - {listener: LDAP, tname: PERSON, subtype: "*"}

@@ -238,23 +238,29 @@ def test_an_adapter_must_implement_apply_or_apply_batch() -> None:
 
 
 def test_adsi_entries_carry_no_home_numbers_while_ldap_entries_do() -> None:
-    from consumers.ldap.entries import PEOPLE, PHONES, person_entry
+    import json
+
     from mcq.registry import load_registry
+    from mcq.registry.mappings import EntryMapping, attribute_values
     from tests import PROJECT_ROOT
 
     campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
-    state = IndexedState()
-    state.put(PEOPLE, ChangeKey("PERSON", "PEOPLE", 7), {"person_id": "7", "first_name": "Ada", "last_name": "L"})
-    for tele, number in (("campus", "+1-518-276-0001"), ("home", "+1-518-555-0199")):
-        row = {"person_id": "7", "tele_type": tele, "phone_number": number}
-        state.put(PHONES, ChangeKey("PERSON", "Telephone", 7, aux_string=tele), row)
 
-    def entry(listener: str):  # type: ignore[no-untyped-def]
-        return person_entry(ViewState(state, ListenerView(campus, listener)), 7, "ou=people", 100)  # type: ignore[arg-type]
+    def mapping(listener: str, entity: str) -> EntryMapping:
+        found = campus.listener(listener)
+        assert found is not None
+        return EntryMapping.model_validate(found.adapter.settings["entries"][entity])
 
-    assert entry("ADSI").attributes["homePhone"] == []
-    assert entry("ADSI").attributes["telephoneNumber"] == ["+1-518-276-0001"]
-    assert entry("LDAP").attributes["homePhone"] == ["+1-518-555-0199"]
+    phones = json.dumps([{"person_id": "7", "tele_type": tele, "phone_number": number}
+                         for tele, number in (("campus", "+1-518-276-0001"), ("home", "+1-518-555-0199"))])  # fmt: skip
+    person = {"person_id": "7", "first_name": "Ada", "last_name": "L", "phones": phones}
+    account = {"pkey_string": "ada", "person_id": "7", "username": "ada", "person.first_name": "Ada",
+               "person.phones": phones}  # fmt: skip
+    ldap, adsi = mapping("LDAP", "PERSON_ENTRY"), mapping("ADSI", "ACCOUNT_ENTRY")
+    assert attribute_values(ldap.attributes["homePhone"], person, {}) == ["+1-518-555-0199"]
+    assert attribute_values(ldap.attributes["telephoneNumber"], person, {}) == ["+1-518-276-0001"]
+    assert "homePhone" not in adsi.attributes
+    assert attribute_values(adsi.attributes["telephoneNumber"], account, {}) == ["+1-518-276-0001"]
 
 
 def test_a_refresh_of_a_key_named_whole_that_is_gone_is_a_delete(registry) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ import pytest
 
 from consumers.adapter import make_adapter
 from consumers.exceptions import ChangeRejected
-from consumers.ldap.mapped import MappedLdapAdapter
+from consumers.ldap.adapter import LdapAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry import RegistryInvalid, parse_registry
@@ -174,7 +174,7 @@ def test_an_entitys_row_becomes_the_entry_the_mapping_declares() -> None:
     listener = registry.listener("Dir")
     assert listener is not None
     adapter = make_adapter(listener, Settings())
-    assert isinstance(adapter, MappedLdapAdapter)
+    assert isinstance(adapter, LdapAdapter)
     phones = [{"id": 1, "kind": "office", "number": "+1 555 0100", "person_id": "7"},
               {"id": 2, "kind": "mobile", "number": "+1 555 0199", "person_id": "7"},
               {"id": 3, "kind": "office", "number": "+1 555 0100", "person_id": "7"}]  # fmt: skip
@@ -207,7 +207,7 @@ def test_a_mapping_that_fails_for_one_row_rejects_that_row_with_the_reason() -> 
     listener = parse_registry(text, "people.yaml").listener("Dir")
     assert listener is not None
     adapter = make_adapter(listener, Settings())
-    assert isinstance(adapter, MappedLdapAdapter)
+    assert isinstance(adapter, LdapAdapter)
     row = {"login": "ana", "uid_number": "1", "owner.given": "Ana"}
     with pytest.raises(ChangeRejected, match="mapping: format_date: 'Ana' is not a date"):
         adapter.entry_of(change("ACCOUNT_ENTRY", {"pkey_string": "ana"}, row))

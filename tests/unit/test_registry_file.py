@@ -21,15 +21,25 @@ TABLE_2 = {
     "PERSON/UDI", "UNITY_VMAIL",
 }  # fmt: skip
 TABLE_5 = {"ADSI", "Applix", "BEST", "CMMS", "Insite", "LDAP", "Unity"}
+ENTITIES = {"PERSON_ENTRY", "GROUP_ENTRY", "ACCOUNT_ENTRY", "INSITE_PERSON"}
+"""What the directory, Active Directory and INSITE listeners map: a row with its related rows."""
 
 
 def test_the_campus_sample_registers_the_papers_tables_and_listeners() -> None:
     reg = load_registry(CAMPUS)
-    assert {t.ref for t in reg.tables} == TABLE_2
+    assert {t.ref for t in reg.tables if t.entity is None} == TABLE_2
+    assert {t.ref for t in reg.tables if t.entity is not None} == ENTITIES
     assert {x.name for x in reg.listeners} == TABLE_5
     assert reg.table("PERSON", "Telephone").feeds[0].table == "campus.directory_telephone"  # type: ignore[union-attr]
     assert {t.ref for t in reg.tables_of("Unity")} == {"UNITY_VMAIL", "LOGINS", "PERSON/Telephone"}
-    assert len(reg.tables_of("LDAP")) == 11  # all seven PERSON subtypes + LOGINS, GROUPS, GROUP_MEM, DEPARTMENT
+    assert {t.ref for t in reg.tables_of("LDAP")} == {"PERSON_ENTRY", "GROUP_ENTRY"}
+    # every PERSON subtype the paper's LDAP listener read, except Merge, and the accounts and departments
+    person = reg.table("PERSON_ENTRY", None)
+    assert person is not None and person.entity is not None
+    assert set(person.entity.members()) == {
+        "PERSON/PEOPLE", "PERSON/Telephone", "PERSON/Address", "PERSON/Status", "PERSON/UDI", "PERSON/Dir_Orgn",
+        "DEPARTMENT", "LOGINS",
+    }  # fmt: skip
 
 
 def test_mcq_registry_validate_passes_on_the_sample() -> None:
@@ -37,7 +47,7 @@ def test_mcq_registry_validate_passes_on_the_sample() -> None:
         [sys.executable, "-m", "mcq.cli", "registry", "validate", str(CAMPUS)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert "16 tables/subtypes, 7 listeners" in out.stdout
+    assert "20 tables/subtypes, 7 listeners" in out.stdout  # Table 2's 16 and 4 entities
 
 
 def _broken(tmp_path: Path, old: str, new: str, count: int = 1) -> tuple[Path, int]:
@@ -87,10 +97,11 @@ def test_a_duplicate_listener_name_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_duplicate_table_subtype_is_refused(tmp_path: Path) -> None:
-    path, line = _broken(tmp_path, "    subtype: UDI\n", "    subtype: Status\n")
+    path, line = _broken(tmp_path, "  - tname: INSITE_FLOOR\n", "  - tname: INSITE_SITE\n")
     problem = _one_problem(path)
-    assert "duplicate table/subtype 'PERSON/Status'" in problem
-    assert _line_of(problem, path) == line - 1  # the item starts at its tname line
+    assert "duplicate table/subtype 'INSITE_SITE' (first defined as item" in problem
+    text = CAMPUS.read_text()
+    assert line < _line_of(problem, path) == text[: text.index("  - tname: INSITE_SITE\n")].count("\n") + 1
 
 
 def test_a_key_field_mapped_to_a_missing_column_is_refused(tmp_path: Path) -> None:

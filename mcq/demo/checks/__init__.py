@@ -17,7 +17,7 @@ not a change: a rule reading ``change_type`` or ``before.<column>`` finds NULL.
 from mcq.demo.checks.files import changes_in_jsonl, changes_in_xml, check_files, compare_files, read_files, replay
 from mcq.demo.checks.insite import InsitePerson, check_insite, compare_insite, insite_people
 from mcq.demo.checks.ldap import WantedEntry, check_ldap, compare_entries, ldap_groups, ldap_people, postal_address
-from mcq.demo.checks.view import Check, Row, Seen, View, feed_key, read_view, visible
+from mcq.demo.checks.view import Check, Row, Seen, View, feed_key, read_tables, read_view, visible
 
 __all__ = [
     "Check",
@@ -40,6 +40,7 @@ __all__ = [
     "ldap_people",
     "postal_address",
     "read_files",
+    "read_tables",
     "read_view",
     "replay",
     "visible",

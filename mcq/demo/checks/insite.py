@@ -10,7 +10,7 @@ from psycopg import sql
 
 from mcq.config import Settings
 from mcq.demo.checks.ldap import DEPARTMENT, ORGN, PEOPLE, STATUS
-from mcq.demo.checks.view import Check, View, _by_person, read_view
+from mcq.demo.checks.view import Check, View, _by_person, read_tables
 from mcq.registry.model import Registry
 
 # ------------------------------------------------------------------ Insite (the vendor's SA_PERSON)
@@ -88,13 +88,11 @@ def _no_current_status(location: str | None) -> bool:
     return location == "No Status" or (location or "").startswith("Former-")
 
 
-def check_insite(
-    settings: Settings, registry: Registry, vendor_schema: str, rejected: set[int], listener: str = "Insite"
-) -> Check:
+def check_insite(settings: Settings, registry: Registry, vendor_schema: str, rejected: set[int]) -> Check:
     """SA_PERSON holds every person of the source as the vendor's trigger makes it from
     what Push_Person sends, except the ones whose change the trigger rejected (those are
     in the dead-letter topic)."""
-    wanted = insite_people(read_view(settings, registry, listener, INSITE_TABLES))
+    wanted = insite_people(read_tables(settings, registry, INSITE_TABLES))
     query = sql.SQL(
         "SELECT person_number, person_last_name, person_first_name, person_location, person_text1, person_memo "
         "FROM {}.sa_person"

@@ -11,7 +11,7 @@ from ldap3 import LEVEL, Connection
 from ldap3.utils.dn import escape_rdn
 
 from mcq.config import Settings
-from mcq.demo.checks.view import Check, Row, View, _by_person, _values, read_view
+from mcq.demo.checks.view import Check, Row, View, _by_person, _values, read_tables
 from mcq.registry.model import Registry
 
 # ------------------------------------------------------------------ LDAP
@@ -184,16 +184,11 @@ def check_ldap(
     registry: Registry,
     people_dn: str,
     groups_dn: str,
-    default_gid: int | None = None,
-    listener: str = "LDAP",
+    default_gid: int = 100,
 ) -> Check:
     """Every person and group of the source has exactly its entry, and no other entry
-    exists under the two containers. ``default_gid``: the listener's (``adapter.settings``),
-    else 100."""
-    if default_gid is None:
-        found = registry.listener(listener)
-        default_gid = int((found.adapter.settings if found else {}).get("default_gid", 100))
-    view = read_view(settings, registry, listener, LDAP_TABLES)
+    exists under the two containers. ``default_gid``: the primary group of every account."""
+    view = read_tables(settings, registry, LDAP_TABLES)
     wanted = {**ldap_people(view, people_dn, default_gid), **ldap_groups(view, groups_dn)}
     conn = _ldap(settings)
     try:

@@ -109,6 +109,20 @@ def read_view(settings: Settings, registry: Registry, listener: str, refs: Itera
     return view
 
 
+def read_tables(settings: Settings, registry: Registry, refs: Iterable[str]) -> View:
+    """Every row of the given logical tables now, every captured column, read from the
+    source tables their feeds name: what a target documented to hold all of them (the
+    campus directory, INSITE) must say, whatever listener or entity carries it there."""
+    view: View = {}
+    with psycopg.connect(settings.source.dsn()) as conn:
+        for ref in refs:
+            table = registry.table(*parse_ref(ref))
+            view[ref] = []
+            for feed in table.feeds if table is not None else ():
+                view[ref] += [(feed_key(table, feed, row), row) for row in _select(conn, feed)]  # type: ignore[arg-type]
+    return view
+
+
 def _by_person(seen: Iterable[Seen]) -> dict[int, list[Row]]:
     out: dict[int, list[Row]] = defaultdict(list)
     for key, row in seen:
