@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext, Se
 from mcq.contract import SchemaRegistryUnavailable, schema_text
 from mcq.errors import McqError
 from mcq.refs import KEY_FIELDS, table_ref
+
+_KEY_STR = re.compile(r"([^\[\]]+)\[(.*)\]", re.S)
+_KEY_PARTS = re.compile(r", (?=(?:person_id|pkey_string|pkey_number|aux_string)=)")
 
 ChangeType = Literal["INSERT", "UPDATE", "DELETE"]
 Cause = Literal["source", "entered-view", "left-view", "tombstone", "refresh"]
@@ -146,6 +150,20 @@ class ChangeKey:
     def __str__(self) -> str:
         parts = [f"{f}={getattr(self, f)}" for f in KEY_FIELDS if getattr(self, f) is not None]
         return f"{self.ref}[{', '.join(parts)}]"
+
+    @classmethod
+    def from_str(cls, text: str) -> ChangeKey:
+        """``TNAME/Subtype[person_id=1, pkey_string=a b]`` (:meth:`__str__`) back into a key;
+        ValueError when it is not one."""
+        match = _KEY_STR.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"not a key: {text!r} (TNAME[field=value, ...])")
+        tname, _, subtype = match.group(1).partition("/")
+        fields: dict[str, Any] = {}
+        for part in _KEY_PARTS.split(match.group(2)) if match.group(2) else []:
+            name, _, value = part.partition("=")
+            fields[name] = int(value) if name in ("person_id", "pkey_number") else value
+        return cls(tname, subtype or None, **fields)
 
 
 @dataclass(frozen=True)

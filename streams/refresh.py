@@ -112,6 +112,7 @@ class Refresh:
         from_source: bool = False,
     ) -> None:
         self.settings = settings
+        self.registry = registry
         self.name = name
         self.chosen = chosen
         self.report = report
@@ -330,7 +331,7 @@ class Refresh:
         rows = []
         for key in self.chosen.keys:
             for t in self.tables:
-                fields = {f for feed in t.feeds for f in feed.keys}
+                fields = self.registry.key_fields(t)
                 if (
                     key.tname == t.tname
                     and key.subtype in (None, t.subtype)

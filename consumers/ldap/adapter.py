@@ -412,7 +412,7 @@ class LdapAdapter(Adapter, ReadBack):
             except ChangeRejected:
                 continue  # the mapping fails for it: dead-lettered, nothing the target can hold
             if mapping is not None and entry is not None:
-                out[seen.key.text()] = self._compare(mapping, entry.dn, entry.object_classes, entry.attributes)
+                out[str(seen.key)] = self._compare(mapping, entry.dn, entry.object_classes, entry.attributes)
         return out
 
     def read_back(self) -> dict[str, Any]:
@@ -422,7 +422,9 @@ class LdapAdapter(Adapter, ReadBack):
             if mapping is None:
                 continue
             values = {k: _values(v) for k, v in attrs.items() if k.lower() != "objectclass"}
-            out[key] = self._compare(mapping, dn, [str(c) for c in attrs.get("objectClass", [])], values)
+            out[str(ChangeKey.from_text(key))] = self._compare(
+                mapping, dn, [str(c) for c in attrs.get("objectClass", [])], values
+            )
         return out
 
     def _compare(
@@ -438,7 +440,8 @@ class LdapAdapter(Adapter, ReadBack):
         return content
 
     def keys_of(self, obj: str) -> list[ChangeKey]:
-        return [ChangeKey.from_text(obj)]
+        """An object is named by its key as written: ``PERSON_ENTRY[person_id=2]``."""
+        return [ChangeKey.from_str(obj)]
 
     def state_refs(self) -> tuple[str, ...] | None:  # type: ignore[override]  # an object per key
         return None

@@ -103,12 +103,13 @@ class RefreshResolver:
         return out
 
     def _whole_key(self, ref: str, request: ChangeKey) -> ChangeKey | None:
-        """The key of ``ref`` a request names whole (every key field its feeds map), if it does."""
+        """The key of ``ref`` a request names whole (every key field its feeds map, or its
+        entity's root's), if it does."""
         tname, subtype = parse_ref(ref)
         table = self.registry.table(tname, subtype)
-        if table is None or not table.feeds:
+        fields = self.registry.key_fields(table) if table is not None else frozenset()
+        if not fields:
             return None
-        fields = {f for feed in table.feeds for f in feed.keys}
         if any(getattr(request, f) is None for f in fields) or any(
             getattr(request, f) is not None for f in KEY_FIELDS if f not in fields
         ):

@@ -8,7 +8,9 @@ harmless; the vendor's trigger inserts or updates its own table, or raises, and 
 change fails with the database's message (retried, then dead-lettered) while the rest of
 the batch goes in. A row that is gone pushes the last record pushed for its key with the
 ``on_delete`` columns set anew (a vendor keeps a former person), or nothing when the
-mapping has no ``on_delete`` or nothing was ever pushed for it.
+mapping has no ``on_delete``. A key mcq never pushed that the vendor holds (a row made by
+hand, found through the read-back query) is pushed the same way, so that a repair marks
+it as gone; one the vendor does not hold pushes nothing.
 """
 
 from __future__ import annotations
@@ -98,14 +100,37 @@ class SqlImportAdapter(Adapter, ReadBack):
             ),
             (change.key.text(),),
         ).fetchall()
-        if not found:
-            return None  # never pushed: the vendor holds nothing of it
-        last = max(found, key=lambda r: _position(r[-1]))
-        record: Record = {n: None if v is None else str(v) for n, v in zip(names, last[:-1], strict=True)}
         keys = {k: v for k, v in change.key.as_dict().items() if v is not None}
+        record: Record | None
+        if found:
+            last = max(found, key=lambda r: _position(r[-1]))
+            record = {n: None if v is None else str(v) for n, v in zip(names, last[:-1], strict=True)}
+        else:  # never pushed by mcq: what the vendor holds of it, if anything (a row made by hand)
+            record = self._vendor_record(conn, mapping, keys)
+            if record is None:
+                return None
         for name, text_ in mapping.on_delete.items():
             record[name] = as_text(parse_expression(text_).value(keys))
         return record
+
+    def _vendor_record(self, conn: Connection, mapping: ImportMapping, keys: dict[str, Any]) -> Record | None:
+        """The vendor's row of a key, through the read-back query, as the mapped columns
+        (None: no read-back query, no key column, or no such row)."""
+        query = self._read_back_query()
+        field = mapping.columns.get(mapping.key_column or "")
+        if query is None or mapping.key_column is None or not isinstance(field, str) or field.strip() not in keys:
+            return None
+        names = list(mapping.columns)
+        found = conn.execute(
+            # the query's own % (LIKE patterns) are literal, not placeholders
+            sql.SQL("SELECT {} FROM ({}) AS r WHERE {}::text = %s").format(
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                sql.SQL(query.replace("%", "%%")),  # type: ignore[arg-type]
+                sql.Identifier(mapping.key_column),
+            ),
+            (str(keys[field.strip()]),),
+        ).fetchone()
+        return None if found is None else {n: None if v is None else str(v) for n, v in zip(names, found, strict=True)}
 
     def _insert_record(self, conn: Connection, record: Record, change: Change) -> None:
         names = list(record)

@@ -241,6 +241,14 @@ class Registry(_Model):
     def listener(self, name: str) -> Listener | None:
         return next((listener for listener in self.listeners if listener.name == name), None)
 
+    def key_fields(self, table: LogicalTable) -> frozenset[str]:
+        """The key fields a table's keys carry: what its feeds map, or an entity's root's."""
+        if table.entity is not None:
+            tname, _, subtype = table.entity.root.partition("/")
+            root = self.table(tname, subtype or None)
+            return self.key_fields(root) if root is not None and root.entity is None else frozenset()
+        return frozenset(f for feed in table.feeds for f in feed.keys)
+
     def interests_of(self, listener: str) -> list[Interest]:
         return [i for i in self.interests if i.listener == listener]
 

@@ -200,9 +200,11 @@ def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: Worl
     found = _reconcile(w)
     assert found.exit_code == 1, found.output
     assert "7 object(s) expected, 7 at the target: 1 missing, 1 extra, 1 different" in found.output
-    assert "missing: person 2" in found.output and "extra: person 999" in found.output
-    assert "different: person 3: telephonenumber: expected ['+1 518 276 0003'], found ['+1 000 000 0000']" in (
-        found.output
+    assert "missing: PERSON_ENTRY[person_id=2]" in found.output
+    assert "extra: PERSON_ENTRY[person_id=999]" in found.output  # in ou=people, which the listener owns
+    assert (
+        "different: PERSON_ENTRY[person_id=3]: telephonenumber: expected ['+1 518 276 0003'], "
+        "found ['+1 000 000 0000']" in found.output
     )
 
     repaired = _reconcile(w, "--repair")

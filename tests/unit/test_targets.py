@@ -18,7 +18,8 @@ tables:
   - {tname: PERSON, subtype: PEOPLE}
 listeners:
   - {name: ADSI, owner: w@x, adapter: {type: ldap, settings: {target: AD, entries: {"PERSON/PEOPLE": {
-      dn: "CN=p{person_id},OU=people,{base}", object_classes: [user], attributes: {sAMAccountName: "'p' || person_id"}}}}}}
+      dn: "CN=p{person_id},OU=people,{base}", object_classes: [user],
+      attributes: {sAMAccountName: "'p' || person_id"}}}}}}
   - {name: Plain, owner: w@x, adapter: {type: ldap, settings: {entries: {"PERSON/PEOPLE": {
       dn: "uid=u{person_id},ou=people,{base}", object_classes: [account], attributes: {host: "'x'"}}}}}}
   - {name: HR, owner: w@x, adapter: {type: table, settings: {table: hr.people, database: hr}}}
