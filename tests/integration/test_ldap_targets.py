@@ -1,13 +1,15 @@
 """Two LDAP listeners writing to two directories, each through its own named connection
-(``targets``): the campus's LDAP listener to OpenLDAP, its ADSI listener to a second
-directory (the local slapd's second database, its own suffix and administrator)."""
+(``targets``): the campus's LDAP listener to OpenLDAP, its twin to a second directory
+(the local slapd's second database, its own suffix and administrator)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from ldap3 import LEVEL, Connection, Server
 
 from mcq.config import Settings
@@ -55,21 +57,20 @@ def two(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Iterato
     first_base, second_base = f"ou=t{token},{settings.ldap.base_dn}", f"ou=t{token},{second.base_dn}"
     subtree(settings.ldap, first_base, make=True)
     subtree(second, second_base, make=True)
-    text = (
-        CAMPUS.read_text()
-        .replace(
-            "adapter: {type: ldap, settings: {directory: openldap}}",
-            f'adapter: {{type: ldap, settings: {{people_dn: "ou=people,{first_base}", '
-            f'groups_dn: "ou=groups,{first_base}"}}}}',
-        )
-        .replace(
-            "adapter: {type: ldap, settings: {directory: active-directory}}",
-            f"adapter: {{type: ldap, settings: {{directory: active-directory, target: second, "
-            f'people_dn: "ou=people,{second_base}", groups_dn: "ou=groups,{second_base}"}}}}',
-        )
-    )
+    # the campus's LDAP listener in the first directory, and its twin in the second
+    campus = yaml.safe_load(CAMPUS.read_text())
+    [ldap] = [x for x in campus["listeners"] if x["name"] == "LDAP"]
+    twin = copy.deepcopy(ldap)
+    twin.update(name="LDAP2", role=None)
+    twin["adapter"]["settings"]["target"] = "second"
+    for made, base in ((ldap, first_base), (twin, second_base)):
+        for entry in made["adapter"]["settings"]["entries"].values():
+            entry["dn"] = entry["dn"].replace("{base}", base)
+    campus["listeners"].append(twin)
+    campus["interests"] += [{**i, "listener": "LDAP2"} for i in campus["interests"] if i["listener"] == "LDAP"]
+    text = yaml.safe_dump(campus, sort_keys=False)
     ldap_world = registry_world(s, text, tmp_path / "campus.yaml", "LDAP", first_base)
-    yield ldap_world, listener(ldap_world, "ADSI")
+    yield ldap_world, listener(ldap_world, "LDAP2")
     subtree(settings.ldap, first_base, make=False)
     subtree(second, second_base, make=False)
 
@@ -77,7 +78,7 @@ def two(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Iterato
 def test_two_ldap_listeners_write_to_two_directories_each_through_its_named_connection(
     two: tuple[World, World], settings: Settings
 ) -> None:
-    ldap_world, adsi_world = two
+    ldap_world, twin_world = two
     second = ldap_world.settings.ldap_target("second")
     first_base, second_base = ldap_world.table, f"ou={ldap_world.table.split(',')[0].split('=')[1]},{second.base_dn}"
     ada = {"person_id": "1", "first_name": "Ada", "last_name": "Lovelace", "id_number": "660001"}
@@ -89,10 +90,10 @@ def test_two_ldap_listeners_write_to_two_directories_each_through_its_named_conn
         ch("LOGINS", "INSERT", {"username": "ada", "owner": "1", "unixuid": "5001", "shell": "/bin/zsh"},
            person_id=1, pkey_string="ada", pkey_number=5001),
     )  # fmt: skip
-    with running(ldap_world) as ldap_rt, running(adsi_world) as adsi_rt:
+    with running(ldap_world) as ldap_rt, running(twin_world) as twin_rt:
         wait_for("Ada in OpenLDAP", lambda: "ada" in people(settings.ldap, first_base), 90)
         wait_for("Ada in the second directory", lambda: "ada" in people(second, second_base), 90)
-        assert ldap_rt.counters.failed == 0 and adsi_rt.counters.failed == 0, (ldap_rt.summary(), adsi_rt.summary())
+        assert ldap_rt.counters.failed == 0 and twin_rt.counters.failed == 0, (ldap_rt.summary(), twin_rt.summary())
     # each directory holds only its own listener's entry: the suffixes are separate databases,
     # and each listener could write only where its connection's administrator may
     assert list(people(settings.ldap, first_base)) == ["ada"]

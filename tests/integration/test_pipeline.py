@@ -152,11 +152,12 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     for ou in ("people", "groups"):
         conn.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
     vendor = f"v_{token}"
-    text = big_world.registry_yaml.replace(
-        "adapter: {type: ldap, settings: {directory: openldap}}",
-        f'adapter: {{type: ldap, settings: {{directory: openldap, people_dn: "ou=people,{base}", '
-        f'groups_dn: "ou=groups,{base}"}}}}',
-    ).replace("install: examples/insite_import.sql}", f"install: examples/insite_import.sql, vendor_schema: {vendor}}}")
+    text = (
+        big_world.registry_yaml.replace("ou=people,{base}", f"ou=people,{base}")
+        .replace("ou=groups,{base}", f"ou=groups,{base}")
+        .replace("        vendor_schema: insite\n", f"        vendor_schema: {vendor}\n")
+    )
+    assert f"ou=people,{base}" in text and f"vendor_schema: {vendor}" in text
     registry_file = tmp_path / "registry.yaml"
     registry_file.write_text(text)
     registry = parse_registry(text, str(registry_file))
@@ -165,6 +166,7 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
         "normalize": ["streams", "normalize", "--http-port", "0",
                       "--registry", str(registry_file), "--checkpoint-interval", "10 seconds",
                       "--checkpoint", str(tmp_path / "ckpt")],
+        "entities": ["entities", "run", "--registry", str(registry_file), "--http-port", "0"],
         "LDAP": ["listen", "LDAP", "--registry", str(registry_file), "--http-port", "0"],
         "Insite": ["listen", "Insite", "--registry", str(registry_file), "--http-port", "0"],
     }  # fmt: skip
@@ -220,7 +222,7 @@ def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
         assert "mcq_normalize_last_batch_timestamp_seconds" in metrics
     finally:
         os.killpg(procs["normalize"].pid, signal.SIGTERM)
-        for name in ("LDAP", "Insite"):
+        for name in ("entities", "LDAP", "Insite"):
             procs[name].send_signal(signal.SIGTERM)
         for p in procs.values():
             try:
