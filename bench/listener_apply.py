@@ -4,7 +4,9 @@ scheduled ``--until-caught-up`` run with about 100 changes pending takes, start 
 Method: a captured campus world of its own (``--people``; a schema, a Debezium
 connector, raw topics). Once the connector's snapshot is in the raw topics,
 ``mcq streams normalize --once`` turns it into the logical topics (its batch line gives
-the normaliser's throughput on that backlog). Then each listener runs
+the normaliser's throughput on that backlog), and ``mcq entities run --until-caught-up``
+writes the people and groups that LDAP and Insite map (examples/campus.yaml). Then each
+listener runs
 ``mcq listen NAME --until-caught-up`` as its own process, one after the other, over the
 whole initial load: ``Insite`` (sql_import, the vendor's import table and trigger),
 ``LDAP`` (ldap, an OU of its own on the stack's OpenLDAP) and ``Mirror`` (a ``table``
@@ -61,14 +63,9 @@ LISTENERS = (("Mirror", "table"), ("Insite", "sql_import"), ("LDAP", "ldap"))
 
 
 def bench_registry(text: str, token: str, base: str) -> str:
-    """The captured world's registry with the bench's own LDAP OU, vendor schema and Mirror."""
-    text = text.replace(
-        "adapter: {type: ldap, settings: {directory: openldap}}",
-        f'adapter: {{type: ldap, settings: {{directory: openldap, people_dn: "ou=people,{base}", '
-        f'groups_dn: "ou=groups,{base}"}}}}',
-    )
-    insite = "install: examples/insite_import.sql"
-    text = text.replace(f"{insite}}}", f"{insite}, vendor_schema: v_{token}}}")
+    """The captured world's registry with the bench's own LDAP containers, vendor schema and Mirror."""
+    text = text.replace("ou=people,{base}", f"ou=people,{base}").replace("ou=groups,{base}", f"ou=groups,{base}")
+    text = text.replace("        vendor_schema: insite\n", f"        vendor_schema: v_{token}\n")
     mirror = MIRROR.replace("TABLE", f"b_{token}.mirror")
     return text.replace("\ninterests:\n", f"{mirror}\ninterests:\n{MIRROR_INTERESTS}")
 
@@ -115,6 +112,16 @@ def mcq(env: dict[str, str], *args: str) -> tuple[float, str]:
 def applied(out: str) -> int:
     found = re.search(r"caught up; applied (\d+)", out)
     return int(found.group(1)) if found else 0
+
+
+def entities_row(env: dict[str, str], reg: tuple[str, ...], what: str) -> str:
+    """``mcq entities run --until-caught-up`` (the people and groups LDAP and Insite map), timed."""
+    seconds, out = mcq(env, "entities", "run", *reg, "--until-caught-up", "--no-http")
+    found = re.search(r"entities: (\d+) records written", out)
+    n = int(found.group(1)) if found else 0
+    row = f"| `mcq entities run`, {what} | {n:,} entity records | {seconds:.1f} s | {n / seconds:,.0f} records/s |"
+    print(row, flush=True)
+    return row
 
 
 def random_updates(settings: Settings, schema: str, n: int, seed: int = 3) -> None:
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| normaliser `--once`, start to exit | {n_raw:,} raw rows | {seconds:.1f} s | "
                         f"{n_raw / seconds:,.0f} rows/s |")  # fmt: skip
             print(rows[-1], flush=True)
+            rows.append(entities_row(env, reg, "initial load"))
             for name, kind in LISTENERS:
                 print(f"listener {name} ({kind}): the initial load ...", flush=True)
                 seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
@@ -180,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{int(batch.group(1)) if batch else 0:,} raw rows | {seconds:.1f} s | "
                         f"start to exit (batch {float(batch.group(2)) if batch else 0:.1f} s) |")  # fmt: skip
             print(rows[-1], flush=True)
+            rows.append(entities_row(env, reg, "scheduled run with changes pending"))
             for name, kind in LISTENERS:
                 seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
                 rows.append(f"| `{kind}` ({name}), scheduled run with changes pending | {applied(out):,} changes | "

@@ -369,19 +369,21 @@ def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_th
                            env=env)  # fmt: skip
         # exactly what was done by hand, and the account whose name collides (dead-lettered: it never got there)
         assert drift.exit_code == 1 and "2 missing, 0 extra, 1 different" in drift.output, drift.output
-        missing = {ChangeKey.from_text(line.split("missing: ", 1)[1]).pkey_string for line in
+        missing = {ChangeKey.from_str(line.split("missing: ", 1)[1]).pkey_string for line in
                    drift.output.splitlines() if "missing: " in line}  # fmt: skip
         assert missing == {victim, "hand"}, drift.output
-        assert f'"pkey_string":"{changed}"' in drift.output and "found ['Drifted']" in drift.output
+        assert (
+            f"different: ACCOUNT_ENTRY[pkey_string={changed}]" in drift.output and "found ['Drifted']" in drift.output
+        )
         repaired = cli.invoke(main, ["reconcile", "Dir", "--repair", "--registry", str(registry_file)], env=env)
         assert repaired.exit_code == 0, repaired.output
         listen("Dir")
         assert held_directory(s, base) == {"uid=hand": {"cn": ["Hand Made"], "sn": ["Made"]},
                                            **wanted_directory(people, teams)}  # fmt: skip
         clean = cli.invoke(main, ["reconcile", "Dir", "--registry", str(registry_file)], env=env)
-        assert "1 missing, 0 extra, 0 different" in clean.output and '"pkey_string":"hand"' in clean.output, (
-            clean.output
-        )
+        assert (
+            "1 missing, 0 extra, 0 different" in clean.output and "ACCOUNT_ENTRY[pkey_string=hand]" in clean.output
+        ), clean.output
 
         # an emptied directory (but the hand-made entry) rebuilt from the topics
         conn = _ldap(s)

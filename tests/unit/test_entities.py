@@ -226,3 +226,16 @@ def test_a_join_on_a_column_named_like_a_key_field_its_table_is_not_keyed_by_rea
     index.dirty.clear()
     _put(index, "PERS", ChangeKey("PERS", person_id=7), {"id": "7", "given": "Ana", "family": "Gil"}, 4)
     assert set(index.dirty) == {ChangeKey("ACCT", pkey_string="ana").text()}  # the owner's change reaches the account
+
+
+def test_an_entity_is_keyed_as_its_root_so_a_refresh_of_a_gone_key_is_a_delete() -> None:
+    from mcq.registry import load_registry
+    from tests import PROJECT_ROOT
+
+    campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
+    for entity, root in (("PERSON_ENTRY", ("PERSON", "PEOPLE")), ("ACCOUNT_ENTRY", ("LOGINS", None)),
+                         ("GROUP_ENTRY", ("GROUPS", None))):  # fmt: skip
+        table, root_table = campus.table(entity, None), campus.table(*root)
+        assert table is not None and root_table is not None
+        assert campus.key_fields(table) == campus.key_fields(root_table) != frozenset()
+    assert campus.key_fields(campus.table("LOGINS", None)) == {"pkey_string", "person_id", "pkey_number"}  # type: ignore[arg-type]

@@ -211,3 +211,32 @@ def test_a_mapping_that_fails_for_one_row_rejects_that_row_with_the_reason() -> 
     row = {"login": "ana", "uid_number": "1", "owner.given": "Ana"}
     with pytest.raises(ChangeRejected, match="mapping: format_date: 'Ana' is not a date"):
         adapter.entry_of(change("ACCOUNT_ENTRY", {"pkey_string": "ana"}, row))
+
+
+def test_an_ldap_listener_without_entries_or_with_an_interest_it_does_not_map_is_refused() -> None:
+    bare = """
+  - name: {name}
+    owner: idm@example
+    adapter: {{type: ldap, settings: {{directory: openldap}}}}
+"""
+    problems = problems_of(people(bare))
+    assert "listeners[Dir].adapter.settings: an ldap listener declares its entries" in problems, problems
+    text = people().replace("  - {listener: Dir, tname: GROUP_ENTRY}\n", "  - {listener: Dir, tname: GROUP_ENTRY}\n"
+                            "  - {listener: Dir, tname: PHONE}\n")  # fmt: skip
+    problems = problems_of(text)
+    assert "listener Dir is interested in PHONE but maps nothing of it" in problems, problems
+
+
+def test_base_in_an_attributes_expression_is_the_directorys_base_dn() -> None:
+    from mcq.registry.mappings import Each, EntryMapping, attribute_values
+
+    mapping = EntryMapping.model_validate({
+        "dn": "cn={pkey_string},ou=g,{base}", "object_classes": ["group"],
+        "attributes": {"member": {"each": "members", "value": "dn('CN', login, 'OU=staff,{base}')"},
+                       "info": "'at {base}'", "seeAlso": ["'ou=a,{base}'", "login"]},
+    }).with_base("DC=o'brien,DC=test")  # fmt: skip
+    row = {"members": json.dumps([{"login": "ana"}]), "login": "ana"}
+    assert isinstance(mapping.attributes["member"], Each)
+    assert attribute_values(mapping.attributes["member"], row, {}) == ["CN=ana,OU=staff,DC=o'brien,DC=test"]
+    assert attribute_values(mapping.attributes["info"], row, {}) == ["at DC=o'brien,DC=test"]
+    assert attribute_values(mapping.attributes["seeAlso"], row, {}) == ["ou=a,DC=o'brien,DC=test", "ana"]
