@@ -1,6 +1,6 @@
-"""Projections: the current record of an entity, assembled from the latest state of the
-logical tables it is made of (the MCQ paper's Push_Person reads person, department,
-status and directory data).
+"""The latest state of logical tables, kept from their compacted topics: what the entities
+job assembles each entity from (streams/entities/), and what a refresh resolves keys
+against (consumers/runtime/refresh.py).
 
 :class:`StateStore` keeps the last state of every key of the logical tables it is given,
 read from their compacted topics (so a listener needs no access to the source, and a

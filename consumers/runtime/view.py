@@ -23,14 +23,12 @@ like BEST's ``… OR change_type = 'DELETE'`` keeps meaning what it says.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from consumers.projection import Row, StateStore
+from consumers.projection import Row
 from mcq.change import Change, ChangeKey
-from mcq.refs import parse_ref
 from mcq.registry.model import Interest, Registry
 
 
@@ -159,52 +157,3 @@ class ListenerView:
             cause=cause,
         )
         return seen, before_verdict
-
-
-class ViewState:
-    """A projection's state seen through a listener's view: only rows it may see, only
-    columns it may see. Projections (LDAP entries, Push_Person) assemble from this, so a
-    rule or allow-list governs what they write as it governs what reaches a plain target."""
-
-    def __init__(self, inner: StateStore, view: ListenerView) -> None:
-        self.inner = inner
-        self.view = view
-
-    def catch_up(self, changes: Iterable[Change] = (), timeout_s: float = 60.0) -> None:
-        self.inner.catch_up(changes, timeout_s)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def positions(self) -> dict[tuple[str, int], int] | None:
-        return self.inner.positions()
-
-    def _filter(self, ref: str, rows: list[Row]) -> list[Row]:
-        tname, subtype = parse_ref(ref)
-        interests = self.view.interests_for(tname, subtype)
-        if not interests:
-            return []
-        unruled = self.view.unruled(tname, subtype)
-        if unruled is not None:  # every row admitted: only columns to cut
-            columns = unruled.columns
-            return [row if columns is None else project(row, columns) or {} for row in rows]
-        out: list[Row] = []
-        for row in rows:
-            values = {**row, "tname": tname, "subtype": subtype}
-            admitting = [i for i in interests if (r := i.parsed_rule()) is None or r.matches(values)]
-            if admitting:
-                out.append(project(row, Verdict(tuple(admitting)).columns) or {})
-        return out
-
-    def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
-        return self._filter(ref, self.inner.rows(ref, person_id))
-
-    def row(self, ref: str, person_id: int) -> Row | None:
-        found = self.rows(ref, person_id)
-        return found[0] if found else None
-
-    def find(self, ref: str, **match: str) -> list[Row]:
-        return self._filter(ref, self.inner.find(ref, **match))
-
-    def keyed(self, ref: str, **key: str | int) -> list[Row]:
-        return self._filter(ref, self.inner.keyed(ref, **key))

@@ -11,7 +11,7 @@ from consumers.exceptions import ChangeFailed, ListenerConfigError, TargetUnavai
 from consumers.projection import IndexedState
 from consumers.runtime.parking import backoff_s
 from consumers.runtime.refresh import RefreshResolver
-from consumers.runtime.view import ListenerView, ViewState
+from consumers.runtime.view import ListenerView
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import Settings
@@ -132,16 +132,6 @@ def test_an_allow_list_keeps_every_other_column_from_the_listener(registry) -> N
     seen = see(registry, "Unity", change, False)
     assert seen is not None and seen.after == {"person_id": "42", "status": "Active"}
     assert "id_number" in (see(registry, "LDAP", change, False).after or {})  # no allow-list: every column
-
-
-def test_a_projection_sees_only_the_rows_and_columns_of_the_view(registry) -> None:  # type: ignore[no-untyped-def]
-    state = IndexedState()
-    state.put("PERSON/Status", ChangeKey("PERSON", "Status", 1), {"person_id": "1", "status": "Active", "x": "1"})
-    state.put("PERSON/Status", ChangeKey("PERSON", "Status", 2), {"person_id": "2", "status": "Retired", "x": "2"})
-    view = ViewState(state, ListenerView(registry, "Unity"))
-    assert view.rows("PERSON/Status") == [{"person_id": "1", "status": "Active"}]
-    assert view.row("PERSON/Status", 2) is None
-    assert view.rows("PERSON/Telephone") == []  # no interest at all
 
 
 def test_a_refresh_resolves_to_the_current_state_or_a_delete(registry) -> None:  # type: ignore[no-untyped-def]
