@@ -159,6 +159,31 @@ class ReadBack(ABC):
         """The keys whose refresh makes the adapter write ``obj`` again (or delete it)."""
 
 
+class KeyedBatch:
+    """A batch's changes by key (an adapter that writes each key's last state once): the
+    indexes of each key's changes, in order, and what fails a key fails all of them."""
+
+    def __init__(self, changes: Sequence[Change]) -> None:
+        self.changes = changes
+        self.indexes: dict[str, list[int]] = {}
+        for i, change in enumerate(changes):
+            self.indexes.setdefault(change.key.text(), []).append(i)
+        self.failed: dict[str, AdapterError] = {}
+        """Key text -> why its changes fail."""
+
+    def last(self) -> Iterator[tuple[str, Change]]:
+        """Each key with its batch's last change of it."""
+        for key, indexes in self.indexes.items():
+            yield key, self.changes[indexes[-1]]
+
+    def outcomes(self) -> list[AdapterError | None]:
+        out: list[AdapterError | None] = [None] * len(self.changes)
+        for key, why in self.failed.items():
+            for i in self.indexes[key]:
+                out[i] = why
+        return out
+
+
 def states_in_view(view: ListenerView, states: Iterable[Change]) -> Iterator[Change]:
     """Each key's state the listener's view admits, restricted to the columns it may see
     (what ``ReadBack.expected`` makes its objects from)."""

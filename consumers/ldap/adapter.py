@@ -43,7 +43,7 @@ from ldap3.core.exceptions import (
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import parse_dn
 
-from consumers.adapter import Adapter, ReadBack, states_in_view
+from consumers.adapter import Adapter, KeyedBatch, ReadBack, states_in_view
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
 from consumers.ldap.connection import LdapConnectError, connect
 from consumers.ldap.entry import Entry
@@ -213,14 +213,11 @@ class LdapAdapter(Adapter, ReadBack):
         self.open()
         held = self._held_dns
         assert held is not None
-        by_key: dict[str, list[int]] = {}
-        for i, change in enumerate(changes):
-            by_key.setdefault(change.key.text(), []).append(i)
-        failed: dict[str, AdapterError] = {}  # key -> why its changes fail
+        batch = KeyedBatch(changes)
+        failed = batch.failed
         plans: list[tuple[str, Change, Entry]] = []
         gone: dict[str, str] = {}  # DN -> key: entries of keys whose row is gone
-        for key, indexes in by_key.items():
-            change = changes[indexes[-1]]
+        for key, change in batch.last():
             try:
                 mapping, entry = self.entry_of(change)
             except ChangeRejected as exc:
@@ -235,7 +232,7 @@ class LdapAdapter(Adapter, ReadBack):
                 gone[now] = key
         try:
             if gone:
-                self._write({dn: None for dn in gone}, gone, set(), changes, by_key, failed)
+                self._write({dn: None for dn in gone}, gone, set(), batch)
             writes: dict[str, Entry | None] = {}
             dn_key: dict[str, str] = {}
             new: set[str] = set()
@@ -255,36 +252,31 @@ class LdapAdapter(Adapter, ReadBack):
                 writes[entry.dn], dn_key[entry.dn] = entry, key
                 if held.dn_of(key) is None and not self.owns_containers:
                     new.add(entry.dn)  # a name this listener holds nothing at: added, never taken over
-            self._write(writes, dn_key, new, changes, by_key, failed)
+            self._write(writes, dn_key, new, batch)
         except (LDAPCommunicationError, LDAPResponseTimeoutError, LDAPSocketOpenError) as exc:
             # which writes landed is unknown: the batch is written again (the holdings read anew)
             self._drop_writer()
             self._held_dns = None
             return [TargetUnavailable(f"ldap: {exc}")] * len(changes)
-        outcomes: list[AdapterError | None] = [None] * len(changes)
-        for key, why in failed.items():
-            for i in by_key[key]:
-                outcomes[i] = why
-        return outcomes
+        return batch.outcomes()
 
     def _write(
         self,
         entries: dict[str, Entry | None],
         dn_key: dict[str, str],
         new: set[str],
-        changes: Sequence[Change],
-        by_key: dict[str, list[int]],
-        failed: dict[str, AdapterError],
+        batch: KeyedBatch,
     ) -> None:
         """Make the entries (None: delete), pipelined; what the listener holds follows, and
-        each key the server refused gets its reason in ``failed``."""
+        each key the server refused gets its reason in the batch's ``failed``."""
+        failed = batch.failed
         held = self._held_dns
         assert held is not None
         controls = {dn: guard for dn, key in dn_key.items() if (guard := self._guard(key)) is not None}
         refused = self._pipeline().make_all(entries, controls, new)
         for dn, entry in entries.items():
             key = dn_key[dn]
-            change = changes[by_key[key][-1]]
+            change = batch.changes[batch.indexes[key][-1]]
             if dn not in refused:
                 if entry is None:
                     held.forget(key)

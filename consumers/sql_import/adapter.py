@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from consumers.adapter import Adapter, ReadBack, states_in_view
+from consumers.adapter import Adapter, KeyedBatch, ReadBack, states_in_view
 from consumers.exceptions import AdapterError, ChangeRejected, TargetUnavailable
 from consumers.postgres import Connection, PgTarget
 from consumers.sql_import.settings import SqlImportSettings
@@ -149,14 +149,11 @@ class SqlImportAdapter(Adapter, ReadBack):
         """Each key's record pushed once, as the batch's last change of it says, in one
         transaction; a record the vendor refuses, or the mapping cannot make, fails its
         key's changes alone."""
-        by_key: dict[str, list[int]] = {}
-        for i, change in enumerate(changes):
-            by_key.setdefault(change.key.text(), []).append(i)
-        failed: dict[str, AdapterError] = {}
+        batch = KeyedBatch(changes)
+        failed = batch.failed
         pushes: list[Change] = []
         self._records: dict[int, tuple[ImportMapping, Record | None]] = {}
-        for key, indexes in by_key.items():
-            change = changes[indexes[-1]]
+        for key, change in batch.last():
             try:
                 mapping, record = self.record_of(change)
             except ChangeRejected as exc:
@@ -168,11 +165,7 @@ class SqlImportAdapter(Adapter, ReadBack):
         for change, result in zip(pushes, self.target.apply_batch(pushes, self._push), strict=True):
             if result is not None:
                 failed[change.key.text()] = result
-        outcomes: list[AdapterError | None] = [None] * len(changes)
-        for key, why in failed.items():
-            for i in by_key[key]:
-                outcomes[i] = why
-        return outcomes
+        return batch.outcomes()
 
     def _push(self, conn: Connection, change: Change) -> None:
         mapping, record = self._records[id(change)]
