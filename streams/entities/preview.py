@@ -54,13 +54,19 @@ def parse_key(table: LogicalTable, pairs: tuple[str, ...]) -> ChangeKey:
     return ChangeKey(table.tname, table.subtype, **fields)  # type: ignore[arg-type]
 
 
-def choose_table(registry: Registry, listener: str, tname: str | None) -> LogicalTable:
+def choose_table(registry: Registry, listener: str, tname: str | None, pairs: tuple[str, ...] = ()) -> LogicalTable:
+    """The table of the listener's that ``tname`` names; without it, the only one, or the
+    only one keyed by exactly the key fields of ``pairs``."""
     if registry.listener(listener) is None:
         known = ", ".join(x.name for x in registry.listeners) or "none"
         raise PreviewError(f"no listener named {listener!r} in the registry (known: {known})")
     tables = registry.tables_of(listener)
     if tname is not None:
         tables = [t for t in tables if t.tname == tname]
+    elif len(tables) > 1 and pairs:
+        given = {pair.partition("=")[0] for pair in pairs}
+        keyed = [t for t in tables if registry.key_fields(t) == given]
+        tables = keyed if len(keyed) == 1 else tables
     if len(tables) != 1:
         names = ", ".join(t.ref for t in registry.tables_of(listener)) or "none"
         raise PreviewError(f"{listener} is interested in {names}: name one with --tname")
@@ -70,7 +76,7 @@ def choose_table(registry: Registry, listener: str, tname: str | None) -> Logica
 def preview(
     settings: Settings, registry: Registry, listener: str, pairs: tuple[str, ...], tname: str | None
 ) -> Preview:
-    table = choose_table(registry, listener, tname)
+    table = choose_table(registry, listener, tname, pairs)
     key = parse_key(table, pairs)
     row = _state(settings, registry, table, key)
     if row is None:

@@ -239,3 +239,16 @@ def test_an_entity_is_keyed_as_its_root_so_a_refresh_of_a_gone_key_is_a_delete()
         assert table is not None and root_table is not None
         assert campus.key_fields(table) == campus.key_fields(root_table) != frozenset()
     assert campus.key_fields(campus.table("LOGINS", None)) == {"pkey_string", "person_id", "pkey_number"}  # type: ignore[arg-type]
+
+
+def test_a_preview_finds_the_listeners_table_by_the_key_fields_given() -> None:
+    from mcq.registry import load_registry
+    from streams.entities.preview import PreviewError, choose_table
+    from tests import PROJECT_ROOT
+
+    campus = load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
+    assert choose_table(campus, "LDAP", None, ("person_id=7",)).tname == "PERSON_ENTRY"
+    assert choose_table(campus, "LDAP", None, ("pkey_string=wheel",)).tname == "GROUP_ENTRY"
+    assert choose_table(campus, "LDAP", "GROUP_ENTRY", ("person_id=7",)).tname == "GROUP_ENTRY"  # as told
+    with pytest.raises(PreviewError, match="name one with --tname"):
+        choose_table(campus, "LDAP", None, ("aux_string=x",))
