@@ -18,7 +18,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Protocol
 
 from confluent_kafka import Message
 
@@ -37,20 +36,8 @@ KeyTuple = tuple[str, str | None, int | None, str | None, int | None, str | None
 """A ChangeKey's fields in order (tname, subtype, person_id, pkey_string, pkey_number, aux_string)."""
 
 
-class State(Protocol):
-    """What a projection asks: a table/subtype's live rows, all or one person's."""
-
-    def rows(self, ref: str, person_id: int | None = None) -> list[Row]: ...
-
-    def row(self, ref: str, person_id: int) -> Row | None: ...
-
-    def find(self, ref: str, **match: str) -> list[Row]: ...
-
-    def keyed(self, ref: str, **key: str | int) -> list[Row]: ...
-
-
 class IndexedState:
-    """Rows by table/subtype and key, indexed by person and by key field."""
+    """Rows by table/subtype and key, indexed by key field."""
 
     def __init__(self) -> None:
         # plain values only (tuples, not ChangeKey/Position objects): a snapshot is restored
@@ -90,30 +77,6 @@ class IndexedState:
         rows[text] = (fields_in_order, dict(row))
         for f, v in fields:
             self._by_key[(ref, f, v)].add(text)
-
-    def rows(self, ref: str, person_id: int | None = None) -> list[Row]:
-        """The live rows of a table/subtype, or of one person in it."""
-        if person_id is None:
-            return [row for _, row in self._rows[ref].values()]
-        table = self._rows[ref]
-        return [table[t][1] for t in sorted(self._by_key.get((ref, "person_id", str(person_id)), ())) if t in table]
-
-    def row(self, ref: str, person_id: int) -> Row | None:
-        found = self.rows(ref, person_id)
-        return found[0] if found else None
-
-    def find(self, ref: str, **match: str) -> list[Row]:
-        """Rows whose columns equal the given values (a scan: prefer :meth:`keyed`)."""
-        return [row for row in self.rows(ref) if all(row.get(k) == v for k, v in match.items())]
-
-    def keyed(self, ref: str, **key: str | int) -> list[Row]:
-        """Rows whose key fields (person_id, pkey_string, pkey_number, aux_string) are the given values."""
-        table = self._rows[ref]
-        found: set[str] | None = None
-        for f, v in key.items():
-            texts = self._by_key.get((ref, f, str(v)), set())
-            found = set(texts) if found is None else found & texts
-        return [table[t][1] for t in sorted(found or ()) if t in table]
 
 
 class StateStore(IndexedState):
