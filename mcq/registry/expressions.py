@@ -27,9 +27,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from lark import Lark, Token, UnexpectedInput, v_args
+from lark import Lark, Token, v_args
 
-from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import (
     _OPS,
     TERMINALS,
@@ -46,6 +45,7 @@ from mcq.registry.rules import (
     _comparable,
     _like,
     _ToTree,
+    parse_tree,
 )
 
 GRAMMAR = r"""
@@ -142,14 +142,7 @@ class Expression:
 @lru_cache(maxsize=1024)
 def parse_expression(text: str) -> Expression:
     """Parse an expression; a syntax error names the column and what was expected."""
-    try:
-        parsed = _PARSER.parse(text)
-    except UnexpectedInput as exc:
-        expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ()
-        names = sorted(str(e).lstrip("_") for e in expected)
-        hint = f"expected one of {', '.join(names[:8])}" if names else "unexpected input"
-        raise RuleSyntaxError(text, exc.column if isinstance(exc.column, int) else 0, hint) from None
-    return Expression(text, _ToExpr().transform(parsed))
+    return Expression(text, _ToExpr().transform(parse_tree(_PARSER, text)))
 
 
 def _walk(node: Expr, kind: type) -> list[Any]:

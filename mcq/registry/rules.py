@@ -17,13 +17,12 @@ Comparisons with a missing or NULL value are false, as in SQL.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lark import Lark, Token, Transformer, UnexpectedInput, v_args
+from lark import Lark, Token, Transformer, Tree, UnexpectedInput, v_args
 
 from mcq.registry.exceptions import RuleSyntaxError
 
@@ -192,17 +191,52 @@ class Rule:
         return bool(_eval(self.tree, values))
 
 
-@lru_cache(maxsize=1024)
-def parse_rule(text: str) -> Rule:
-    """Parse a rule; a syntax error names the column and what was expected."""
+MAX_TEXT = 8192
+"""The longest rule or expression accepted, in characters."""
+MAX_DEPTH = 100
+"""The deepest parse tree accepted, in grammar levels: about 45 nested parentheses, 90
+NOTs or 30 nested calls. Far beyond any real rule, far below what would exhaust the
+parser's or the evaluator's stack (a RecursionError is not a refusal)."""
+
+
+def parse_tree(parser: Lark, text: str) -> Tree[Token]:
+    """``text`` parsed by ``parser`` (the rule or the expression grammar), refused with a
+    :class:`RuleSyntaxError` that names the column when it does not parse, is longer than
+    :data:`MAX_TEXT` or nests deeper than :data:`MAX_DEPTH`."""
+    if not isinstance(text, str):
+        raise RuleSyntaxError(repr(text), 0, f"a rule is text, not {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        raise RuleSyntaxError(text[:80] + "...", MAX_TEXT, f"longer than {MAX_TEXT} characters")
     try:
-        parsed = _PARSER.parse(text)
+        parsed = parser.parse(text)
     except UnexpectedInput as exc:
         expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ()
         names = sorted(str(e).lstrip("_") for e in expected)
         hint = f"expected one of {', '.join(names[:8])}" if names else "unexpected input"
         raise RuleSyntaxError(text, exc.column if isinstance(exc.column, int) else 0, hint) from None
-    return Rule(text, _ToTree().transform(parsed))
+    depth, column = _depth(parsed)
+    if depth > MAX_DEPTH:
+        raise RuleSyntaxError(text, column, f"nested too deep ({depth} grammar levels, at most {MAX_DEPTH})")
+    return parsed
+
+
+def _depth(tree: Tree[Token]) -> tuple[int, int]:
+    """The deepest nesting of ``tree`` and the column where it is, walked without recursion."""
+    deepest, column = 0, 0
+    stack: list[tuple[Tree[Token] | Token, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children)
+        elif depth > deepest:
+            deepest, column = depth, node.column or 0
+    return deepest, column
+
+
+@lru_cache(maxsize=1024)
+def parse_rule(text: str) -> Rule:
+    """Parse a rule; a syntax error names the column and what was expected."""
+    return Rule(text, _ToTree().transform(parse_tree(_PARSER, text)))
 
 
 def change_values(
@@ -269,9 +303,50 @@ _OPS = {
 }
 
 
+def _segment_at(value: str, segment: str, at: int) -> bool:
+    """``segment`` (``_`` for any one character) matches ``value`` at ``at``."""
+    if at + len(segment) > len(value):
+        return False
+    return all(c == "_" or c == value[at + i] for i, c in enumerate(segment))
+
+
+def _find_segment(value: str, segment: str, start: int) -> int:
+    """The first position at or after ``start`` where ``segment`` matches, or -1."""
+    if "_" not in segment:
+        return value.find(segment, start)
+    for at in range(start, len(value) - len(segment) + 1):
+        if _segment_at(value, segment, at):
+            return at
+    return -1
+
+
 def _like(value: str, pattern: str) -> bool:
-    regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value, flags=re.DOTALL) is not None
+    """SQL ``LIKE`` (``%`` any run, ``_`` any one character) without backtracking.
+
+    The pattern splits at ``%`` into segments; the first must match at the start, the last
+    at the end, and each one between at its leftmost place after the one before (taking
+    the leftmost place never loses a match). Time is linear in the value for a given
+    pattern (at most value x pattern steps), whatever the value holds: a regex of ``.*``
+    runs backtracks exponentially on values made to defeat it.
+    """
+    segments = pattern.split("%")
+    if len(segments) == 1:
+        return len(value) == len(pattern) and _segment_at(value, pattern, 0)
+    first, *middle, last = segments
+    if len(first) + len(last) > len(value) or not _segment_at(value, first, 0):
+        return False
+    end = len(value) - len(last)
+    if not _segment_at(value, last, end):
+        return False
+    at = len(first)
+    for segment in middle:
+        if not segment:
+            continue
+        found = _find_segment(value[:end], segment, at)
+        if found < 0:
+            return False
+        at = found + len(segment)
+    return True
 
 
 def _eval(node: Node, values: Mapping[str, Any]) -> bool:
