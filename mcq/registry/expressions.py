@@ -29,6 +29,7 @@ from typing import Any
 
 from lark import Lark, Token, v_args
 
+from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.rules import (
     _OPS,
     TERMINALS,

@@ -221,6 +221,12 @@ class Interest(_Model):
     def parsed_rule(self) -> Rule | None:
         return parse_rule(self.rule) if self.rule else None
 
+    @property
+    def label(self) -> str:
+        """``LISTENER in TNAME/Subtype``: what makes an interest one (the store's key)."""
+        covered = f"{self.tname}/*" if self.subtype == ALL_SUBTYPES else table_ref(self.tname, self.subtype)
+        return f"{self.listener} in {covered}"
+
     def covers(self, table: LogicalTable) -> bool:
         if table.tname != self.tname:
             return False
@@ -274,6 +280,7 @@ class Registry(_Model):
         out += _duplicates("sources", [s.name for s in self.sources], "source")
         out += _duplicates("tables", [t.ref for t in self.tables], "table/subtype")
         out += _duplicates("listeners", [x.name for x in self.listeners], "listener")
+        out += _duplicates("interests", [i.label for i in self.interests], "interest")
         for li, listener in enumerate(self.listeners):
             out += literal_secrets(listener.adapter.settings, ("listeners", li, "adapter", "settings"))
             out += template_problems(listener.adapter.settings, ("listeners", li, "adapter", "settings"))

@@ -104,6 +104,22 @@ def test_a_duplicate_table_subtype_is_refused(tmp_path: Path) -> None:
     assert line < _line_of(problem, path) == text[: text.index("  - tname: INSITE_SITE\n")].count("\n") + 1
 
 
+def test_a_second_interest_of_a_listener_in_the_same_table_subtype_is_refused_at_its_line(tmp_path: Path) -> None:
+    # two interests the store would key alike (interest/Unity|PERSON|Telephone): one would
+    # silently replace the other when applied
+    old = "  - {listener: Unity, tname: PERSON, subtype: Telephone,"
+    path, line = _broken(tmp_path, old, f"  - {{listener: Unity, tname: PERSON, subtype: Telephone}}\n{old}")
+    problem = _one_problem(path)
+    assert "duplicate interest 'Unity in PERSON/Telephone' (first defined as item" in problem
+    assert _line_of(problem, path) == line + 1
+
+
+def test_interests_of_one_listener_in_different_subtypes_are_not_duplicates(tmp_path: Path) -> None:
+    old = "  - {listener: Unity, tname: PERSON, subtype: Telephone,"
+    path, _ = _broken(tmp_path, old, f"  - {{listener: Unity, tname: PERSON, subtype: Address}}\n{old}")
+    assert len(load_registry(path).interests_of("Unity")) == 4
+
+
 def test_a_key_field_mapped_to_a_missing_column_is_refused(tmp_path: Path) -> None:
     path, line = _broken(
         tmp_path,
