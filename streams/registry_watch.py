@@ -11,13 +11,17 @@ Interests, listeners and provenance records change nothing here.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from mcq.config import Settings
+from mcq.registry.exceptions import RegistryStoreInvalid
 from mcq.registry.model import Registry
 from mcq.registry.store import RegistryReader, definition_key, definitions
+
+log = logging.getLogger(__name__)
 
 _PLANNED = ("source/", "table/")
 
@@ -51,13 +55,21 @@ class RegistryWatch:
         self._reader = RegistryReader(settings)
         self._reader.catch_up()
         self.registry = self._reader.registry()
+        self._refused = ""
         self._planned = planned_definitions(self.registry)
 
     def changed(self) -> PlanChange | None:
         """The new registry, once per change of what is planned; else None."""
         if not self._reader.poll(0):
             return None
-        registry = self._reader.registry()
+        try:
+            registry = self._reader.registry()
+        except RegistryStoreInvalid as exc:
+            if str(exc) != self._refused:
+                self._refused = str(exc)
+                log.warning("normalize: registry change not taken, keeping the running plan: %s", exc)
+            return None
+        self._refused = ""
         wanted = planned_definitions(registry)
         if wanted == self._planned:
             return None

@@ -1,21 +1,28 @@
 """The process monitor (the paper's Mark_Process): each listener instance publishes a
-throttled heartbeat to a compacted topic, keyed ``<listener>/<instance>``; ``mcq status``
-reads them back."""
+throttled heartbeat to its listener's own compacted topic, keyed ``<listener>/<instance>``;
+``mcq status`` reads them back.
+
+A beat is input like any other: one that is not JSON, lacks a field, has a field of the
+wrong type, or names another listener than its topic's is skipped with a warning, never
+trusted and never fatal to the monitor."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
 
 from confluent_kafka import Producer
 
 from mcq.config import Settings
 from mcq.topics.read import read_to_end
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -113,11 +120,60 @@ class Heartbeat:
         return True
 
 
-def read_beats(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[Beat]:
-    """The last heartbeat of every instance that ever published one."""
-    latest: dict[str, dict[str, Any]] = {}
+def read_beats(settings: Settings, topic: str, listener: str, timeout_s: float = 30.0) -> list[Beat]:
+    """The last heartbeat of every instance of ``listener`` that ever published one to its
+    topic; malformed or foreign beats are skipped (see the module docstring)."""
+    latest: dict[str, Beat] = {}
     for msg in read_to_end(settings, topic, timeout_s):
-        if msg.value() is not None:
-            latest[(msg.key() or b"").decode()] = json.loads(msg.value() or b"{}")
+        key = (msg.key() or b"").decode("utf-8", "replace")
+        if msg.value() is None:
+            latest.pop(key, None)
+            continue
+        try:
+            latest[key] = parse_beat(key, msg.value() or b"", listener)
+        except ValueError as exc:
+            log.warning("%s [%s] offset %s: heartbeat skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    return list(latest.values())
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "listener": (str,),
+    "instance": (str,),
+    "host": (str,),
+    "pid": (int,),
+    "started_at": (int, float),
+    "at": (int, float),
+    "state": (str,),
+    "timeout_s": (int, float),
+    "counters": (dict,),
+    "partitions": (int,),
+    "http": (str, type(None)),
+    "last_applied_at": (int, float, type(None)),
+    "detail": (str, type(None)),
+}
+
+
+def parse_beat(key: str, value: bytes, listener: str) -> Beat:
+    """A beat read from ``listener``'s topic under ``key``; ValueError saying what is wrong."""
+    try:
+        data = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but {type(data).__name__}")
     known = {f.name for f in fields(Beat)}  # a newer instance's beat may carry more
-    return [Beat(**{k: v for k, v in beat.items() if k in known}) for beat in latest.values()]
+    beat = {k: v for k, v in data.items() if k in known}
+    for name, types in _TYPES.items():
+        if name not in beat and name in ("counters", "partitions", "http", "last_applied_at", "detail"):
+            continue
+        value_ = beat.get(name)
+        if name not in beat or isinstance(value_, bool) or not isinstance(value_, types):
+            raise ValueError(f"field {name!r} missing or not {'/'.join(t.__name__ for t in types)}")
+        if isinstance(value_, float) and not math.isfinite(value_):
+            raise ValueError(f"field {name!r} is not a finite number")
+    counters = beat.get("counters", {})
+    if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in counters.items()):
+        raise ValueError("field 'counters' must map names to whole numbers")
+    if beat["listener"] != listener or key != f"{listener}/{beat['instance']}":
+        raise ValueError(f"names listener {beat['listener']!r} under key {key!r} in listener {listener!r}'s topic")
+    return Beat(**beat)

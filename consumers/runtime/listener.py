@@ -78,6 +78,7 @@ from mcq import signals
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
+from mcq.registry.exceptions import RegistryStoreError
 from mcq.registry.model import Listener, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.exceptions import TopicSettingsError
@@ -170,7 +171,7 @@ class ListenerRuntime:
         try:
             registry = self._reader.registry()
             listener = self._listener(registry)
-        except (ListenerConfigError, ValueError) as exc:
+        except (ListenerConfigError, ValueError, RegistryStoreError) as exc:
             self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
             return
         self.registry, self.listener, self.delivery = registry, listener, listener.delivery

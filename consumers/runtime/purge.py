@@ -33,7 +33,7 @@ from consumers.exceptions import ConsumerError
 from consumers.runtime.applied import parse_applied
 from consumers.runtime.dlq import DeadLetter, DeadLetters
 from consumers.runtime.groups import ListenerGroups
-from consumers.runtime.heartbeat import Beat
+from consumers.runtime.heartbeat import parse_beat
 from consumers.runtime.topics import tombstone_retention
 from mcq.change import ChangeKey
 from mcq.topics.exceptions import TopicReadError
@@ -135,17 +135,22 @@ class Purge(ListenerGroups):
         return sorted(out)
 
     def _gone_beats(self, now: float) -> list[str]:
-        latest: dict[str, dict[str, Any]] = {}
+        """Beats of instances gone for longer than ``gone_after_s``, and beats that are not
+        beats of this listener at all (malformed: the monitor skips them)."""
+        latest: dict[str, bytes] = {}
         for msg in read_to_end(self.settings, self.topics.heartbeats, 60):
-            key = (msg.key() or b"").decode()
-            if key.startswith(f"{self.name}/"):
-                if msg.value() is None:
-                    latest.pop(key, None)
-                else:
-                    latest[key] = json.loads(msg.value() or b"{}")
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if msg.value() is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = msg.value() or b""
         gone = []
         for key, value in latest.items():
-            beat = Beat(**value)
+            try:
+                beat = parse_beat(key, value, self.name)
+            except ValueError:
+                gone.append(key)
+                continue
             if not beat.alive(now) and now - beat.at > self.gone_after_s:
                 gone.append(key)
         return sorted(gone)

@@ -45,7 +45,7 @@ from consumers.runtime.heartbeat import Beat, read_beats
 from consumers.runtime.topics import tombstone_retention
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
-from mcq.topics.listener import ListenerTopics, heartbeat_topic
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.read import read_to_end, watermarks
 
 try:  # confluent-kafka >= 2.x
@@ -298,7 +298,11 @@ def listener_status(
 
 
 def status_report(settings: Settings, registry: Registry, names: list[str] | None = None) -> list[ListenerStatus]:
-    beats = read_beats(settings, heartbeat_topic(settings.topic_prefix))
     wanted = [x for x in registry.listeners if not names or x.name in names]
+    beats = [
+        beat
+        for x in wanted
+        for beat in read_beats(settings, ListenerTopics(settings.topic_prefix, x.name).heartbeats, x.name)
+    ]
     retentions: dict[str, int | None] = {}  # read once per topic, whichever listeners share it
     return [listener_status(settings, registry, x, beats, retentions=retentions) for x in wanted]

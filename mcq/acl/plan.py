@@ -19,7 +19,7 @@ from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_prefix
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.plan import refresh_topic, registry_topic, withheld_topic
+from mcq.topics.plan import provenance_topic, refresh_topic, registry_topic, withheld_topic
 
 SCRATCH_GROUPS = "_mcq-"
 """Group ids of mcq's assign-only readers (``_mcq-applied-<uuid>``, ``_mcq-reader-<uuid>``…):
@@ -119,11 +119,8 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
         own = ListenerTopics(p, lst.name)
         for topic in interest_topics(registry, own):
             grant(who, "TOPIC", "LITERAL", topic, ("READ", "DESCRIBE_CONFIGS"), "an interest's logical topic")
-        for spec in own.specs():
-            if spec.name == own.heartbeats:
-                continue
+        for spec in own.specs():  # its heartbeats among them: no one else may write those
             grant(who, "TOPIC", "LITERAL", spec.name, ("READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"), spec.purpose)
-        grant(who, "TOPIC", "LITERAL", own.heartbeats, ("READ", "WRITE", "CREATE", "DESCRIBE_CONFIGS"), "heartbeats")
         grant(who, "TOPIC", "LITERAL", own.refresh, ("READ", "DESCRIBE_CONFIGS"), "refresh requests (bulk lane)")
         grant(who, "TOPIC", "LITERAL", registry_topic(p), ("READ",), "the registry store (reloads)")
         grant(who, "GROUP", "LITERAL", own.group, ("READ",), "its real-time consumer group")
@@ -139,7 +136,8 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
         grant(n, "TOPIC", "LITERAL", table.topic(p), read_write, f"logical topic {table.ref}")
     grant(n, "TOPIC", "LITERAL", withheld_topic(p), read_write, "what it withheld")
     grant(n, "TOPIC", "LITERAL", refresh_topic(p), read_write, "explicit refresh requests from the outbox")
-    grant(n, "TOPIC", "LITERAL", registry_topic(p), read_write, "the registry store (first-seen provenance)")
+    grant(n, "TOPIC", "LITERAL", registry_topic(p), ("READ", "DESCRIBE_CONFIGS"), "the registry (never written)")
+    grant(n, "TOPIC", "LITERAL", provenance_topic(p), read_write, "first-seen provenance")
     grant(n, "GROUP", "PREFIXED", SPARK_GROUPS, ("READ",), "Spark's Kafka readers")
     grant(n, "GROUP", "PREFIXED", SCRATCH_GROUPS, ("READ",), "assign-only readers that never commit")
 

@@ -95,7 +95,7 @@ def topics_remove(yes: bool) -> None:
     from consumers.runtime.heartbeat import read_beats
     from mcq.contract import registry_client
     from mcq.topics import TopicError
-    from mcq.topics.listener import heartbeat_topic
+    from mcq.topics.listener import heartbeat_listener
     from mcq.topics.remove import busy_groups, holdings, local_files, remove
 
     settings = _settings()
@@ -115,10 +115,13 @@ def topics_remove(yes: bool) -> None:
             _say(f"local {'checkpoint' if path.is_dir() else 'snapshot'} {path}")
         counts = f"{len(held.topics)} topic(s), {len(held.groups)} consumer group(s), {len(held.subjects)} subject(s)"
         counts += f", {len(files)} local file(s)" if files else ""
-        alive = []
-        if heartbeat_topic(prefix) in held.topics:
-            alive = [f"{b.listener} {b.instance} on {b.host}" for b in read_beats(settings, heartbeat_topic(prefix))
-                     if b.alive()]  # fmt: skip
+        alive = [
+            f"{b.listener} {b.instance} on {b.host}"
+            for topic in held.topics
+            if (owner := heartbeat_listener(prefix, topic)) is not None
+            for b in read_beats(settings, topic, owner)
+            if b.alive()
+        ]
         busy = busy_groups(admin, held.groups)
     except TopicError as exc:
         _stop(f"mcq topics remove: {exc}")

@@ -5,6 +5,7 @@ RegistryError
 ├── RegistryInvalid       one or more definitions are wrong (each problem: file:line: message)
 ├── RuleSyntaxError       a content rule does not parse (column of the rule given)
 └── RegistryStoreError    the shared store (a compacted Kafka topic) cannot be read or written
+    └── RegistryStoreInvalid  what the store holds is not a valid registry (each problem: key, offset)
 """
 
 from __future__ import annotations
@@ -39,3 +40,12 @@ class RegistryInvalid(RegistryError):
 
 class RegistryStoreError(RegistryError):
     """The registry store (Kafka topic) refused a read or write."""
+
+
+class RegistryStoreInvalid(RegistryStoreError):
+    """Records of the store that are not a valid registry; ``problems`` holds one line each
+    (topic, key, offset and what is wrong)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))

@@ -1,14 +1,22 @@
 """The registry's run-time home: a compacted Kafka topic, as Connect and schema
 registries keep theirs -- one per deployment, ``<topic prefix>._registry`` (beside its
-``<prefix>._refresh`` and ``<prefix>._heartbeats``), so two registries applied under two
-``MCQ_TOPIC_PREFIX`` values never replace each other.
+``<prefix>._refresh``), so two registries applied under two ``MCQ_TOPIC_PREFIX`` values
+never replace each other.
 
 One record per definition, keyed ``<kind>/<id>`` (``table/PERSON/Telephone``,
 ``listener/LDAP``, ``interest/LDAP|PERSON|*``), value the definition as JSON; a removed
 definition is a tombstone. Compaction keeps the last state of each, so a process that
 reads the topic from the beginning has the whole registry, and one that keeps reading
-sees changes as they are applied — no redeploy. ``provenance/<TNAME>[/<subtype>]``
-records the first-seen origin of each table/subtype (the paper's call-stack column).
+sees changes as they are applied — no redeploy.
+
+What is read back is validated again, as a registry file is: a record the topic holds is
+input, whoever wrote it. A record that is not a definition, or definitions that together
+break the registry's rules, are refused (:class:`RegistryStoreInvalid`, naming the topic,
+key and offset); a running process keeps the registry it had.
+
+``provenance/<TNAME>[/<subtype>]`` records the first-seen origin of each table/subtype
+(the paper's call-stack column) in a topic of its own, ``<prefix>._provenance``: the
+normaliser writes it, and may only read the registry.
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from pydantic import ValidationError
 
 from mcq.config import Settings
-from mcq.registry.exceptions import RegistryStoreError
+from mcq.registry.exceptions import RegistryStoreError, RegistryStoreInvalid
 from mcq.registry.model import ALL_SUBTYPES, Interest, Listener, LogicalTable, Registry, Source
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.follow import TopicFollower
-from mcq.topics.plan import registry_topic
+from mcq.topics.plan import provenance_topic, registry_topic
 
 _KINDS: dict[str, type[Source] | type[LogicalTable] | type[Listener] | type[Interest]] = {
     "source": Source,
@@ -168,19 +177,59 @@ def diff_definitions(current: dict[str, dict[str, Any]], wanted: dict[str, dict[
     )
 
 
-def assemble(records: dict[str, dict[str, Any]]) -> Registry:
-    """A Registry from store records (definitions only), in a stable order."""
+def assemble(
+    records: dict[str, Any], topic: str = "the registry store", offsets: dict[str, int] | None = None
+) -> Registry:
+    """A Registry from store records (definitions only), in a stable order, validated as a
+    registry file is; :class:`RegistryStoreInvalid` lists every problem with its key."""
+    offsets = offsets or {}
+
+    def where(key: str) -> str:
+        return f"{topic}: record {key!r}" + (f" (offset {offsets[key]})" if key in offsets else "")
+
     parts: dict[str, list[Any]] = {kind: [] for kind in _KINDS}
+    problems: list[str] = []
     for key in sorted(records):
         kind = key.split("/", 1)[0]
-        if kind in _KINDS:
-            parts[kind].append(_KINDS[kind].model_validate(records[key]))
-    return Registry(
+        if kind not in _KINDS:
+            continue
+        value = records[key]
+        if not isinstance(value, dict):
+            problems.append(f"{where(key)}: not a JSON object")
+            continue
+        try:
+            item = _KINDS[kind].model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            at = ".".join(str(x) for x in first["loc"])
+            problems.append(f"{where(key)}: {at + ': ' if at else ''}{first['msg']}")
+            continue
+        if definition_key(item) != key:
+            problems.append(f"{where(key)}: holds the definition of {definition_key(item)!r}")
+            continue
+        parts[kind].append(item)
+    if problems:
+        raise RegistryStoreInvalid(problems)
+    registry = Registry(
         sources=tuple(parts["source"]),
         tables=tuple(parts["table"]),
         listeners=tuple(parts["listener"]),
         interests=tuple(parts["interest"]),
     )
+    sections: dict[str, tuple[Any, ...]] = {
+        "sources": registry.sources,
+        "tables": registry.tables,
+        "listeners": registry.listeners,
+        "interests": registry.interests,
+    }
+    for path, message in registry.problems():
+        section, index = path[0], path[1] if len(path) > 1 else None
+        items = sections.get(str(section), ())
+        key = definition_key(items[index]) if isinstance(index, int) and index < len(items) else str(section)
+        problems.append(f"{where(key)}: {message}")
+    if problems:
+        raise RegistryStoreInvalid(problems)
+    return registry
 
 
 class RegistryStore:
@@ -189,14 +238,16 @@ class RegistryStore:
     def __init__(self, settings: Settings, topic: str | None = None) -> None:
         self.settings = settings
         self.topic = topic or registry_topic(settings.topic_prefix)
+        self.provenance_topic = provenance_topic(settings.topic_prefix)
         self._conf = settings.kafka.client_config()
 
-    def ensure_topic(self) -> None:
+    def ensure_topic(self, topic: str | None = None) -> None:
+        topic = topic or self.topic
         admin = AdminClient(self._conf)
-        if self.topic in admin.list_topics(timeout=10).topics:
+        if topic in admin.list_topics(timeout=10).topics:
             return
         spec = NewTopic(
-            self.topic,
+            topic,
             num_partitions=1,  # one partition: a reader sees definitions in the order applied
             replication_factor=self.settings.topics.replication_factor,  # -1: the cluster's default
             config={
@@ -207,36 +258,60 @@ class RegistryStore:
             },
         )
         try:
-            admin.create_topics([spec], operation_timeout=30)[self.topic].result()
+            admin.create_topics([spec], operation_timeout=30)[topic].result()
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RegistryStoreError(f"cannot create registry topic {self.topic}: {exc}") from None
+                raise RegistryStoreError(f"cannot create topic {topic}: {exc}") from None
 
     # ---------------------------------------------------------------- reading
 
-    def records(self) -> dict[str, dict[str, Any]]:
-        """The current record of every key (tombstones applied), read from the beginning."""
-        self.ensure_topic()
-        reader = RegistryReader(self.settings, self.topic)
+    def _reader(self, topic: str) -> RegistryReader:
+        self.ensure_topic(topic)
+        reader = RegistryReader(self.settings, topic)
         try:
             reader.catch_up()
+        except BaseException:
+            reader.close()
+            raise
+        return reader
+
+    def records(self) -> dict[str, Any]:
+        """The current record of every key (tombstones applied), read from the beginning."""
+        reader = self._reader(self.topic)
+        try:
             return dict(reader.records)
         finally:
             reader.close()
 
     def read(self) -> Registry:
-        return assemble(self.records())
+        reader = self._reader(self.topic)
+        try:
+            return reader.registry()
+        finally:
+            reader.close()
+
+    def _provenance_records(self) -> dict[str, Any]:
+        """Provenance records: those of the registry topic an earlier version wrote there,
+        then the provenance topic's (which win)."""
+        out = {k: v for k, v in self.records().items() if k.startswith("provenance/")}
+        reader = self._reader(self.provenance_topic)
+        try:
+            out.update(reader.records)
+        finally:
+            reader.close()
+        return out
 
     def provenance(self) -> list[Provenance]:
-        return [
-            Provenance(ref=k.split("/", 1)[1], origin=v["origin"], first_seen=v["first_seen"])
-            for k, v in sorted(self.records().items())
-            if k.startswith("provenance/")
-        ]
+        out = []
+        for k, v in sorted(self._provenance_records().items()):
+            if k.startswith("provenance/") and isinstance(v, dict) and {"origin", "first_seen"} <= v.keys():
+                out.append(Provenance(ref=k.split("/", 1)[1], origin=str(v["origin"]), first_seen=str(v["first_seen"])))
+        return out
 
     # ---------------------------------------------------------------- writing
 
-    def _produce(self, items: dict[str, dict[str, Any] | None]) -> None:
+    def _produce(self, items: dict[str, dict[str, Any] | None], topic: str | None = None) -> None:
+        topic = topic or self.topic
         producer = Producer({**self._conf, "enable.idempotence": True, "acks": "all"})
         failures: list[str] = []
 
@@ -246,10 +321,10 @@ class RegistryStore:
 
         for key, value in items.items():
             payload = None if value is None else json.dumps(value, sort_keys=True).encode()
-            producer.produce(self.topic, key=key.encode(), value=payload, on_delivery=report)
+            producer.produce(topic, key=key.encode(), value=payload, on_delivery=report)
         remaining = producer.flush(30)
         if failures or remaining:
-            raise RegistryStoreError(f"writing {self.topic}: {failures or f'{remaining} records undelivered'}")
+            raise RegistryStoreError(f"writing {topic}: {failures or f'{remaining} records undelivered'}")
 
     def diff(self, registry: Registry) -> RegistryDiff:
         current = {k: v for k, v in self.records().items() if k.split("/", 1)[0] in _KINDS}
@@ -272,7 +347,7 @@ class RegistryStore:
     def record_first_seen_all(self, origins: dict[str, str], at: datetime | None = None) -> dict[str, Provenance]:
         """:meth:`record_first_seen` for several refs at once: one read of the store, one
         write (a normaliser's first batch meets every table at once)."""
-        records = self.records()
+        records = self._provenance_records()
         stamp = (at or datetime.now(UTC)).isoformat()
         out: dict[str, Provenance] = {}
         new: dict[str, dict[str, Any] | None] = {}
@@ -284,8 +359,11 @@ class RegistryStore:
                 new[f"provenance/{ref}"] = {"origin": origin, "first_seen": stamp}
                 out[ref] = Provenance(ref, origin, stamp)
         if new:
-            self._produce(new)
+            self._produce(new, self.provenance_topic)
         return out
+
+
+_NOT_JSON = "<not JSON>"
 
 
 class RegistryReader:
@@ -294,21 +372,29 @@ class RegistryReader:
 
     def __init__(self, settings: Settings, topic: str | None = None) -> None:
         self.topic = topic = topic or registry_topic(settings.topic_prefix)
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Any] = {}
         self.stamps: dict[str, int] = {}
         """When each record was written (Kafka timestamp, ms)."""
+        self.offsets: dict[str, int] = {}
+        self._assembled: Registry | None = None
         self._follower = TopicFollower(settings, [topic], self._fold, "registry-reader")
         self._follower.start()
 
     def _fold(self, msg: Message) -> None:
-        key = (msg.key() or b"").decode()
+        key = (msg.key() or b"").decode("utf-8", "replace")
         value = msg.value()
+        self._assembled = None
         if value is None:
             self.records.pop(key, None)
             self.stamps.pop(key, None)
-        else:
+            self.offsets.pop(key, None)
+            return
+        try:
             self.records[key] = json.loads(value)
-            self.stamps[key] = msg.timestamp()[1]
+        except (ValueError, UnicodeDecodeError):
+            self.records[key] = _NOT_JSON  # refused when the registry is assembled
+        self.stamps[key] = msg.timestamp()[1]
+        self.offsets[key] = msg.offset() or 0
 
     def catch_up(self, timeout_s: float = 30.0) -> None:
         """Read up to the end of the topic as it is now."""
@@ -329,7 +415,11 @@ class RegistryReader:
         return changed
 
     def registry(self) -> Registry:
-        return assemble(self.records)
+        """The registry the records make, validated (:func:`assemble`); kept until a record
+        arrives, so asking again costs nothing."""
+        if self._assembled is None:
+            self._assembled = assemble(self.records, self.topic, self.offsets)
+        return self._assembled
 
     def close(self) -> None:
         self._follower.close()

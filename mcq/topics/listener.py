@@ -27,10 +27,6 @@ DLQ_CONFIG = dict(WORK_ITEMS_CONFIG)
 STATE_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "retention.ms": "-1"}
 
 
-def heartbeat_topic(prefix: str) -> str:
-    return f"{prefix}._heartbeats"
-
-
 @dataclass(frozen=True)
 class ListenerTopics:
     """Everything named after one listener, under the deployment's topic prefix."""
@@ -73,7 +69,9 @@ class ListenerTopics:
 
     @property
     def heartbeats(self) -> str:
-        return heartbeat_topic(self.prefix)
+        """This listener's own heartbeat topic: only its principal may write it, so no
+        listener can make another look alive or break the monitor with a forged beat."""
+        return self._t("heartbeats")
 
     @property
     def refresh(self) -> str:
@@ -91,8 +89,16 @@ class ListenerTopics:
             TopicSpec(self.dlq, 1, dict(DLQ_CONFIG), f"{who}: dead letters"),
             TopicSpec(self.dlq_resolved, 1, dict(STATE_CONFIG), f"{who}: requeued or discarded dead letters"),
             TopicSpec(self.applied, partitions, dict(STATE_CONFIG), f"{who}: source position applied per key"),
-            TopicSpec(self.heartbeats, 1, dict(STATE_CONFIG), "listener heartbeats (process monitor)"),
+            TopicSpec(self.heartbeats, 1, dict(STATE_CONFIG), f"{who}: heartbeats (process monitor)"),
         ]
+
+
+def heartbeat_listener(prefix: str, topic: str) -> str | None:
+    """The listener whose heartbeat topic this is, or None when it is not one."""
+    head, tail = f"{prefix}.listener.", ".heartbeats"
+    if topic.startswith(head) and topic.endswith(tail) and len(topic) > len(head) + len(tail):
+        return topic[len(head) : -len(tail)]
+    return None
 
 
 def interest_topics(registry: Registry, topics: ListenerTopics) -> list[str]:

@@ -39,6 +39,12 @@ def registry_topic(prefix: str) -> str:
     return f"{prefix}._registry"
 
 
+def provenance_topic(prefix: str) -> str:
+    """Where the normaliser records each table/subtype's first-seen origin: apart from the
+    registry store, which only ``mcq registry apply`` and the console may write."""
+    return f"{prefix}._provenance"
+
+
 def refresh_topic(prefix: str = "mcq") -> str:
     return f"{prefix}._refresh"
 
@@ -87,6 +93,7 @@ def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
     specs.append(TopicSpec(refresh_topic(prefix), 3, dict(REFRESH_CONFIG), "explicit refresh requests (bulk lane)"))
     specs.append(TopicSpec(withheld_topic(prefix), 1, dict(REFRESH_CONFIG), "changes the normaliser withheld"))
     specs.append(TopicSpec(registry_topic(prefix), 1, dict(SYSTEM_CONFIG), "the registry store"))
+    specs.append(TopicSpec(provenance_topic(prefix), 1, dict(SYSTEM_CONFIG), "first-seen provenance of each table"))
     return specs
 
 

@@ -38,6 +38,7 @@ from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, ChangeTy
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.health import HealthServer
+from mcq.registry.exceptions import RegistryStoreError
 from mcq.registry.model import LogicalTable, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.plan import apply_topics, plan_topics
@@ -121,7 +122,7 @@ class EntityJob:
             return False
         try:
             registry = self._reader.registry()
-        except ValueError as exc:
+        except (ValueError, RegistryStoreError) as exc:
             self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
             return False
         if self._shape(registry) == self._shape(self.registry):
@@ -129,7 +130,7 @@ class EntityJob:
             return False
         try:
             self._use(registry)
-        except ValueError as exc:
+        except (ValueError, RegistryStoreError) as exc:
             self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
             return False
         names = ", ".join(t.tname for t in self.tables) or "none"

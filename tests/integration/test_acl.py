@@ -39,7 +39,7 @@ from mcq.stack.tls import stack_tls
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.listener import ListenerTopics
-from mcq.topics.plan import apply_topics, plan_topics, refresh_topic
+from mcq.topics.plan import apply_topics, plan_topics, refresh_topic, registry_topic
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic
@@ -245,11 +245,16 @@ def test_clients_without_their_rights_are_refused_with_the_reason(secured: Secur
     assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
     err = _consume_error(conf, topics_b.group, secured.topic("PHONE"))
     assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
-    # A writing a logical topic (even one it may read), a raw CDC topic, or B's lane
+    # A writing a logical topic (even one it may read), a raw CDC topic, B's lane, B's
+    # heartbeats (to make a dead B look alive) or the registry store
     raw = raw_topic(secured.registry.sources[0], f"{secured.schema}.phone")
-    for topic in (secured.topic("PHONE"), raw, topics_b.bulk):
+    for topic in (secured.topic("PHONE"), raw, topics_b.bulk, topics_b.heartbeats, registry_topic(secured.prefix)):
         refused = _produce_error(conf, topic)
         assert "TOPIC_AUTHORIZATION_FAILED" in refused or "Topic authorization failed" in refused, (topic, refused)
+    # the normaliser may read the registry store, not write it (its provenance has a topic of its own)
+    normaliser = f"{secured.prefix}-normaliser"
+    refused = _produce_error(secured.sasl(normaliser, secured.passwords[normaliser]), registry_topic(secured.prefix))
+    assert "TOPIC_AUTHORIZATION_FAILED" in refused or "Topic authorization failed" in refused, refused
 
 
 def test_the_pipeline_runs_with_each_process_under_its_own_identity(

@@ -348,7 +348,9 @@ def test_two_instances_split_partitions_and_one_takes_over_when_the_other_dies(
     try:
 
         def split() -> bool:
-            beats = [x for x in read_beats(w.settings, w.topics.heartbeats) if x.alive() and x.pid in (a.pid, b.pid)]
+            beats = [
+                x for x in read_beats(w.settings, w.topics.heartbeats, w.name) if x.alive() and x.pid in (a.pid, b.pid)
+            ]
             return len(beats) == 2 and all(x.partitions > 0 for x in beats)
 
         wait_for("both instances to hold partitions", split, 90, 1)
@@ -380,7 +382,7 @@ def test_status_reports_a_killed_listener_dead_within_its_heartbeat_timeout(
     args = ["status", w.name, "--registry", str(w.registry_file), "--json"]
     proc = listen_process(w, log=tmp_path / "listen.log")
     try:
-        wait_for("a heartbeat", lambda: any(x.alive() for x in read_beats(w.settings, w.topics.heartbeats)), 60)
+        wait_for("a heartbeat", lambda: any(x.alive() for x in read_beats(w.settings, w.topics.heartbeats, w.name)), 60)
         ok = CliRunner().invoke(cli, args, env=env)
         assert ok.exit_code == 0, ok.output
         assert json.loads(ok.output)[0]["verdict"] == "OK"
@@ -389,7 +391,7 @@ def test_status_reports_a_killed_listener_dead_within_its_heartbeat_timeout(
         proc.wait(30)
     # judged against its own last heartbeat, not this machine's speed: alive up to the
     # heartbeat timeout, dead right after it
-    [last] = [b for b in read_beats(w.settings, w.topics.heartbeats) if b.pid == proc.pid]
+    [last] = [b for b in read_beats(w.settings, w.topics.heartbeats, w.name) if b.pid == proc.pid]
     listener = w.registry.listener(w.name)
     assert listener is not None
     timeout = listener.delivery.heartbeat_timeout_s
@@ -459,6 +461,39 @@ def test_a_delete_of_a_key_the_target_never_held_is_counted_as_such_not_as_filte
         assert rt.counters.filtered == 0
         assert "deletes of keys not held 1" in rt.summary()
     assert set(target_state(w.settings, w.table)) == {kept.key.text()}
+
+
+def test_status_survives_malformed_and_forged_heartbeats_and_counts_none_of_them(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A beat is input: not JSON, a list, a field of the wrong type, or another listener's
+    name in this listener's topic is skipped; the listener stays 'never started'."""
+    w = make_world(settings, token, tmp_path)
+    apply_topics(w.settings, w.topics.specs())
+    producer = Producer(w.settings.kafka.client_config())
+    alive = {"listener": w.name, "instance": "x", "host": "h", "pid": 1, "started_at": 0.0, "at": time.time(),
+             "state": "running", "timeout_s": 3600.0}  # fmt: skip
+    for key, value in (
+        (f"{w.name}/a", b"{not json"),
+        (f"{w.name}/b", b"[1, 2]"),
+        (f"{w.name}/c", json.dumps({**alive, "instance": "c", "pid": "1"}).encode()),
+        (f"{w.name}/d", json.dumps({**alive, "instance": "d", "at": "soon"}).encode()),
+        (f"{w.name}/e", json.dumps({**alive, "instance": "e", "counters": {"applied": "many"}}).encode()),
+        ("OTHER/x", json.dumps({**alive, "listener": "OTHER"}).encode()),
+        (f"{w.name}/f", json.dumps({**alive, "instance": "g"}).encode()),  # key and instance disagree
+        (f"{w.name}/\xff", b"\xff\xfe"),
+    ):
+        producer.produce(w.topics.heartbeats, key=key.encode(), value=value)
+    assert producer.flush(30) == 0
+    assert read_beats(w.settings, w.topics.heartbeats, w.name) == []
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    result = CliRunner().invoke(cli, ["status", w.name, "--registry", str(w.registry_file), "--json"], env=env)
+    [row] = json.loads(result.stdout)
+    assert row["instances_alive"] == 0 and row["last_heartbeat"] is None, result.stdout
+    # and a well-formed beat of its own is counted
+    producer.produce(w.topics.heartbeats, key=f"{w.name}/x".encode(), value=json.dumps(alive).encode())
+    assert producer.flush(30) == 0
+    assert [b.instance for b in read_beats(w.settings, w.topics.heartbeats, w.name)] == ["x"]
 
 
 def test_status_shows_dead_letter_depth_and_failed_count_and_exits_1_at_the_threshold(

@@ -155,7 +155,9 @@ def test_an_instance_joining_while_another_waits_inside_a_slow_target_call_loses
                 b = listen_process(w, log=log_b)
                 wait_for(
                     "B to join",
-                    lambda: any(x.alive() and x.pid == b.pid for x in read_beats(w.settings, w.topics.heartbeats)),
+                    lambda: any(
+                        x.alive() and x.pid == b.pid for x in read_beats(w.settings, w.topics.heartbeats, w.name)
+                    ),
                     90,
                 )
                 joined = time.monotonic()
@@ -165,7 +167,7 @@ def test_an_instance_joining_while_another_waits_inside_a_slow_target_call_loses
             # the lock is released (the holder's transaction ends): A's batch goes through
 
             def split() -> bool:
-                beats = [x for x in read_beats(w.settings, w.topics.heartbeats) if x.alive()]
+                beats = [x for x in read_beats(w.settings, w.topics.heartbeats, w.name) if x.alive()]
                 return {x.pid for x in beats if x.partitions > 0} >= {a.pid, b.pid}
 
             wait_for("A and B to share the partitions", split, 120, 1)

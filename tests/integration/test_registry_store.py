@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+from confluent_kafka import Producer
+
 from mcq.config import Settings
 from mcq.registry import Interest, load_registry
+from mcq.registry.exceptions import RegistryStoreInvalid
 from mcq.registry.store import RegistryReader, RegistryStore
 from mcq.stack import Stack
+from mcq.topics.read import read_to_end
 from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
@@ -77,12 +83,66 @@ def test_diff_shows_what_apply_would_change(stack: Stack, settings: Settings, to
     assert all(line.startswith("- ") for line in change.lines())
 
 
-def test_first_seen_provenance_is_kept_from_the_first_caller(stack: Stack, settings: Settings, topic: str) -> None:
-    store = RegistryStore(settings, topic=topic)
+def test_first_seen_provenance_is_kept_from_the_first_caller_outside_the_registry_topic(
+    stack: Stack, settings: Settings, token: str
+) -> None:
+    own = settings.model_copy(update={"topic_prefix": f"pv{token}"})
+    store = RegistryStore(own)
     first = store.record_first_seen("PERSON/Telephone", "source table campus.directory_telephone")
     again = store.record_first_seen("PERSON/Telephone", "mcq_log_update() from refresh_transfer_students")
     assert again == first
     assert [p.origin for p in store.provenance()] == ["source table campus.directory_telephone"]
+    # the normaliser records it in a topic of its own: it may not write the registry's
+    assert store.records() == {}
+    assert {(m.key() or b"").decode() for m in read_to_end(own, f"pv{token}._provenance")} == {
+        "provenance/PERSON/Telephone"
+    }
+
+
+def test_a_store_record_that_breaks_the_registry_is_refused_on_every_read_naming_key_and_offset(
+    stack: Stack, settings: Settings, topic: str
+) -> None:
+    """Whoever writes the topic, what is read back is validated as a registry file is."""
+    store = RegistryStore(settings, topic=topic)
+    store.apply(load_registry(CAMPUS))
+    reader = RegistryReader(settings, topic)
+    try:
+        reader.catch_up()
+        assert reader.registry().listener("LDAP") is not None
+        producer = Producer(settings.kafka.client_config())
+        forged = {"listener": "Nobody", "tname": "PERSON", "subtype": "*"}
+        producer.produce(topic, key=b"interest/Nobody|PERSON|*", value=json.dumps(forged).encode())
+        producer.produce(topic, key=b"listener/Unity", value=b"{not json")
+        best = load_registry(CAMPUS).listener("BEST")
+        assert best is not None
+        producer.produce(topic, key=b"listener/Applix", value=json.dumps(best.model_dump(mode="json")).encode())
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and reader.records.get("listener/Applix", {}).get("name") != "BEST":
+            reader.poll(0.5)
+        with pytest.raises(RegistryStoreInvalid) as err:
+            reader.registry()
+        problems = err.value.problems
+        assert any("'listener/Unity' (offset" in p and "not a JSON object" in p for p in problems), problems
+        assert any("'listener/Applix'" in p and "holds the definition of 'listener/BEST'" in p for p in problems)
+        with pytest.raises(RegistryStoreInvalid):
+            store.read()
+        # once the bad records are gone (tombstones), the next read is valid again
+        campus = load_registry(CAMPUS)
+        for name in ("Unity", "Applix"):
+            listener = campus.listener(name)
+            assert listener is not None
+            producer.produce(topic, key=f"listener/{name}".encode(), value=json.dumps(listener.model_dump(mode="json")))
+        assert producer.flush(30) == 0
+        with pytest.raises(RegistryStoreInvalid) as err:
+            store.read()
+        [unknown] = err.value.problems
+        assert "'interest/Nobody|PERSON|*' (offset" in unknown and "unknown listener 'Nobody'" in unknown
+        producer.produce(topic, key=b"interest/Nobody|PERSON|*", value=None)
+        assert producer.flush(30) == 0
+        assert store.read().listener("Unity") is not None
+    finally:
+        reader.close()
 
 
 def _mcq(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -48,7 +48,7 @@ def test_a_listener_reads_only_its_interests_and_writes_only_its_own_lanes() -> 
         "mcq.listener.LDAP.dlq",
         "mcq.listener.LDAP.dlq-resolved",
         "mcq.listener.LDAP.applied",
-        "mcq._heartbeats",
+        "mcq.listener.LDAP.heartbeats",
     }
     groups = {(g.name, g.pattern) for g in ldap if g.resource == "GROUP"}
     assert groups == {("mcq.LDAP", "LITERAL"), ("mcq.LDAP.bulk", "LITERAL"), ("_mcq-", "PREFIXED")}
@@ -63,7 +63,7 @@ def test_the_normaliser_reads_raw_topics_and_writes_logical_ones_connect_writes_
         "mcq.person",
         "mcq.room",
         "mcq._withheld",
-        "mcq._registry",
+        "mcq._provenance",  # first-seen origins; the registry it may only read
         "mcq._refresh",  # the outbox's refresh requests (mcq_log_refresh) are routed there
     }
     connect = _of(grants, p.connect)
