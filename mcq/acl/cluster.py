@@ -1,9 +1,10 @@
 """A plan of grants against a broker: what it lacks, what it holds beyond the plan, and
-``apply``, which changes exactly that (a second apply changes nothing)."""
+``apply``, which changes exactly that (a second apply changes nothing) -- deleting only
+bindings it made itself (mcq.acl.ledger), never a DENY or one added by hand."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from confluent_kafka import KafkaException
@@ -14,6 +15,7 @@ from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperatio
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from mcq.acl.exceptions import AclError, AclUnsupported
+from mcq.acl.ledger import AclLedger
 from mcq.acl.plan import Grant, Principals
 from mcq.config import Settings
 
@@ -25,14 +27,23 @@ class AclDrift:
     missing: list[Grant]
     """In the plan, not on the broker."""
     extra: list[Grant]
-    """On the broker for a principal mcq manages, not in the plan (DENY bindings included)."""
+    """On the broker, made by ``mcq acl apply`` (mcq.acl.ledger), no longer in the plan."""
+    foreign: list[Grant] = field(default_factory=list)
+    """On the broker for a principal mcq manages, not in the plan and not made by apply (by
+    hand, a DENY, another host): reported, never deleted."""
 
     def lines(self, applied: bool = False) -> list[str]:
-        """One line per grant: ``missing:``/``extra:``, or once applied ``created:``/``deleted:``."""
+        """One line per grant: ``missing:``/``extra:``, or once applied ``created:``/``deleted:``;
+        ``foreign:`` for what apply leaves alone."""
         add, remove = ("created", "deleted") if applied else ("missing", "extra")
-        return [f"{add}: {g.line()}" for g in self.missing] + [f"{remove}: {g.line()}" for g in self.extra]
+        return (
+            [f"{add}: {g.line()}" for g in self.missing]
+            + [f"{remove}: {g.line()}" for g in self.extra]
+            + [f"foreign: {g.line()} (not made by mcq acl apply: left alone)" for g in self.foreign]
+        )
 
     def __bool__(self) -> bool:
+        """Drift that apply changes (foreign bindings are not)."""
         return bool(self.missing or self.extra)
 
 
@@ -72,6 +83,7 @@ class AclAdmin:
     def __init__(self, settings: Settings, admin: AdminClient | None = None) -> None:
         self.settings = settings
         self.admin = admin or AdminClient(settings.kafka.client_config())
+        self.ledger = AclLedger(settings)
 
     def grant(self, grants: list[Grant]) -> None:
         """Create these bindings (those that exist already stay as they are)."""
@@ -110,20 +122,29 @@ class AclAdmin:
                 out.append((g, b))
         return out
 
-    def _compare(self, plan: list[Grant], principals: Principals) -> tuple[list[Grant], list[tuple[Grant, AclBinding]]]:
-        """What the plan has and the broker lacks, and the broker's bindings beyond the plan."""
+    def _compare(
+        self, plan: list[Grant], principals: Principals, made: set[Grant]
+    ) -> tuple[list[Grant], list[tuple[Grant, AclBinding]], list[Grant]]:
+        """What the plan has and the broker lacks; the broker's bindings beyond the plan that
+        apply made (to delete), and those it did not (foreign: never deleted)."""
         held = self.current(principals)
         wanted = set(plan)
         have = {g for g, _ in held}
-        return sorted(wanted - have), [(g, b) for g, b in held if g not in wanted]
+        beyond = [(g, b) for g, b in held if g not in wanted]
+        extra = [(g, b) for g, b in beyond if g in made]
+        foreign = sorted(g for g, _ in beyond if g not in made)
+        return sorted(wanted - have), extra, foreign
 
     def diff(self, plan: list[Grant], principals: Principals) -> AclDrift:
-        missing, extra = self._compare(plan, principals)
-        return AclDrift(missing=missing, extra=sorted(g for g, _ in extra))
+        missing, extra, foreign = self._compare(plan, principals, self.ledger.made())
+        return AclDrift(missing=missing, extra=sorted(g for g, _ in extra), foreign=foreign)
 
     def apply(self, plan: list[Grant], principals: Principals) -> AclDrift:
-        """Create what is missing, delete what is extra; returns what was changed."""
-        missing, extra = self._compare(plan, principals)
+        """Create what is missing, delete what is extra (only bindings apply made); returns
+        what was changed, and what was left alone."""
+        made = self.ledger.made()
+        missing, extra, foreign = self._compare(plan, principals, made)
+        self.ledger.record([g for g in plan if g not in made])
         if missing:
             self.grant(missing)
         if extra:
@@ -138,4 +159,5 @@ class AclAdmin:
                     future.result()
                 except KafkaException as exc:
                     raise AclError(f"delete ACL {flt}: {exc.args[0]}") from None
-        return AclDrift(missing=missing, extra=sorted(g for g, _ in extra))
+            self.ledger.forget([g for g, _ in extra])
+        return AclDrift(missing=missing, extra=sorted(g for g, _ in extra), foreign=foreign)

@@ -5,8 +5,9 @@ username of its credentials (``listeners.<NAME>.sasl_username``) or
 ``<prefix>-listener-<name>``; the normaliser's, Connect's and the console's are
 ``<prefix>-normaliser``, ``<prefix>-connect`` and ``<prefix>-console``. Every
 principal named ``<prefix>-…`` is managed: an ACL of such a principal that the plan does
-not hold is drift, and ``mcq acl apply`` removes it (a listener taken out of the registry
-loses its access).
+not hold is drift. ``mcq acl apply`` removes it when an earlier apply made it (a listener
+taken out of the registry loses its access) and reports it as foreign otherwise (one
+given by hand, a DENY rule): mcq.acl.ledger.
 
 Nothing here talks to a broker.
 """

@@ -54,7 +54,8 @@ def _acl_call(verb: str, apply: bool, registry_file: Path | None) -> None:
     for line in drift.lines(applied=apply):
         _say(line)
     if not drift:
-        _say(f"no drift: the broker holds exactly the {len(grants)} ACLs of the plan")
+        beside = f" (and {len(drift.foreign)} foreign, left alone)" if drift.foreign else ""
+        _say(f"no drift: the broker holds exactly the {len(grants)} ACLs of the plan{beside}")
     elif not apply:
         sys.exit(EXIT_FAILED)
 
@@ -69,7 +70,8 @@ def acl_diff(registry_file: Path | None) -> None:
 @acl_group.command("apply")
 @FROM_FILE
 def acl_apply(registry_file: Path | None) -> None:
-    """Create the missing ACLs and delete the extra ones of mcq's principals; nothing else."""
+    """Create the missing ACLs and delete those an earlier apply made that the plan no
+    longer holds; ACLs it did not make (by hand, DENY rules) are reported, never deleted."""
     _acl_call("apply", True, registry_file)
 
 

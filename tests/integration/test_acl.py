@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -25,6 +26,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from mcq.acl.cluster import AclAdmin, _grant
 from mcq.acl.plan import Principals, plan_acls
 from mcq.acl.users import set_scram_user
 from mcq.capture.apply import apply_capture
@@ -203,24 +205,47 @@ def test_the_plan_follows_the_registry_and_apply_leaves_no_drift(secured: Secure
     assert applied.output.count("created: ") == len(grants)
     again = secured.mcq("acl", "apply", "--registry", f)
     assert again.exit_code == 0 and f"no drift: the broker holds exactly the {len(grants)} ACLs" in again.output
-    # an ACL given by hand to a principal mcq manages is drift: reported, then removed by apply
-    stray = AclBinding(
-        ResourceType.TOPIC,
-        secured.topic("ROOM"),
-        ResourcePatternType.LITERAL,
-        f"User:{secured.user('A')}",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.ALLOW,
-    )
+    # ACLs of a principal mcq manages that apply did not make (one given by hand, a DENY
+    # rule) are foreign: reported, never deleted, not drift
+    a, room = f"User:{secured.user('A')}", secured.topic("ROOM")
+    strays = [
+        AclBinding(ResourceType.TOPIC, room, ResourcePatternType.LITERAL, a, "*", op, permission)
+        for op, permission in (
+            (AclOperation.READ, AclPermissionType.ALLOW),
+            (AclOperation.WRITE, AclPermissionType.DENY),
+        )
+    ]
     admin = AdminClient(secured.settings.kafka.client_config())
-    for future in admin.create_acls([stray]).values():
+    for future in admin.create_acls(strays).values():
         future.result()
+    foreign = [
+        f"foreign: {a}: READ on topic {room} (not made by mcq acl apply: left alone)",
+        f"foreign: {a}: WRITE (DENY from *) on topic {room} (not made by mcq acl apply: left alone)",
+    ]
     drift = secured.mcq("acl", "diff", "--registry", f)
-    assert drift.exit_code == 1, drift.output
-    assert drift.output.strip() == f"extra: User:{secured.user('A')}: READ on topic {secured.topic('ROOM')}"
-    removed = secured.mcq("acl", "apply", "--registry", f)
-    assert removed.output.strip() == f"deleted: User:{secured.user('A')}: READ on topic {secured.topic('ROOM')}"
+    assert drift.exit_code == 0 and drift.output.splitlines()[:2] == foreign, drift.output
+    kept = secured.mcq("acl", "apply", "--registry", f)
+    assert kept.exit_code == 0 and kept.output.splitlines()[:2] == foreign, kept.output
+    assert "ACLs of the plan (and 2 foreign, left alone)" in kept.output
+    # a registry without the listeners: apply deletes every binding it made that the new
+    # plan lacks, and no other
+    empty = secured.registry_file.parent / "none.yaml"
+    empty.write_text("sources: []\ntables: []\nlisteners: []\ninterests: []\n")
+    still = plan_acls(parse_registry(empty.read_text()), Principals.of(secured.settings, secured.registry))
+    gone = secured.mcq("acl", "apply", "--registry", str(empty))
+    assert gone.exit_code == 0 and gone.output.count("deleted: ") == len(set(grants) - set(still)), gone.output
+    held = AclAdmin(secured.settings).current(Principals.of(secured.settings, secured.registry))
+    assert {g for g, _ in held} - set(still) == {_grant(b) for b in strays}
+    unmade = [
+        AclBindingFilter(
+            b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation, b.permission_type
+        )
+        for b in strays
+    ]
+    for future in admin.delete_acls(unmade).values():
+        future.result()
+    again = secured.mcq("acl", "apply", "--registry", f)
+    assert again.exit_code == 0 and again.output.count("created: ") == len(set(grants) - set(still)), again.output
     assert secured.mcq("acl", "diff", "--registry", f).exit_code == 0
     user = secured.user("A")
     made = secured.mcq("acl", "user", user, "--password-env", "PW", env={"PW": secured.passwords[user]})
