@@ -2,11 +2,21 @@
 show``, the console and the chart's ConfigMap, so a secret in it (a webhook's token, a
 target's password) is written as a reference and read where it is used:
 
-    ${env:NAME}     the environment variable NAME of the process that uses it
-    ${file:PATH}    the content of PATH (a mounted Kubernetes Secret), without its last newline
+    ${env:MCQ_SECRET_NAME}  the environment variable of the process that uses it
+    ${file:PATH}            the content of PATH (a mounted Kubernetes Secret), without its
+                            last newline; a relative PATH is read from the secrets directory
 
-``literal_secrets`` finds values that should have been references (the registry loader
-refuses them, file:line); ``resolve`` turns a reference into a ``SecretStr``.
+A reference resolves only what the deployment set aside for it: an environment variable
+whose name starts with ``MCQ_SECRET_``, or a file inside a secrets directory
+(``MCQ_SECRETS_DIR``, default ``/run/secrets``; several joined by ``:``), symbolic links
+followed before the check. Whoever may write the registry can therefore never make a
+listener read, and post to a webhook, the process's own credentials
+(``MCQ_KAFKA__SASL_PASSWORD``), another variable or any other file
+(:class:`SecretRefused`).
+
+``literal_secrets`` finds values that should have been references, and references that
+can never resolve (the registry loader refuses them, file:line); ``resolve`` turns a
+reference into a ``SecretStr``.
 """
 
 from __future__ import annotations
@@ -25,13 +35,27 @@ REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 SECRET_KEY = re.compile(
     r"password|passwd|secret|token|credential|authorization|api[_-]?key|private[_-]?key", re.IGNORECASE
 )
-HOW = "write a reference instead: ${env:NAME} or ${file:PATH}"
+SECRET_ENV_PREFIX = "MCQ_SECRET_"
+SECRETS_DIR_ENV = "MCQ_SECRETS_DIR"
+DEFAULT_SECRETS_DIR = "/run/secrets"
+HOW = f"write a reference instead: ${{env:{SECRET_ENV_PREFIX}NAME}} or ${{file:PATH}} (in the secrets directory)"
 
 
 class SecretUnresolved(McqError):
     """A reference whose variable is not set or whose file cannot be read."""
 
     exit_code = EXIT_CONFIG
+
+
+class SecretRefused(SecretUnresolved):
+    """A reference to something the deployment did not set aside for secrets (a variable
+    without the ``MCQ_SECRET_`` prefix, a file outside the secrets directories)."""
+
+
+def secrets_dirs() -> list[Path]:
+    """The directories ``${file:…}`` may read from (``MCQ_SECRETS_DIR``), resolved."""
+    raw = os.environ.get(SECRETS_DIR_ENV, DEFAULT_SECRETS_DIR)
+    return [Path(p).resolve() for p in raw.split(os.pathsep) if p]
 
 
 def is_reference(value: object) -> bool:
@@ -54,7 +78,14 @@ def literal_secrets(settings: Any, path: tuple[str | int, ...] = ()) -> Iterator
             here = (*path, key)
             if isinstance(value, dict | list):
                 yield from literal_secrets(value, here)
-            elif not isinstance(value, str) or not value or is_reference(value):
+            elif isinstance(value, str) and (match := REFERENCE.match(value)):
+                if match.group(1) == "env" and not match.group(2).startswith(SECRET_ENV_PREFIX):
+                    yield (
+                        here,
+                        f"${{env:{match.group(2)}}} can never resolve: only variables named "
+                        f"{SECRET_ENV_PREFIX}* may be referenced",
+                    )
+            elif not isinstance(value, str) or not value:
                 continue
             elif SECRET_KEY.search(str(key)):
                 yield here, f"a secret in clear (the registry is stored in a Kafka topic): {HOW}"
@@ -76,14 +107,26 @@ def resolve(value: str, where: str) -> SecretStr:
         return SecretStr(value)
     kind, name = match.groups()
     if kind == "env":
+        if not name.startswith(SECRET_ENV_PREFIX):
+            raise SecretRefused(
+                f"{where}: ${{env:{name}}}: refused: only variables named {SECRET_ENV_PREFIX}* may be referenced"
+            )
         found = os.environ.get(name)
         if found is None:
             raise SecretUnresolved(f"{where}: ${{env:{name}}}: the environment variable {name} is not set")
         return SecretStr(found)
+    dirs = secrets_dirs()
+    path = Path(name) if Path(name).is_absolute() or not dirs else dirs[0] / name
+    real = path.resolve()
+    if not any(real.is_relative_to(d) for d in dirs):
+        where_ = ", ".join(map(str, dirs)) or "none"
+        raise SecretRefused(
+            f"{where}: ${{file:{name}}}: refused: not inside a secrets directory ({SECRETS_DIR_ENV}: {where_})"
+        )
     try:
-        return SecretStr(Path(name).read_text().removesuffix("\n"))
-    except OSError as exc:
-        raise SecretUnresolved(f"{where}: ${{file:{name}}}: cannot read: {exc.strerror}") from None
+        return SecretStr(real.read_text().removesuffix("\n"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SecretUnresolved(f"{where}: ${{file:{name}}}: cannot read: {getattr(exc, 'strerror', exc)}") from None
 
 
 def _resolved(value: object) -> object:

@@ -5,11 +5,11 @@ directories -- ADSI to Active Directory and LDAP to OpenLDAP, as in the MCQ pape
 
     targets:
       ad:     {type: ldap, url: "ldaps://ad.example:636", base_dn: "dc=ad,dc=example",
-               bind_dn: "cn=mcq,ou=services,dc=ad,dc=example", password: "${env:AD_PASSWORD}"}
+               bind_dn: "cn=mcq,ou=services,dc=ad,dc=example", password: "${env:MCQ_SECRET_AD_PASSWORD}"}
       hr:     {type: postgres, host: hr-db, port: 5432, dbname: hr, user: mcq,
                password: "${file:/run/secrets/hr}"}
 
-A password may be a reference (``${env:NAME}``, ``${file:PATH}``), resolved when the
+A password may be a reference (``${env:MCQ_SECRET_NAME}``, ``${file:PATH}``), resolved when the
 connection is made or the listener using it starts (:meth:`LdapSettings.bind_password`,
 :meth:`DatabaseSettings.dsn`), so a process that never uses a target needs none of its
 secrets.

@@ -23,7 +23,7 @@ class SqlImportSettings(AdapterSettings):
     database: str = "vendor"
     dsn: ResolvedSecret | None = None
     """A libpq connection string instead of a configured database (a reference when it holds
-    a password: ``${env:NAME}``)."""
+    a password: ``${env:MCQ_SECRET_NAME}``)."""
     statement_timeout_ms: int = 10_000
     install: Path | None = None
     """A vendor schema script to run when the import table is missing (the sample:

@@ -18,6 +18,6 @@ class TableSettings(AdapterSettings):
     or a named ``postgres`` target of the configuration (``targets.<name>``)."""
     dsn: ResolvedSecret | None = None
     """A libpq connection string instead of a configured database: a reference
-    (``${env:NAME}``) when it holds a password."""
+    (``${env:MCQ_SECRET_NAME}``) when it holds a password."""
     statement_timeout_ms: int = 10_000
     """A statement that waits longer (a lock held elsewhere) fails the change, not the listener."""

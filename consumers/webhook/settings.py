@@ -17,9 +17,9 @@ class WebhookSettings(PayloadSettings):
     url: AnyHttpUrl
     timeout_s: float = 10.0
     headers: dict[str, ResolvedText] = {}
-    """Extra headers; a value may be a reference (``Authorization: ${env:HOOK_AUTH}``)."""
+    """Extra headers; a value may be a reference (``Authorization: ${env:MCQ_SECRET_HOOK_AUTH}``)."""
     bearer_token: ResolvedSecret | None = None
-    """Sent as ``Authorization: Bearer ...``; a reference (``${env:NAME}``, ``${file:PATH}``)
+    """Sent as ``Authorization: Bearer ...``; a reference (``${env:MCQ_SECRET_NAME}``, ``${file:PATH}``)
     resolved when the listener starts; never printed."""
     ca_file: Path | None = None
     """The CA bundle (PEM) that signed the endpoint's certificate (unset: the system's CAs).

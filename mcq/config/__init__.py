@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     """Named connections to targets, for listeners that write to more than one directory or
     database (ADSI to Active Directory beside LDAP to OpenLDAP): a listener's adapter
     settings name one (``target: ad``); ``ldap``, ``vendor`` and ``source`` stay the
-    defaults. Passwords may be references (``${env:AD_PASSWORD}``), resolved on connecting."""
+    defaults. Passwords may be references (``${env:MCQ_SECRET_AD_PASSWORD}``), resolved on connecting."""
     topics: TopicSettings = TopicSettings()
     console: ConsoleSettings = ConsoleSettings()
     log: LogSettings = LogSettings()

@@ -87,8 +87,8 @@ def test_unavailable_target_waits_loses_nothing_and_converges(
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
         conn.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
     dsn = f"host=127.0.0.1 port={settings.vendor.port} dbname={settings.vendor.dbname} user={role} password=pw"
-    monkeypatch.setenv(f"MCQ_TEST_DSN_{token.upper()}", dsn)  # a password: by reference in the registry
-    w = make_world(settings, token, tmp_path, dsn=f"${{env:MCQ_TEST_DSN_{token.upper()}}}")
+    monkeypatch.setenv(f"MCQ_SECRET_TEST_DSN_{token.upper()}", dsn)  # a password: by reference in the registry
+    w = make_world(settings, token, tmp_path, dsn=f"${{env:MCQ_SECRET_TEST_DSN_{token.upper()}}}")
     first = random_stream(200, 50, seed=1)
     produce(w.settings, w.phone_topic, first)
     with running(w, http_port=0) as rt:

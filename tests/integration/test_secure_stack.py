@@ -67,7 +67,7 @@ listeners:
     adapter: {{type: table, settings: {{table: sec_t.a}}}}
   - name: B
     owner: tests@example
-    adapter: {{type: webhook, settings: {{url: "{url}", timeout_s: 5, bearer_token: "${{env:HOOK_TOKEN}}"}}}}
+    adapter: {{type: webhook, settings: {{url: "{url}", timeout_s: 5, bearer_token: "${{env:MCQ_SECRET_HOOK_TOKEN}}"}}}}
 interests:
   - {{listener: A, tname: PHONE}}
   - {{listener: B, tname: PHONE}}
@@ -190,7 +190,7 @@ def test_the_pipeline_runs_with_each_process_as_its_own_principal(secure_stack: 
         # the normaliser and the listeners, each as its own principal (nothing configured)
         sec.mcq("streams", "normalize", "--once", "--no-http", "--checkpoint", str(tmp_path / "ckpt"), timeout=600)
         sec.mcq("listen", "A", "--until-caught-up", "--no-http")
-        sec.mcq("listen", "B", "--until-caught-up", "--no-http", env={"HOOK_TOKEN": sec.secrets["webhook token"]})
+        sec.mcq("listen", "B", "--until-caught-up", "--no-http", env={"MCQ_SECRET_HOOK_TOKEN": sec.secrets["webhook token"]})
         expected = {
             ChangeKey("PHONE", person_id=int(r["person_id"]), aux_string=r["tele_type"]).text(): r for r in rows
         }

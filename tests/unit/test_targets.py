@@ -38,15 +38,15 @@ def configured(monkeypatch: pytest.MonkeyPatch) -> Settings:
         "MCQ_TARGETS__AD__URL": "ldaps://ad.campus.example:636",
         "MCQ_TARGETS__AD__BASE_DN": "dc=ad,dc=example",
         "MCQ_TARGETS__AD__BIND_DN": "cn=mcq,dc=ad,dc=example",
-        "MCQ_TARGETS__AD__PASSWORD": "${env:AD_PASSWORD}",
+        "MCQ_TARGETS__AD__PASSWORD": "${env:MCQ_SECRET_AD_PASSWORD}",
         "MCQ_TARGETS__HR__TYPE": "postgres",
         "MCQ_TARGETS__HR__HOST": "hr-db.campus.example",
         "MCQ_TARGETS__HR__PORT": "5433",
         "MCQ_TARGETS__HR__DBNAME": "hr",
-        "MCQ_TARGETS__HR__PASSWORD": "${env:HR_PASSWORD}",
+        "MCQ_TARGETS__HR__PASSWORD": "${env:MCQ_SECRET_HR_PASSWORD}",
     }.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AD_PASSWORD", raising=False)
+    monkeypatch.delenv("MCQ_SECRET_AD_PASSWORD", raising=False)
     return load_settings()
 
 
@@ -65,13 +65,13 @@ def test_a_password_reference_is_resolved_on_connecting_not_on_loading(
     ad = configured.ldap_target("ad")
     with pytest.raises(SecretUnresolved, match=r"ldaps://ad.campus.example:636: password: .*AD_PASSWORD is not set"):
         ad.bind_password()
-    monkeypatch.setenv("AD_PASSWORD", "s3cret")
+    monkeypatch.setenv("MCQ_SECRET_AD_PASSWORD", "s3cret")
     assert ad.bind_password().get_secret_value() == "s3cret"
     assert "s3cret" not in configured.model_dump_json() and "s3cret" not in repr(configured)
 
 
 def test_a_named_database_is_a_table_targets_connection(configured: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HR_PASSWORD", "pw")
+    monkeypatch.setenv("MCQ_SECRET_HR_PASSWORD", "pw")
     hr = configured.database("hr")
     assert hr.dsn() == "postgresql://mcq:pw@hr-db.campus.example:5433/hr"
     assert str(hr) == "postgresql://mcq@hr-db.campus.example:5433/hr"  # what logs may show
@@ -98,7 +98,7 @@ def test_a_target_of_another_type_is_refused_by_name(configured: Settings) -> No
 def test_spark_reads_a_named_database_through_jdbc_with_its_password_reference_resolved(
     configured: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HR_PASSWORD", "pw")
+    monkeypatch.setenv("MCQ_SECRET_HR_PASSWORD", "pw")
     registry = parse_registry(REGISTRY, "r.yaml")
     hr = make_adapter(registry.listener("HR"), configured)  # type: ignore[arg-type]
     assert hr.jdbc_options() == {  # type: ignore[attr-defined]
