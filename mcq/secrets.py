@@ -35,6 +35,15 @@ REFERENCE = re.compile(r"^\$\{(env|file):([^}]+)\}$")
 SECRET_KEY = re.compile(
     r"password|passwd|secret|token|credential|authorization|api[_-]?key|private[_-]?key", re.IGNORECASE
 )
+SHOWN_SECRET_KEY = re.compile(
+    SECRET_KEY.pattern + r"|ssl\.key\b|keystore|truststore\.|\.config$|jaas|oauthbearer|keytab", re.IGNORECASE
+)
+"""Keys whose values are not shown (``mcq config``): SECRET_KEY's, and the client settings
+that carry a key or a secret inside a larger value (``ssl.key.pem``,
+``sasl.oauthbearer.config``, ``sasl.jaas.config``, a keystore)."""
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/:@\s]*:)[^@\s]*(?P<at>@)", re.IGNORECASE)
+_DSN_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+MASK = "**********"
 SECRET_ENV_PREFIX = "MCQ_SECRET_"
 SECRETS_DIR_ENV = "MCQ_SECRETS_DIR"
 DEFAULT_SECRETS_DIR = "/run/secrets"
@@ -142,3 +151,20 @@ ResolvedSecret = Annotated[SecretStr, BeforeValidator(_resolved)]
 """A settings field holding a secret or a reference to one, resolved when the model is built."""
 ResolvedText = Annotated[str, BeforeValidator(_resolved)]
 """Text that may be a reference (a header value such as ``Authorization``)."""
+
+
+def masked(data: Any) -> Any:
+    """``data`` (settings as JSON-ready values) with every secret masked: the values of keys
+    :data:`SHOWN_SECRET_KEY` matches, and a password inside a URL (``scheme://user:pw@``) or
+    a connection string (``password=pw``)."""
+    if isinstance(data, dict):
+        return {
+            k: MASK if SHOWN_SECRET_KEY.search(str(k)) and isinstance(v, str) and v else masked(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [masked(v) for v in data]
+    if isinstance(data, str):
+        text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{MASK}{m['at']}", data)
+        return _DSN_PASSWORD.sub(lambda m: f"{m['head']}{MASK}", text)
+    return data

@@ -3,6 +3,7 @@ settings)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -157,5 +158,8 @@ def _follow(path: Path) -> None:
 
 @main.command("config")
 def show_config() -> None:
-    """Print the effective configuration (secrets masked)."""
-    console.print_json(_settings().model_dump_json(indent=2))
+    """Print the effective configuration (secrets masked: passwords, keys, tokens, the
+    client settings that carry one, and a password inside a URL or connection string)."""
+    from mcq.secrets import masked
+
+    console.print_json(json.dumps(masked(json.loads(_settings().model_dump_json()))))

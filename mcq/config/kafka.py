@@ -13,7 +13,7 @@ from pydantic import (
 )
 
 from mcq.config.section import Section
-from mcq.secrets import SECRET_KEY
+from mcq.secrets import MASK, SHOWN_SECRET_KEY
 
 KAFKA_CLIENT_LOGGER = "mcq.kafka.client"
 
@@ -48,12 +48,13 @@ class KafkaSettings(Section):
     """Any other librdkafka property: passed unchanged to confluent-kafka, and to Spark's Kafka
     source/sink as ``kafka.<name>`` (renamed where the Java client calls it otherwise; the
     librdkafka-only ones listed in ``SPARK_UNPASSED`` are not passed). A property whose name
-    says it is secret (``sasl.oauthbearer.client.secret``, ``ssl.key.password``…) is masked
+    says it is secret or carries one (``sasl.oauthbearer.client.secret``, ``ssl.key.pem``,
+    ``sasl.oauthbearer.config``…: mcq.secrets.SHOWN_SECRET_KEY) is masked
     wherever the settings are shown (``mcq config``)."""
 
     @field_serializer("extra")
     def _mask_extra(self, extra: dict[str, str]) -> dict[str, str]:
-        return {k: "**********" if SECRET_KEY.search(k) else v for k, v in extra.items()}
+        return {k: MASK if SHOWN_SECRET_KEY.search(k) else v for k, v in extra.items()}
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():

@@ -190,7 +190,8 @@ def test_the_pipeline_runs_with_each_process_as_its_own_principal(secure_stack: 
         # the normaliser and the listeners, each as its own principal (nothing configured)
         sec.mcq("streams", "normalize", "--once", "--no-http", "--checkpoint", str(tmp_path / "ckpt"), timeout=600)
         sec.mcq("listen", "A", "--until-caught-up", "--no-http")
-        sec.mcq("listen", "B", "--until-caught-up", "--no-http", env={"MCQ_SECRET_HOOK_TOKEN": sec.secrets["webhook token"]})
+        token = {"MCQ_SECRET_HOOK_TOKEN": sec.secrets["webhook token"]}
+        sec.mcq("listen", "B", "--until-caught-up", "--no-http", env=token)
         expected = {
             ChangeKey("PHONE", person_id=int(r["person_id"]), aux_string=r["tele_type"]).text(): r for r in rows
         }

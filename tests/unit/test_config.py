@@ -127,6 +127,22 @@ def test_secrets_never_print(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "**********" in out
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("MCQ_KAFKA__EXTRA", f'{{"ssl.key.pem": "-----BEGIN PRIVATE KEY-----{SECRET}"}}'),
+     ("MCQ_KAFKA__EXTRA", f'{{"sasl.oauthbearer.config": "clientId=mcq clientSecret={SECRET}"}}'),
+     ("MCQ_KAFKA__EXTRA", f'{{"sasl.jaas.config": "password=\\"{SECRET}\\""}}'),
+     ("MCQ_KAFKA__EXTRA", f'{{"ssl.keystore.pem": "{SECRET}"}}'),
+     ("MCQ_REGISTRY__URL", f"https://mcq:{SECRET}@registry.example/apis/ccompat/v7")],
+)  # fmt: skip
+def test_mcq_config_masks_every_setting_that_carries_a_secret(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    out = subprocess.run([sys.executable, "-m", "mcq.cli", "config"], capture_output=True, text=True, check=True).stdout
+    assert SECRET not in out and "**********" in out
+
+
 def test_settings_are_frozen() -> None:
     s = Settings()
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError for frozen models
