@@ -184,6 +184,16 @@ class AppliedPositions:
     def mark_dead(self, key: ChangeKey, position: Position) -> None:
         self._mark(DEAD + key.text(), position)
 
+    def dead(self, key: ChangeKey) -> Position | None:
+        """The newest change of the key dead-lettered, while no newer one was applied."""
+        return self._marks.get(DEAD + key.text())
+
+    def clear_dead(self, key: ChangeKey) -> None:
+        """Forget the key's dead mark (a newer change of it was applied: its dead letters are
+        superseded)."""
+        if self._marks.pop(DEAD + key.text(), None) is not None:
+            self._produce(DEAD + key.text(), None)
+
     def mark_exposed(self, mark: ExposureMark) -> bool:
         """Remember that deletes on ``mark.topic`` may have been missed; the caller flushes
         the producer before committing past the changes judged. A topic already marked

@@ -19,6 +19,7 @@ commits the batch's offsets (the acknowledgement).
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +28,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
-from consumers.runtime.parking import Origin, backoff_s, failure_headers, headers_of
-from mcq.change import POSITION_HEADER, Change, Position
+from consumers.runtime.parking import SUPERSEDED, Origin, backoff_s, failure_headers, headers_of
+from mcq.change import POSITION_HEADER, Change, ChangeKey, Position
 
 if TYPE_CHECKING:
     from confluent_kafka import Message, Producer
@@ -174,6 +175,7 @@ class Delivery:
         seen, verdict = self.view.see(change, present)
         if seen is None:
             self._tally.count("absent_deletes" if change.state is None else "filtered")
+            self._settled(key, change.position)  # the target holds what the view wants of the key: nothing
             return None
         item = Item(item.msg, item.origin, seen, item.retry_lane, verdict)
         due = _due_at(seen, verdict.delay_s)
@@ -271,8 +273,29 @@ class Delivery:
             return
         for item in items:
             assert item.change is not None
-            self.applied.record(item.change.key, item.change.position, present=item.change.change_type != "DELETE")
+            key, position = item.change.key, item.change.position
+            self.applied.record(key, position, present=item.change.change_type != "DELETE")
+            self._settled(key, position)
         self._tally.applied(len(items), lane)
+
+    def _settled(self, key: ChangeKey, position: Position) -> None:
+        """The target holds the listener's view of the key as of a change newer than the
+        key's dead-lettered one (applied, or nothing to do): its dead letters are resolved
+        as superseded (``mcq dlq list`` says so, ``mcq status`` stops alerting). Flushed
+        with the batch, before its offsets are committed."""
+        dead = self.applied.dead(key)
+        if dead is None or dead >= position:
+            return
+        value = {
+            "action": "superseded",
+            "at": time.time(),
+            "position": str(position),
+            "reason": f"a newer change of {key} was applied ({position})",
+        }
+        self._producer.produce(
+            self.topics.dlq_resolved, key=f"{SUPERSEDED}{key.text()}".encode(), value=json.dumps(value).encode()
+        )
+        self.applied.clear_dead(key)
 
     # ------------------------------------------------------------------ failing
 
@@ -340,11 +363,21 @@ class Delivery:
         """Into the dead-letter topic with its reason (AQ's exception queue)."""
         attempts = attempts if attempts is not None else item.origin.attempts + 1
         position = str(item.change.position) if item.change is not None else headers_of(item.msg).get(POSITION_HEADER)
+        key = item.change.key if item.change is not None else None
         self._producer.produce(
             self.topics.dlq,
             key=item.msg.key(),
             value=item.msg.value(),
-            headers=failure_headers(self.name, item.origin, attempts, error, kind, None, position),
+            headers=failure_headers(
+                self.name,
+                item.origin,
+                attempts,
+                error,
+                kind,
+                None,
+                position,
+                key.text() if key is not None else None,
+            ),
         )
         if item.change is not None:
             self.applied.mark_dead(item.change.key, item.change.position)

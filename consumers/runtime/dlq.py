@@ -6,6 +6,12 @@ keyed by the entry's id (``partition:offset``), to the listener's compacted
 ``dlq-resolved`` topic; ``list`` shows the entries without one. Requeueing puts the
 original record back in the listener's retry lane, due at once, with a fresh attempt
 count; a newer change of the same key applied meanwhile makes it superseded.
+
+The listener resolves dead letters itself when a newer change of their key reaches the
+target: one ``superseded:<key>`` record in ``dlq-resolved`` naming the position applied
+resolves every dead letter of that key from an older position (its ``mcq.key`` and
+``mcq.position`` headers say which) -- the target holds a newer state already, so the
+dead letter no longer needs anyone.
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ from consumers.runtime.parking import (
     H_ERROR_KIND,
     H_FAILED_AT,
     H_HOLD_UNTIL,
+    H_KEY,
     H_LISTENER,
     H_OFFSET,
     H_PARTITION,
     H_REQUEUED_FROM,
     H_TOPIC,
+    SUPERSEDED,
     Headers,
     headers_of,
 )
-from mcq.change import BadChange, ChangeCodec
+from mcq.change import POSITION_HEADER, BadChange, ChangeCodec, Position
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.topics.exceptions import TopicReadError
@@ -88,11 +96,17 @@ class DeadLetters:
     def entries(self, include_resolved: bool = False) -> list[DeadLetter]:
         resolutions: dict[str, dict[str, Any]] = {}
         for msg in _read_all(self.settings, self.topics.dlq_resolved):
-            key, value = (msg.key() or b"").decode(), msg.value()
+            key, value = (msg.key() or b"").decode("utf-8", "replace"), msg.value()
             if value is None:
                 resolutions.pop(key, None)
-            else:
-                resolutions[key] = json.loads(value)
+                continue
+            try:
+                resolution = json.loads(value)
+            except ValueError:
+                continue  # not a resolution: resolves nothing
+            if isinstance(resolution, dict) and isinstance(resolution.get("action"), str):
+                resolutions[key] = resolution
+        superseded = {k.removeprefix(SUPERSEDED): v for k, v in resolutions.items() if k.startswith(SUPERSEDED)}
         out = []
         for msg in _read_all(self.settings, self.topics.dlq):
             entry_id = f"{msg.partition()}:{msg.offset()}"
@@ -105,9 +119,33 @@ class DeadLetters:
                 headers_of(msg),
                 resolutions.get(entry_id),
             )
+            if entry.resolution is None and superseded:
+                entry.resolution = self._superseded(entry, superseded)
             if include_resolved or entry.resolution is None:
                 out.append(entry)
         return out
+
+    def _superseded(self, entry: DeadLetter, superseded: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """The resolution by key that covers this dead letter, if any."""
+        key, position = entry.headers.get(H_KEY), entry.headers.get(POSITION_HEADER)
+        if key is None or position is None:  # written before dead letters carried them
+            codec = ChangeCodec(registry_client(self.settings))
+            try:
+                change = codec.decode(self.topics.dlq, entry.partition, entry.offset, entry.key, entry.value)
+            except BadChange:
+                return None
+            if change is None:
+                return None
+            key, position = change.key.text(), position or str(change.position)
+        resolution = superseded.get(key)
+        if resolution is None:
+            return None
+        try:
+            if Position.parse(position) < Position.parse(str(resolution.get("position"))):
+                return resolution
+        except ValueError:
+            return None
+        return None
 
     def get(self, entry_id: str) -> DeadLetter:
         for entry in self.entries(include_resolved=True):

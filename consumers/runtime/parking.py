@@ -28,6 +28,12 @@ H_LISTENER = "mcq.listener"
 H_FAILED_AT = "mcq.failed_at_ms"
 H_HOST = "mcq.host"
 H_REQUEUED_FROM = "mcq.requeued_from"
+SUPERSEDED = "superseded:"
+"""Key prefix of a dead-letter resolution by key (``superseded:<key>``, in ``dlq-resolved``):
+every dead letter of the key older than the position it names is superseded."""
+H_KEY = "mcq.key"
+"""The change's logical key (``ChangeKey.text()``) on a dead letter: what a newer applied
+change of the key supersedes."""
 
 Headers = list[tuple[str, str | bytes | None]]
 
@@ -83,6 +89,7 @@ def failure_headers(
     kind: str,
     hold_until_ms: int | None = None,
     position: str | None = None,
+    key: str | None = None,
 ) -> Headers:
     """Headers of a parked or dead change. ``position`` (the change's source position) goes
     along so that a tombstone keeps the one only its header had."""
@@ -101,4 +108,6 @@ def failure_headers(
         h.append((H_HOLD_UNTIL, str(hold_until_ms).encode()))
     if position is not None:
         h.append((POSITION_HEADER, position.encode()))
+    if key is not None:
+        h.append((H_KEY, key.encode()))
     return h

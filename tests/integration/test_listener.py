@@ -195,6 +195,45 @@ def test_always_failing_change_is_dead_lettered_while_others_flow_then_requeued(
         assert rt.counters.dead_lettered == 1
 
 
+def test_a_dead_letter_is_resolved_as_superseded_once_a_newer_change_of_its_key_is_applied(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    w = make_world(settings, token, tmp_path, park=0.5)
+    w.registry_file.write_text(
+        w.registry_file.read_text().replace(
+            "stuck_after_s: 600", "stuck_after_s: 600\n      alert_after_dead_letters: 1"
+        )
+    )
+    _reject(w.settings, w.table, "REJECT")
+    bad, other = change("PHONE", 41, "REJECT", "INSERT"), change("PHONE", 42, "REJECT", "INSERT")
+    produce(w.settings, w.phone_topic, [bad, other])
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    status = ["status", w.name, "--registry", str(w.registry_file), "--json"]
+    with running(w) as rt:
+        wait_for("the dead letters", lambda: rt.counters.dead_lettered == 2, 90)
+        assert CliRunner().invoke(cli, status, env=env).exit_code == 1  # alerting
+        fixed = change("PHONE", 41, "+47 555", "UPDATE")  # the source fixed person 41's number
+        produce(w.settings, w.phone_topic, [fixed])
+        wait_for("the fix applied", lambda: target_state(w.settings, w.table).get(fixed.key.text()) == fixed.after, 60)
+        wait_for("the first dead letter superseded", lambda: len(DeadLetters(w.settings, w.name).entries()) == 1, 30)
+    [left] = DeadLetters(w.settings, w.name).entries()
+    assert left.headers["mcq.key"] == other.key.text()
+    every = {e.headers["mcq.key"]: e for e in DeadLetters(w.settings, w.name).entries(include_resolved=True)}
+    resolution = every[bad.key.text()].resolution
+    assert resolution is not None and resolution["action"] == "superseded", resolution
+    listed = CliRunner().invoke(cli, ["dlq", "list", w.name, "--all"], env=env)
+    assert "superseded" in listed.output, listed.output
+    [row] = json.loads(CliRunner().invoke(cli, status, env=env).stdout)
+    assert row["dead_letters"] == 1  # the other key's, still wrong at the target
+    # the other key deleted at the source: its dead letter is superseded too, and status is quiet
+    with running(w) as rt:
+        produce(w.settings, w.phone_topic, [change("PHONE", 42, None, "DELETE")])
+        wait_for("the last dead letter superseded", lambda: DeadLetters(w.settings, w.name).entries() == [], 60)
+    result = CliRunner().invoke(cli, status, env=env)
+    [row] = json.loads(result.stdout)
+    assert row["dead_letters"] == 0 and row["alert"] is None, result.stdout
+
+
 def test_parked_change_superseded_by_a_newer_one_is_dropped(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:
