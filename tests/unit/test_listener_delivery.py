@@ -92,6 +92,12 @@ class Applied:
     def mark_dead(self, key: ChangeKey, position: Position) -> None:
         self.deads[key.text()] = position
 
+    def dead(self, key: ChangeKey) -> Position | None:
+        return self.deads.get(key.text())
+
+    def clear_dead(self, key: ChangeKey) -> None:
+        self.deads.pop(key.text(), None)
+
     def refresh(self) -> None:
         pass
 
