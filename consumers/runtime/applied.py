@@ -3,9 +3,13 @@
 Three facts per logical key, each its own record in ``<prefix>.listener.NAME.applied``
 (compacted: the last value per record key is what counts), and one per logical topic:
 
-* ``<key>`` = ``commit/lsn`` (the key is at the target) or ``commit/lsn/-`` (it is not:
-  deleted at the source, or left this listener's view): the position of the last change
-  applied, and whether the key is now *present* at the target. A change not newer than
+* ``<key>`` = ``commit/lsn/+digest`` (the key is at the target) or ``commit/lsn/-`` (it is
+  not: deleted at the source, or left this listener's view): the position of the last
+  change applied, and whether the key is now *present* at the target; the digest is of
+  the state the listener's view gave the target (``commit/lsn`` alone: present, digest
+  not known). An update whose view has the digest the target got last is invisible to
+  this listener (housekeeping: it changed only columns the listener does not see) and is
+  not delivered. A change not newer than
   it is a duplicate or a replay (skipped), a parked change a newer one overtook is
   superseded, and whether the key is present decides what a change means to this
   listener (an insert when it enters the view, a delete when it leaves it, nothing for a
@@ -41,11 +45,14 @@ records after it is what reading the whole topic gives.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import time
 from array import array
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Message, Producer, TopicPartition
 
@@ -62,10 +69,19 @@ PARK, DEAD = "park:", "dead:"
 OWN_WRITES_KEPT = 2_000_000  # offsets of own writes remembered per partition (8 bytes each)
 
 
-Applied = tuple[int, int, bool]
+Applied = tuple[int, int, bool, int]
 """The last change applied for a key: its position (last commit LSN, LSN; compared as a
-tuple, as :class:`~mcq.change.Position` compares) and whether the key is at the target now.
-A plain tuple: a snapshot restores 85k of them with no object built per key."""
+tuple, as :class:`~mcq.change.Position` compares), whether the key is at the target now,
+and the digest of the state it got (:func:`state_digest`; 0: not known). A plain tuple: a
+snapshot restores 85k of them with no object built per key."""
+
+
+def state_digest(state: dict[str, Any] | None) -> int:
+    """A 64-bit digest of a state as a listener's view gives it to the target (never 0)."""
+    if state is None:
+        return 0
+    text = json.dumps(state, sort_keys=True, default=str, separators=(",", ":"))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") or 1
 
 
 def _read_error(exc: TopicReadError) -> ConsumerError:
@@ -74,13 +90,17 @@ def _read_error(exc: TopicReadError) -> ConsumerError:
 
 
 def applied_text(applied: Applied) -> str:
-    """``commit/lsn``, or ``commit/lsn/-`` when the key is not at the target."""
-    return f"{applied[0]}/{applied[1]}" if applied[2] else f"{applied[0]}/{applied[1]}/-"
+    """``commit/lsn/+digest`` (or ``commit/lsn`` without one), or ``commit/lsn/-`` when the
+    key is not at the target."""
+    if not applied[2]:
+        return f"{applied[0]}/{applied[1]}/-"
+    return f"{applied[0]}/{applied[1]}/+{applied[3]:x}" if applied[3] else f"{applied[0]}/{applied[1]}"
 
 
 def parse_applied(value: bytes) -> Applied:
     parts = value.decode().split("/")
-    return (int(parts[0]), int(parts[1]), len(parts) < 3)
+    tail = parts[2] if len(parts) > 2 else ""
+    return (int(parts[0]), int(parts[1]), tail != "-", int(tail[1:], 16) if tail.startswith("+") else 0)
 
 
 class AppliedPositions:
@@ -123,6 +143,11 @@ class AppliedPositions:
         """Whether the key is at the target (as far as this listener applied changes)."""
         found = self._applied.get(key.text())
         return found is not None and found[2]
+
+    def digest(self, key: ChangeKey) -> int:
+        """The digest of the state the target got last for the key (0: not known, or not there)."""
+        found = self._applied.get(key.text())
+        return found[3] if found is not None and found[2] else 0
 
     def blocked(self, key: ChangeKey) -> bool:
         """Whether a change of the key waits in the retry lane: later ones queue behind it."""
@@ -168,15 +193,17 @@ class AppliedPositions:
 
     # ------------------------------------------------------------------ writing
 
-    def record(self, key: ChangeKey, position: Position, present: bool = True) -> None:
-        """Remember an applied change; the caller flushes the producer before committing.
-        A position equal to the one held is written again when presence changes (a
-        tombstone without position, a refresh of the same state)."""
+    def record(self, key: ChangeKey, position: Position, present: bool = True, digest: int = 0) -> None:
+        """Remember an applied change (``digest``: of the state the target got); the caller
+        flushes the producer before committing. A position equal to the one held is written
+        again when presence changes (a tombstone without position, a refresh of the same
+        state) or the state does (a refresh through another view)."""
         text = key.text()
         current = self._applied.get(text)
         at = (position.last_commit_lsn, position.lsn)
-        if current is None or at > current[:2] or (at == current[:2] and not present):
-            self._put(text, (at[0], at[1], present))
+        digest = digest if present else 0
+        if current is None or at > current[:2] or (at == current[:2] and (not present or digest != current[3])):
+            self._put(text, (at[0], at[1], present, digest))
 
     def mark_parked(self, key: ChangeKey, position: Position) -> None:
         self._mark(PARK + key.text(), position)
@@ -260,7 +287,7 @@ class AppliedPositions:
             return
         applied = parse_applied(value)
         current = self._applied.get(key)
-        if current is None or applied[:2] > current[:2] or (applied[:2] == current[:2] and applied[2] != current[2]):
+        if current is None or applied[:2] > current[:2] or (applied[:2] == current[:2] and applied[2:] != current[2:]):
             self._applied[key] = applied
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
@@ -355,7 +382,9 @@ class AppliedPositions:
         if isinstance(snap, str):
             return snap
         st = snap.state
-        self._applied = st["applied"]  # already (commit, lsn, present) per key
+        self._applied = st["applied"]  # already (commit, lsn, present, digest) per key
+        if any(len(a) < 4 for a in self._applied.values()):  # saved before digests were kept
+            self._applied = {k: (*a[:3], 0) if len(a) < 4 else a for k, a in self._applied.items()}  # type: ignore[misc]
         self._marks = {name: Position(c, lsn) for name, (c, lsn) in st["marks"].items()}
         for key, value in st["exposed"].items():
             fold_mark(self._exposed, key, value.encode())

@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
+from consumers.runtime.applied import state_digest
 from consumers.runtime.parking import SUPERSEDED, Origin, backoff_s, failure_headers, headers_of
 from mcq.change import POSITION_HEADER, Change, ChangeKey, Position
 
@@ -177,6 +178,9 @@ class Delivery:
             self._tally.count("absent_deletes" if change.state is None else "filtered")
             self._settled(key, change.position)  # the target holds what the view wants of the key: nothing
             return None
+        if self._invisible(seen):
+            self._tally.count("filtered")
+            return None
         item = Item(item.msg, item.origin, seen, item.retry_lane, verdict)
         due = _due_at(seen, verdict.delay_s)
         if due is not None and due > time.time():
@@ -185,6 +189,16 @@ class Delivery:
         if self._expired(item):
             return None
         return item
+
+    def _invisible(self, seen: Change) -> bool:
+        """Housekeeping per listener: an update from the source whose state, as this
+        listener's view gives it, is the one the target got last (it changed only columns
+        the listener does not see). Not while the key has a dead letter: the update then
+        carries the state the target lacks."""
+        if seen.change_type != "UPDATE" or seen.cause != "source" or self.applied.dead(seen.key) is not None:
+            return False
+        held = self.applied.digest(seen.key)
+        return held != 0 and held == state_digest(seen.after)
 
     def _expired(self, item: Item) -> bool:
         """AQ's expiration: a change not applied in time goes to the dead-letter topic."""
@@ -274,7 +288,8 @@ class Delivery:
         for item in items:
             assert item.change is not None
             key, position = item.change.key, item.change.position
-            self.applied.record(key, position, present=item.change.change_type != "DELETE")
+            present = item.change.change_type != "DELETE"
+            self.applied.record(key, position, present, state_digest(item.change.after) if present else 0)
             self._settled(key, position)
         self._tally.applied(len(items), lane)
 

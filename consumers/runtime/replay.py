@@ -168,7 +168,7 @@ class Replay(ListenerGroups):
         producer = self._producer
         for i, (key, present) in enumerate(sorted(plan.keys.items()), start=1):
             producer.produce(self.topics.applied, key=key.encode(), value=None)
-            producer.produce(self.topics.applied, key=key.encode(), value=applied_text((0, 0, present)).encode())
+            producer.produce(self.topics.applied, key=key.encode(), value=applied_text((0, 0, present, 0)).encode())
             if i % 20_000 == 0:
                 producer.poll(0)
                 self.report(f"replay {self.name}: reset {i:,} of {len(plan.keys):,} applied positions")

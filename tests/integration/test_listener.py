@@ -484,6 +484,29 @@ def test_content_rule_selects_which_changes_a_listener_gets(
         assert home.key.text() not in target_state(w.settings, w.table)
 
 
+def test_an_update_invisible_to_the_listeners_columns_is_not_delivered_but_counted_as_filtered(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """Housekeeping per listener: the interest sees person_id and tele_type only, so an
+    update of the phone number alone is nothing to its target; a refresh still is."""
+    w = make_world(settings, token, tmp_path)
+    text = w.registry_file.read_text()
+    narrow = "{listener: T, tname: PHONE, columns: [person_id, tele_type]}"
+    seen = parse_registry(text.replace("{listener: T, tname: PHONE}", narrow), "narrow.yaml")
+    first = change("PHONE", 3, "111", "INSERT")
+    produce(w.settings, w.phone_topic, [first, change("PHONE", 3, "222"), change("PHONE", 3, "333")])
+    with running(w, registry=seen) as rt:
+        wait_for("the insert", lambda: first.key.text() in target_state(w.settings, w.table), 60)
+        wait_for("the updates judged", lambda: rt.counters.filtered == 2, 30)
+        assert rt.counters.applied == 1, rt.summary()
+    assert target_state(w.settings, w.table) == {first.key.text(): {"person_id": "3", "tele_type": "office"}}
+    # offline for a while, then back: an invisible update is still nothing, a delete is work
+    produce(w.settings, w.phone_topic, [change("PHONE", 3, "444"), change("PHONE", 3, None, "DELETE")])
+    with running(w, registry=seen) as rt:
+        wait_for("the delete", lambda: target_state(w.settings, w.table) == {}, 60)
+        assert rt.counters.applied == 1, rt.summary()
+
+
 def test_a_delete_of_a_key_the_target_never_held_is_counted_as_such_not_as_filtered(
     stack: Stack, settings: Settings, token: str, tmp_path: Path
 ) -> None:

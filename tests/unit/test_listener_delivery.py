@@ -69,6 +69,7 @@ class Applied:
     at: dict[str, tuple[Position, bool]] = field(default_factory=dict)
     parks: dict[str, Position] = field(default_factory=dict)
     deads: dict[str, Position] = field(default_factory=dict)
+    digests: dict[str, int] = field(default_factory=dict)
 
     def get(self, key: ChangeKey) -> Position | None:
         return self.at[key.text()][0] if key.text() in self.at else None
@@ -83,8 +84,12 @@ class Applied:
     def parked(self, key: ChangeKey) -> Position | None:
         return self.parks.get(key.text())
 
-    def record(self, key: ChangeKey, position: Position, present: bool = True) -> None:
+    def record(self, key: ChangeKey, position: Position, present: bool = True, digest: int = 0) -> None:
         self.at[key.text()] = (position, present)
+        self.digests[key.text()] = digest
+
+    def digest(self, key: ChangeKey) -> int:
+        return self.digests.get(key.text(), 0) if self.present(key) else 0
 
     def mark_parked(self, key: ChangeKey, position: Position) -> None:
         self.parks[key.text()] = position
