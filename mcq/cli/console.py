@@ -75,8 +75,20 @@ def console_command(
         who = f"log in as {local.LOCAL_ADMIN}, password in {local.password_file(settings)}" if local_admin else ""
         _say(f"mcq console at http://{host}:{port_text} (pid {pid}; {who or 'console.users log in'})")
         return
+    tls = settings.console
+    if (tls.tls_cert is None) != (tls.tls_key is None):
+        raise click.UsageError("console.tls_cert and console.tls_key go together: set both, or neither")
     app = create_app(settings)
-    _say(f"mcq console at http://{host}:{port_text} ({len(settings.console.users)} user(s); Ctrl-C stops it)")
-    config = uvicorn.Config(app, host=host, port=int(port_text), log_level="warning", access_log=False)
+    scheme = "https" if tls.tls_cert else "http"
+    _say(f"mcq console at {scheme}://{host}:{port_text} ({len(settings.console.users)} user(s); Ctrl-C stops it)")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=int(port_text),
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=str(tls.tls_cert) if tls.tls_cert else None,
+        ssl_keyfile=str(tls.tls_key) if tls.tls_key else None,
+    )
     with suppress(KeyboardInterrupt):
         uvicorn.Server(config).run()

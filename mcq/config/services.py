@@ -43,7 +43,21 @@ class ConsoleSettings(Section):
     """How often the overview refreshes itself."""
     audit_log: Path | None = None
     """Where every console action is recorded as a JSON line (who, what, when); unset:
-    ``<stack.home>/logs/console-audit.log``."""
+    ``<stack.home>/logs/console-audit.log``. Rotated at ``audit_log_max_mb`` (the last
+    ``audit_log_keep`` files kept: ``.1`` the newest)."""
+    audit_log_max_mb: float = Field(default=10.0, gt=0)
+    audit_log_keep: int = Field(default=5, ge=1, le=100)
+    tls_cert: Path | None = None
+    """Serve HTTPS with this certificate (PEM; with ``tls_key``): the session cookie is then
+    sent only over TLS (its ``Secure`` flag)."""
+    tls_key: Path | None = None
+    secure_cookie: bool | None = None
+    """The session cookie's ``Secure`` flag; unset: on when the console serves TLS itself.
+    Behind a TLS-terminating proxy, set it true."""
+    login_free_failures: int = Field(default=3, ge=1, le=100)
+    """Failed logins of one user name, or from one address, before each further attempt
+    waits: 1 s after the next failure, doubling up to ``login_lockout_max_s``."""
+    login_lockout_max_s: float = Field(default=900.0, gt=0)
 
 
 class HttpServiceSettings(Section):

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -25,9 +26,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from mcq.config import Settings
+from mcq.config import ConsoleSettings, Settings
 from mcq.console.audit import AuditLog
-from mcq.console.auth import Authenticator, User
+from mcq.console.auth import MAX_NAME, Authenticator, LoginThrottle, User
 from mcq.console.jobs import Jobs
 from mcq.console.metrics import ConsoleMetrics
 from mcq.console.state import ConsoleState
@@ -58,7 +59,10 @@ class Console:
             return proxied
         session = request.session
         if "user" in session:
-            return User(session["user"], session.get("role", "read"), "login")
+            user = self.auth.current(str(session["user"]), str(session.get("role", "read")), session.get("stamp"))
+            if user is not None:
+                return user
+            session.clear()  # the user was removed, or their password changed: the session ends
         raise LoginRequired()
 
     def admin(self, request: Request) -> User:
@@ -94,6 +98,13 @@ class Console:
         }
         return self.templates.TemplateResponse(request, template, context, status_code=status_code)
 
+    def read_contents(self, request: Request, what: str, target: str) -> User:
+        """The user of a request that shows record contents (changes, dead letters), that
+        read written to the audit log."""
+        user = self.user(request)
+        self.audit.record(user.name, user.role, f"read {what}", target, "ok")
+        return user
+
     def flash(self, request: Request, line: str) -> None:
         request.session["flash"] = line
 
@@ -111,7 +122,12 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         settings,
         state or ConsoleState(settings),
         Authenticator(console_settings),
-        AuditLog(audit_path, counted=metrics.audit),
+        AuditLog(
+            audit_path,
+            counted=metrics.audit,
+            max_bytes=int(console_settings.audit_log_max_mb * 1024 * 1024),
+            keep=console_settings.audit_log_keep,
+        ),
         templates,
         started,
     )
@@ -119,18 +135,37 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
+    throttle = LoginThrottle(console_settings.login_free_failures, console_settings.login_lockout_max_s)
+
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return ctx.render(request, "login.html", next=request.query_params.get("next", "/"))
         form = await request.form()
         name, password = str(form.get("username", "")), str(form.get("password", ""))
         target = str(form.get("next", "/"))
-        user = ctx.auth.login(name, password)
+        address = request.client.host if request.client else "-"
+        wait = throttle.wait_s(name[:MAX_NAME], address)
+        if wait > 0:
+            ctx.audit.record(name, "-", "login", "", "refused: locked out", address=address, wait_s=round(wait, 1))
+            error = f"too many failed logins: try again in {wait:.0f} s"
+            response = ctx.render(request, "login.html", 429, next=target, error=error)
+            response.headers["Retry-After"] = str(max(1, round(wait)))
+            return response
+        user = await run_in_threadpool(ctx.auth.login, name, password)  # argon2: never on the event loop
         if user is None:
-            ctx.audit.record(name, "-", "login", "", "refused: wrong user or password")
+            throttle.failed(name, address)
+            ctx.audit.record(name, "-", "login", "", "refused: wrong user or password", address=address)
             return ctx.render(request, "login.html", 401, next=target, error="wrong user name or password")
+        throttle.succeeded(name, address)
         request.session.clear()
-        request.session.update({"user": user.name, "role": user.role, "csrf": secrets.token_urlsafe(24)})
+        request.session.update(
+            {
+                "user": user.name,
+                "role": user.role,
+                "stamp": ctx.auth.stamp(user.name),
+                "csrf": secrets.token_urlsafe(24),
+            }
+        )
         ctx.audit.record(user.name, user.role, "login", "", "ok")
         return RedirectResponse(target if target.startswith("/") and not target.startswith("//") else "/", 303)
 
@@ -171,7 +206,15 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
             session_cookie=SESSION_COOKIE,
             same_site="strict",
             max_age=12 * 3600,
+            https_only=_secure_cookie(console_settings),
         ),
     ]
     handlers: Mapping[Any, Any] = {LoginRequired: login_required, HTTPException: http_error, Exception: server_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
+
+
+def _secure_cookie(settings: ConsoleSettings) -> bool:
+    """The session cookie's ``Secure`` flag: as configured, else on when serving TLS."""
+    if settings.secure_cookie is not None:
+        return settings.secure_cookie
+    return settings.tls_cert is not None

@@ -21,6 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""HTTP methods counted by name; any other a client sends is counted as ``other``."""
+
 if TYPE_CHECKING:
     from mcq.console.jobs import Jobs
 
@@ -92,7 +95,8 @@ class ConsoleMetrics:
                 await app(scope, receive, sending)
             finally:
                 route = getattr(scope.get("route"), "path", None) or "unmatched"
-                self.requests.labels(route=route, method=scope["method"], status=str(status)).inc()
+                method = scope["method"] if scope["method"] in METHODS else "other"  # a bounded label
+                self.requests.labels(route=route, method=method, status=str(status)).inc()
                 self.seconds.labels(route=route).observe(time.perf_counter() - started)
 
         return measured

@@ -35,6 +35,7 @@ def routes(ctx: Console) -> list[Route]:
             entry = letters.get(entry_id)
         except DeadLetterError as exc:
             raise HTTPException(404, str(exc)) from None
+        ctx.read_contents(request, "dead letter", f"{name} {entry_id}")
         return ctx.render(request, "dead_letter.html", name=name, entry=entry, change=letters.decoded(entry))
 
     async def act(request: Request) -> Response:

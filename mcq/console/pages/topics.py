@@ -120,6 +120,8 @@ def routes(ctx: Console) -> list[Route]:
             records = read(ctx.settings, topic, partition, offset, key)
         except TopicReadError as exc:
             raise HTTPException(503, str(exc)) from None
+        where = f"{topic}[{'*' if partition is None else partition}]@{offset}" + (f" key~{key}" if key else "")
+        ctx.read_contents(request, "records", where)
         return ctx.render(
             request, "topic.html", topic=topic, records=records, partition=partition, offset=offset, key=key or ""
         )
