@@ -322,7 +322,7 @@ class ChangeCodec:
             reader = self._readers[schema_id] = avro_reader(json.loads(schema.schema_str or "null"))
         try:
             return reader(data[5:])
-        except (EOFError, IndexError, struct.error, ValueError, cavro.CavroException) as exc:
+        except (EOFError, IndexError, struct.error, ValueError, OverflowError, cavro.CavroException) as exc:
             raise SerializationError(f"{ctx.field} does not match its schema {schema_id}: {exc!r}") from None
 
     def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:

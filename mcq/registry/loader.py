@@ -35,19 +35,29 @@ def _plain(node: yaml.Node, path: Path_, lines: dict[Path_, int], loader: yaml.S
 
 def read_yaml(text: str, name: str) -> tuple[Any, dict[Path_, int]]:
     """Parse YAML into plain data and a map of value path -> line number."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # a character YAML does not allow, found as the reader starts
+        raise RegistryFileError(f"{name}: not valid YAML: {_one_line(str(exc))}") from None
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else 0
         raise RegistryFileError(f"{name}:{line}: not valid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:  # a character YAML does not allow (its reader's error has no mark)
+        raise RegistryFileError(f"{name}: not valid YAML: {_one_line(str(exc))}") from None
     finally:
         loader.dispose()
     lines: dict[Path_, int] = {}
     if node is None:
         return {}, lines
     return _plain(node, (), lines, yaml.SafeLoader("")), lines
+
+
+def _one_line(text: str) -> str:
+    """TEXT with line breaks and other control characters escaped: one problem, one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _line(lines: dict[Path_, int], path: Path_) -> int:
@@ -66,7 +76,7 @@ def _where(path: Path_, data: Any) -> str:
             label = None
             if isinstance(item, dict):
                 if "tname" in item and "listener" not in item:
-                    label = item["tname"] + (f"/{item['subtype']}" if item.get("subtype") else "")
+                    label = f"{item['tname']}" + (f"/{item['subtype']}" if item.get("subtype") else "")
                 elif "listener" in item:
                     label = f"{item['listener']}->{item.get('tname')}"
                 else:
@@ -102,11 +112,11 @@ def parse_registry(text: str, name: str = "<registry>") -> Registry:
                 msg = f"unknown setting {loc[-1]!r}"
             elif err["type"] == "missing":
                 msg = f"{loc[-1]} is required"
-            problems.append(f"{name}:{_line(lines, loc)}: {_where(loc, data)}: {msg}")
+            problems.append(f"{name}:{_line(lines, loc)}: {_one_line(f'{_where(loc, data)}: {msg}')}")
         raise RegistryInvalid(problems) from None
     cross = registry.problems()
     if cross:
-        raise RegistryInvalid([f"{name}:{_line(lines, p)}: {_where(p, data)}: {m}" for p, m in cross])
+        raise RegistryInvalid([f"{name}:{_line(lines, p)}: {_one_line(f'{_where(p, data)}: {m}')}" for p, m in cross])
     return registry
 
 
