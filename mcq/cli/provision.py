@@ -59,17 +59,39 @@ def topics() -> None:
 @topics.command("apply")
 @FROM_FILE
 def topics_apply(registry_file: Path | None) -> None:
-    """Create missing topics; report drift from the registry without changing it (exit 3 on drift)."""
+    """Create missing topics, and bring how long each logical topic keeps deletes
+    (delete.retention.ms: twice the longest gap of a scheduled listener reading it, at least
+    a day) to the registry's; report any other drift without changing it (exit 3 on drift)."""
     from mcq.topics import TopicSettingsError, apply_topics, plan_topics
 
     reg = _current_registry(registry_file)
     try:
-        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say)
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say, alter=True)
     except TopicSettingsError as exc:
         _stop(f"mcq topics apply: {exc}")
     _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
     if result.drift:
         sys.exit(EXIT_DOWN)
+
+
+@topics.command("diff")
+@FROM_FILE
+def topics_diff(registry_file: Path | None) -> None:
+    """Compare the cluster's topics with what the registry plans, changing nothing: each
+    topic missing, and each setting that differs (delete.retention.ms among them: what the
+    listeners' schedules need); exit 1 on any difference."""
+    from mcq.topics import TopicSettingsError, apply_topics, plan_topics
+
+    reg = _current_registry(registry_file)
+    for t in reg.tables:
+        _say(f"{t.topic(_settings().topic_prefix)}: keeps deletes {reg.delete_retention_s(t) / 3600:g} h")
+    try:
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say, create=False)
+    except TopicSettingsError as exc:
+        _stop(f"mcq topics diff: {exc}")
+    _say(f"{len(result.unchanged)} as planned, {len(result.drift)} different")
+    if result.drift:
+        sys.exit(EXIT_FAILED)
 
 
 @topics.command("remove")

@@ -9,6 +9,8 @@ are checked by :meth:`Registry.problems` so that the loader can point at file:li
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from croniter import croniter
@@ -104,6 +106,10 @@ class LogicalTable(_Model):
     """Computed, not captured: a root table's rows with their related rows (mcq.registry.entities),
     written to its topic by ``mcq entities run``."""
     partitions: int = Field(default=3, ge=1, le=1024)
+    delete_retention_s: float | None = Field(default=None, gt=0)
+    """How long its topic keeps a delete (``delete.retention.ms``); unset: twice the longest
+    gap between two runs of any scheduled listener reading it, and at least a day
+    (:meth:`Registry.delete_retention_s`). A listener away longer may miss deletes."""
 
     @property
     def ref(self) -> str:
@@ -187,6 +193,32 @@ class Listener(_Model):
     def realtime(self) -> bool:
         return self.schedule == "realtime"
 
+    def longest_gap_s(self) -> float:
+        """The longest time between two runs of its schedule (0 in real time): over a year
+        of runs, or its first 2,000 (a schedule that runs more often repeats itself)."""
+        return schedule_gap_s(self.schedule)
+
+
+MIN_DELETE_RETENTION_S = 24 * 3600.0
+"""The least a logical topic keeps its deletes: a real-time listener down for a day."""
+
+
+@lru_cache(maxsize=256)
+def schedule_gap_s(schedule: str) -> float:
+    """The longest gap between two runs of a cron ``schedule`` (0 for ``realtime``)."""
+    if schedule == "realtime":
+        return 0.0
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = croniter(schedule, start)
+    last, longest = runs.get_next(float), 0.0
+    for _ in range(2000):
+        at = runs.get_next(float)
+        longest = max(longest, at - last)
+        last = at
+        if at - start.timestamp() > 366 * 86400:
+            break
+    return longest
+
 
 class Interest(_Model):
     """A listener's interest in a table/subtype (or all its subtypes), with an optional rule."""
@@ -258,6 +290,15 @@ class Registry(_Model):
     def interests_of(self, listener: str) -> list[Interest]:
         return [i for i in self.interests if i.listener == listener]
 
+    def delete_retention_s(self, table: LogicalTable) -> float:
+        """How long ``table``'s topic must keep a delete: as the table says, else twice the
+        longest gap between two runs of any scheduled listener reading it (a nightly run
+        that starts late still finds every delete), at least a day."""
+        if table.delete_retention_s is not None:
+            return table.delete_retention_s
+        gaps = [x.longest_gap_s() for x in self.listeners if table in self.tables_of(x.name)]
+        return max([MIN_DELETE_RETENTION_S, *(2 * g for g in gaps)])
+
     def tables_of(self, listener: str) -> list[LogicalTable]:
         """The logical tables a listener is interested in (the topics it subscribes to)."""
         interests = self.interests_of(listener)
@@ -311,6 +352,20 @@ class Registry(_Model):
                 if not feed.keys:
                     out.append(((*here, "keys"), f"{feed.table} maps no key field; map at least one of {KEY_FIELDS}"))
         out += entity_problems(self)
+        for ti, table in enumerate(self.tables):
+            if table.delete_retention_s is None:
+                continue
+            for x in self.listeners:
+                gap = x.longest_gap_s()
+                if gap and gap >= table.delete_retention_s and table in self.tables_of(x.name):
+                    out.append(
+                        (
+                            ("tables", ti, "delete_retention_s"),
+                            f"listener {x.name} runs {x.schedule!r}, up to {gap:.0f} s apart, no shorter than "
+                            f"the {table.delete_retention_s:.0f} s its topic keeps deletes: it would miss deletes "
+                            "(leave delete_retention_s unset to have twice the gap)",
+                        )
+                    )
         names = {x.name for x in self.listeners}
         for ii, interest in enumerate(self.interests):
             here = ("interests", ii)

@@ -11,7 +11,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource  # .admin re-exports it without __all__
+from confluent_kafka.admin._config import (  # .admin re-exports them without __all__
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from mcq.config import Settings
@@ -87,7 +91,12 @@ def prefixes_holding(names: list[str], prefix: str, existing: frozenset[str]) ->
 def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
     """Every topic the registry needs, logical ones first."""
     specs = [
-        TopicSpec(t.topic(prefix), t.partitions, dict(LOGICAL_CONFIG), f"logical changes of {t.ref}")
+        TopicSpec(
+            t.topic(prefix),
+            t.partitions,
+            {**LOGICAL_CONFIG, "delete.retention.ms": str(int(registry.delete_retention_s(t) * 1000))},
+            f"logical changes of {t.ref}",
+        )
         for t in registry.tables
     ]
     specs.append(TopicSpec(refresh_topic(prefix), 3, dict(REFRESH_CONFIG), "explicit refresh requests (bulk lane)"))
@@ -97,16 +106,32 @@ def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
     return specs
 
 
+ALTERABLE = frozenset({"delete.retention.ms"})
+"""Settings ``mcq topics apply`` brings an existing topic to: the registry derives them (how
+long deletes are kept follows the listeners' schedules), and changing them loses nothing."""
+
+
 def apply_topics(
-    settings: Settings, specs: list[TopicSpec], report: Callable[[str], None] = lambda _: None
+    settings: Settings,
+    specs: list[TopicSpec],
+    report: Callable[[str], None] = lambda _: None,
+    alter: bool = False,
+    create: bool = True,
 ) -> TopicReport:
-    """Create missing topics; compare existing ones and report drift without changing them."""
+    """Create missing topics (unless ``create`` is False: a diff); compare existing ones and
+    report drift. With ``alter``, the :data:`ALTERABLE` settings that drifted are changed to
+    the registry's (reported as ``altered``, not as drift)."""
     admin = metadata_admin(settings)
     durability = settings.topics
     specs = [TopicSpec(s.name, s.partitions, {**s.config, **durability.config()}, s.purpose) for s in specs]
     existing, metadata = named_topics(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
     created: list[str] = []
+    if not create:
+        report_missing = [f"{s.name}: missing (would be created)" for s in missing]
+        missing = []
+    else:
+        report_missing = []
     if missing:
         brokers = len(metadata.brokers) if metadata else 0
         if durability.replication_factor > brokers:
@@ -151,16 +176,33 @@ def apply_topics(
                     f"{spec.name}: replication factor: settings {durability.replication_factor}, cluster {replicas}"
                 )
             actual = configs[spec.name]
+            changes: dict[str, str] = {}
             for key, value in spec.config.items():
                 have = actual[key].value if key in actual else None
-                if have != value:
+                if have == value:
+                    continue
+                if alter and key in ALTERABLE:
+                    changes[key] = value
+                    report(f"altered {spec.name}: {key}: {have} -> {value}")
+                else:
                     lines.append(f"{spec.name}: {key}: registry {value}, cluster {have}")
+            if changes:
+                _alter(admin, spec.name, changes)
             drift.extend(lines)
             if not lines:
                 unchanged.append(spec.name)
-        for line in drift:
-            report(f"drift {line}")
+    drift = report_missing + drift
+    for line in drift:
+        report(f"drift {line}")
     return TopicReport(created=created, unchanged=unchanged, drift=drift)
+
+
+def _alter(admin: AdminClient, topic: str, changes: dict[str, str]) -> None:
+    """Set these settings of ``topic`` (others untouched: an incremental alter)."""
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result()
 
 
 def _wait_usable(admin: AdminClient, names: list[str], timeout_s: float = 30.0) -> None:

@@ -154,3 +154,44 @@ def test_records_after_counts_what_a_reader_has_not_read_yet(stack: Stack, setti
         assert ghost not in all_topic_names(settings)
     finally:
         delete_topics(settings, [topic])
+
+
+def test_how_long_a_topic_keeps_deletes_follows_the_schedules_of_its_listeners_and_apply_brings_it_there(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A weekday-night listener (runs up to 72 h apart, over a weekend) needs its topic to
+    keep deletes 144 h; a nightly one 48 h; `topics diff` shows it, `topics apply` sets it."""
+    prefix = f"dr{token}"
+    listener = """
+listeners:
+  - {{name: NIGHTLY, owner: t@example, schedule: "{schedule}", adapter: {{type: file, settings: {{dir: /tmp/x}}}}}}
+interests:
+  - {{listener: NIGHTLY, tname: T{tname}}}
+"""
+    path = tmp_path / "registry.yaml"
+    env = {"MCQ_TOPIC_PREFIX": prefix}
+    topic = f"{prefix}.t{token}.telephone"
+
+    def retention() -> str:
+        admin = AdminClient(settings.kafka.client_config())
+        found = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+        return str(next(iter(found.values())).result()["delete.retention.ms"].value)
+
+    try:
+        path.write_text(_registry(token) + listener.format(schedule="0 2 * * *", tname=token.upper()))
+        assert CliRunner().invoke(main, ["topics", "apply", "--registry", str(path)], env=env).exit_code == 0
+        assert retention() == str(48 * 3600 * 1000)
+        path.write_text(_registry(token) + listener.format(schedule="0 2 * * 1-5", tname=token.upper()))
+        diff = CliRunner().invoke(main, ["topics", "diff", "--registry", str(path)], env=env)
+        assert diff.exit_code == 1, diff.output
+        assert f"{topic}: keeps deletes 144 h" in diff.output
+        assert f"{topic}: delete.retention.ms: registry {144 * 3600 * 1000}, cluster {48 * 3600 * 1000}" in diff.output
+        assert retention() == str(48 * 3600 * 1000)  # a diff changes nothing
+        applied = CliRunner().invoke(main, ["topics", "apply", "--registry", str(path)], env=env)
+        assert applied.exit_code == 0 and f"altered {topic}: delete.retention.ms" in applied.output, applied.output
+        assert retention() == str(144 * 3600 * 1000)
+        again = CliRunner().invoke(main, ["topics", "diff", "--registry", str(path)], env=env)
+        assert again.exit_code == 0, again.output
+    finally:
+        reg = parse_registry(_registry(token))
+        delete_topics(settings, [s.name for s in plan_topics(reg, prefix)])

@@ -230,3 +230,18 @@ def test_registry_show_prints_an_interests_rule_allow_list_delay_and_expiry() ->
         )
     )
     assert line == "PERSON/Status [status = 'A'] columns: person_id, status delay 60 s expires after 3600 s"
+
+
+def test_a_topic_keeps_deletes_twice_its_slowest_listeners_gap_at_least_a_day() -> None:
+    reg = load_registry(CAMPUS)
+    hours = {t.ref: reg.delete_retention_s(t) / 3600 for t in reg.tables}
+    assert hours["BUILDINGS"] == 48  # CMMS runs nightly
+    assert hours["GROUPS"] == 24  # only real-time listeners read it
+    assert hours["INSITE_PERSON"] == 48
+
+
+def test_a_delete_retention_shorter_than_a_reading_listeners_gap_is_refused(tmp_path: Path) -> None:
+    path, line = _broken(tmp_path, "  - tname: BUILDINGS\n", "  - tname: BUILDINGS\n    delete_retention_s: 3600\n")
+    problem = _one_problem(path)
+    assert "listener CMMS runs" in problem and "it would miss deletes" in problem
+    assert _line_of(problem, path) == line + 1
