@@ -134,7 +134,7 @@ def apply_capture(
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             refuse_missing_columns(conn, registry)
-            install_outbox(conn)
+            install_outbox(conn, settings.outbox)
             report(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
             ensure_replica_identity_full(conn, feed_tables(registry), report)
     except psycopg.Error as exc:

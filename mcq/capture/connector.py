@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from mcq.capture.exceptions import CaptureError
-from mcq.config import Settings
+from mcq.config import OutboxSettings, Settings
 from mcq.connect_rest import ConnectClient, debezium_postgres_source
 from mcq.registry.model import Registry, Source
 
@@ -157,6 +157,43 @@ def outbox_sql() -> str:
     return resources.files("mcq.capture").joinpath("outbox.sql").read_text()
 
 
-def install_outbox(conn: Any) -> None:
-    """Create (or update) the outbox table and the mcq_log_* functions."""
+LOG_FUNCTIONS = tuple(
+    f"public.mcq_log_{kind}(text, text, bigint, text, numeric, text, text)" for kind in ("insert", "update", "delete")
+)
+
+
+def install_outbox(conn: Any, outbox: OutboxSettings | None = None) -> None:
+    """Create (or update) the outbox table and the mcq_log_* functions; grant EXECUTE on
+    them to exactly the roles ``outbox.roles`` names (revoking any other grant), and set
+    how often a whole-table request may come."""
+    outbox = outbox or OutboxSettings()
     conn.execute(outbox_sql())
+    conn.execute(
+        "INSERT INTO mcq.outbox_settings (key, value) VALUES ('whole_table_every_s', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(outbox.whole_table_every_s),),
+    )
+    wanted = {"PUBLIC" if r.upper() == "PUBLIC" else r for r in outbox.roles}
+    for fn in LOG_FUNCTIONS:
+        granted = {
+            row[0]
+            for row in conn.execute(
+                "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END"
+                " FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a"
+                " WHERE p.oid = %s::regprocedure AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner",
+                (fn,),
+            ).fetchall()
+        }
+        for role in sorted(granted - wanted):
+            conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM {_role(role)}")
+        for role in sorted(wanted - granted):
+            conn.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO {_role(role)}")
+    conn.execute("REVOKE EXECUTE ON FUNCTION mcq._log(text, text, text, bigint, text, numeric, text, text) FROM PUBLIC")
+
+
+def _role(name: str) -> str:
+    """A role as SQL: PUBLIC, or the name quoted."""
+    if name == "PUBLIC":
+        return name
+    quoted = name.replace(chr(34), chr(34) * 2)
+    return chr(34) + quoted + chr(34)

@@ -37,6 +37,26 @@ CREATE TABLE IF NOT EXISTS mcq.heartbeat (
     beat_at  timestamptz NOT NULL
 );
 
+-- Whole-table requests (an entry that names no key field: every key of the table is stated
+-- again to every listener) are the expensive ones: at most one per table/subtype and
+-- calling role every `whole_table_every_s` seconds (mcq.outbox_settings, set by
+-- `mcq connect apply` from outbox.whole_table_every_s). A request too soon is refused
+-- with an error naming the wait, never dropped silently.
+CREATE TABLE IF NOT EXISTS mcq.outbox_settings (
+    key    text PRIMARY KEY,
+    value  text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS mcq.whole_table_requests (
+    tname    text        NOT NULL,
+    subtype  text        NOT NULL DEFAULT '',
+    role     text        NOT NULL,
+    last_at  timestamptz NOT NULL,
+    PRIMARY KEY (tname, subtype, role)
+);
+-- Only the functions below (SECURITY DEFINER) write these; a caller needs EXECUTE on them,
+-- which `mcq connect apply` grants to the roles outbox.roles names, and to no one else.
+REVOKE ALL ON mcq.change_log, mcq.outbox_settings, mcq.whole_table_requests FROM PUBLIC;
+
 COMMENT ON TABLE mcq.change_log IS
     'mcq outbox: explicit change entries (mcq_log_insert/update/delete), captured by Debezium';
 
@@ -50,17 +70,37 @@ CREATE OR REPLACE FUNCTION mcq._log(
     p_change_type text, tname text, subtype text, person_id bigint,
     pkey_string text, pkey_number numeric, aux_string text, source text
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     stack text;
     new_id bigint;
+    every_s integer;
+    last timestamptz;
 BEGIN
     GET DIAGNOSTICS stack = PG_CONTEXT;
     stack := regexp_replace(stack, '^[^\n]*\n', '');  -- drop this function's own frame
+    IF person_id IS NULL AND pkey_string IS NULL AND pkey_number IS NULL AND aux_string IS NULL THEN
+        SELECT value::integer INTO every_s FROM mcq.outbox_settings WHERE key = 'whole_table_every_s';
+        every_s := coalesce(every_s, 60);
+        SELECT r.last_at INTO last FROM mcq.whole_table_requests r
+         WHERE r.tname = upper(_log.tname) AND r.subtype = coalesce(_log.subtype, '') AND r.role = session_user
+           FOR UPDATE;
+        IF last IS NOT NULL AND last > clock_timestamp() - make_interval(secs => every_s) THEN
+            RAISE EXCEPTION 'mcq: whole-table request for % refused: role % asked % s ago, at most one per % s',
+                upper(tname) || coalesce('/' || subtype, ''), session_user,
+                round(extract(epoch FROM clock_timestamp() - last)), every_s
+                USING ERRCODE = 'P0001',
+                      HINT = 'name the keys to refresh, or wait; outbox.whole_table_every_s sets the interval';
+        END IF;
+        INSERT INTO mcq.whole_table_requests (tname, subtype, role, last_at)
+        VALUES (upper(tname), coalesce(subtype, ''), session_user, clock_timestamp())
+        ON CONFLICT ON CONSTRAINT whole_table_requests_pkey DO UPDATE SET last_at = excluded.last_at;
+    END IF;
     INSERT INTO mcq.change_log
         (tname, subtype, change_type, person_id, pkey_string, pkey_number, aux_string, call_stack, source)
-    VALUES (upper(tname), subtype, p_change_type, person_id, pkey_string, pkey_number, aux_string, stack,
-            coalesce(source, nullif(current_setting('mcq.source', true), '')))
+    VALUES (upper(_log.tname), _log.subtype, p_change_type, _log.person_id, _log.pkey_string, _log.pkey_number,
+            _log.aux_string, stack,
+            coalesce(_log.source, nullif(current_setting('mcq.source', true), '')))
     RETURNING log_id INTO new_id;
     RETURN new_id;
 END
@@ -70,7 +110,7 @@ CREATE OR REPLACE FUNCTION public.mcq_log_insert(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
     source text DEFAULT NULL
-) RETURNS bigint LANGUAGE plpgsql AS $$
+) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
     RETURN mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
 END
@@ -80,7 +120,7 @@ CREATE OR REPLACE FUNCTION public.mcq_log_update(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
     source text DEFAULT NULL
-) RETURNS bigint LANGUAGE plpgsql AS $$
+) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
     RETURN mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
 END
@@ -90,7 +130,7 @@ CREATE OR REPLACE FUNCTION public.mcq_log_delete(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
     source text DEFAULT NULL
-) RETURNS bigint LANGUAGE plpgsql AS $$
+) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
     RETURN mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
 END

@@ -46,6 +46,7 @@ from mcq.config.services import (
     ConsoleUser,
     HttpServiceSettings,
     LogSettings,
+    OutboxSettings,
     RegistrySettings,
     TopicSettings,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "KafkaSettings",
     "LdapSettings",
     "LogSettings",
+    "OutboxSettings",
     "RegistrySettings",
     "Settings",
     "StackPorts",
@@ -117,6 +119,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     console: ConsoleSettings = ConsoleSettings()
     log: LogSettings = LogSettings()
+    outbox: OutboxSettings = OutboxSettings()
     listeners: dict[str, KafkaCredentials] = {}
     """Per-listener Kafka credentials (a listener's name, any case): ``mcq listen NAME`` and
     the commands acting for NAME use them instead of ``kafka.sasl_username/password``."""

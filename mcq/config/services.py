@@ -3,12 +3,14 @@ registry, the console, topics' durability and mcq's own log."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
     Field,
     SecretStr,
+    field_validator,
     model_validator,
 )
 
@@ -128,6 +130,26 @@ class TopicSettings(Section):
     def config(self) -> dict[str, str]:
         """Topic configuration entries these settings add."""
         return {} if self.min_insync_replicas is None else {"min.insync.replicas": str(self.min_insync_replicas)}
+
+
+class OutboxSettings(Section):
+    """Who may log explicit changes in the source database (``mcq_log_insert/update/delete``,
+    SECURITY DEFINER functions ``mcq connect apply`` installs), and how often a whole-table
+    request (no key field named: every key stated again to every listener) may come."""
+
+    roles: tuple[str, ...] = ("PUBLIC",)
+    """The database roles granted EXECUTE on the functions (``PUBLIC``: every role, as
+    before); any other role's grant is revoked on apply."""
+    whole_table_every_s: int = Field(default=60, ge=0, le=30 * 86400)
+    """At most one whole-table request per table/subtype and calling role this often (0: no limit)."""
+
+    @field_validator("roles")
+    @classmethod
+    def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for role in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$-]{0,62}", role):
+                raise ValueError(f"{role!r} is not a role name")
+        return value
 
 
 class LogSettings(Section):

@@ -12,9 +12,9 @@ import pytest
 from pydantic import SecretStr
 
 from mcq.capture.apply import apply_capture, ensure_replica_identity_full
-from mcq.capture.connector import connector_name
+from mcq.capture.connector import connector_name, install_outbox
 from mcq.capture.exceptions import CaptureError
-from mcq.config import Settings
+from mcq.config import OutboxSettings, Settings
 from mcq.connect_rest import ConnectClient
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
@@ -123,7 +123,7 @@ def test_mcq_log_update_and_figure_5_arrive_through_the_outbox(settings: Setting
         None,
     )
     assert entry["source"] is None  # named no source: every source of the database takes it
-    assert entry["call_stack"].startswith("PL/pgSQL function mcq_log_update(")
+    assert entry["call_stack"].startswith("PL/pgSQL function public.mcq_log_update(")
     if transfers:
         refreshed = _events(
             settings,
@@ -315,3 +315,53 @@ listeners: []
             assert client.status(f"mcq-source-po{token}") is None
     finally:
         _sql(settings, f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_only_granted_roles_log_through_the_outbox_functions_and_whole_table_requests_are_rate_limited(
+    stack: Stack, settings: Settings
+) -> None:
+    """The functions are SECURITY DEFINER: a role granted EXECUTE logs without any right on
+    mcq.change_log, a role not granted cannot log at all, nor write the table directly; a
+    second whole-table request of one table by one role within the interval is refused
+    (another table, another role, or a keyed request is not)."""
+    token = uuid.uuid4().hex[:8]
+    allowed, other = f"mcq_logger_{token}", f"mcq_other_{token}"
+    tname = f"ZZ{token.upper()}"
+    with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+        for role in (allowed, other):
+            conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+            conn.execute(f"GRANT USAGE ON SCHEMA mcq TO {role}")
+        try:
+            install_outbox(conn, OutboxSettings(roles=(allowed,), whole_table_every_s=3600))
+
+            def as_role(role: str, sql: str) -> Any:
+                conn.execute(f"SET ROLE {role}")
+                try:
+                    return conn.execute(sql).fetchone()
+                finally:
+                    conn.execute("RESET ROLE")
+
+            assert as_role(allowed, f"SELECT mcq_log_update('{tname}', person_id => 1)") is not None
+            assert as_role(allowed, f"SELECT mcq_log_update('{tname}')") is not None  # the first whole-table one
+            with pytest.raises(psycopg.errors.RaiseException, match=rf"whole-table request for {tname} refused"):
+                as_role(allowed, f"SELECT mcq_log_update('{tname}')")
+            assert as_role(allowed, f"SELECT mcq_log_update('{tname}', 'Other')") is not None  # another subtype
+            assert as_role(allowed, f"SELECT mcq_log_update('{tname}', person_id => 2)") is not None  # keyed
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                as_role(other, f"SELECT mcq_log_update('{tname}', person_id => 3)")
+            for sql in (
+                f"INSERT INTO mcq.change_log (tname, change_type) VALUES ('{tname}', 'update')",
+                f"SELECT mcq._log('update', '{tname}', NULL, 4, NULL, NULL, NULL, NULL)",
+                "DELETE FROM mcq.whole_table_requests",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    as_role(allowed, sql)
+            logged = conn.execute("SELECT count(*) FROM mcq.change_log WHERE tname = %s", (tname,)).fetchone()
+            assert logged == (4,)
+        finally:
+            install_outbox(conn, settings.outbox)  # every role again, as the stack had it
+            conn.execute("DELETE FROM mcq.change_log WHERE tname = %s", (tname,))
+            conn.execute("DELETE FROM mcq.whole_table_requests WHERE tname = %s", (tname,))
+            for role in (allowed, other):
+                conn.execute(f"REVOKE USAGE ON SCHEMA mcq FROM {role}")
+                conn.execute(f"DROP ROLE {role}")
