@@ -14,6 +14,13 @@ with ``--repair`` send exactly the drifted objects' keys through its bulk lane.
    (streams/refresh.py): the state where there is one, a DELETE where there is none.
    The listener applies them; a second reconcile then finds nothing.
 
+``--from source`` reads step 1 from the source database instead (streams/source_state.py,
+as ``mcq refresh --from source`` does), and ``--repair`` then refreshes the drifted keys
+from the source: what finds and repairs a change the capture lost (a Debezium connector
+killed amid a large transaction), which is in neither the topics nor the target, so a
+reconcile against the topics says "in sync". :func:`capture_gaps` compares the logical
+topics themselves with the source, to tell a loss upstream of every listener.
+
 A change applied while the comparison runs can show as drift (the target is newer than
 the state read, or older): it is repaired like any other, harmlessly (a refresh never
 overwrites a newer state), and is gone from the next reconcile.
@@ -35,15 +42,16 @@ from consumers.runtime.view import ListenerView
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
-from mcq.registry.model import Registry
+from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SelectionError
-from streams.laststate import last_records, live_changes
+from streams.laststate import FIELDS, last_records, live_changes
 from streams.progress import stage_progress
 from streams.refresh import Refresh, RefreshSummary, listener_tables
 from streams.selection import Selection
+from streams.source_state import SourceReader, source_feeds
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 Report = Callable[[str], None]
 EXAMPLES = 5
@@ -118,7 +126,9 @@ def _difference(expected: Any, actual: Any) -> str:
 
 
 class Reconcile:
-    def __init__(self, settings: Settings, registry: Registry, name: str, report: Report) -> None:
+    def __init__(
+        self, settings: Settings, registry: Registry, name: str, report: Report, from_source: bool = False
+    ) -> None:
         own = listener_tables(registry, name)  # an unknown listener is a SelectionError
         listener = registry.listener(name)
         assert listener is not None
@@ -139,6 +149,16 @@ class Reconcile:
         self.view = ListenerView(registry, name)
         # a table target whose database JDBC reaches: compared in Spark
         self.jdbc = adapter.jdbc_options() if isinstance(adapter, TableAdapter) else None
+        self.source: SourceReader | None = None
+        if from_source:
+            unfed = [t.ref for t in self.tables if not t.feeds]
+            if unfed:
+                raise SelectionError(
+                    f"{', '.join(unfed)}: no source table feeds it (an entity, or logged explicitly): it cannot be "
+                    "compared with the source; compare the tables it is made of with `mcq reconcile --capture`, "
+                    "then this listener with its topics"
+                )
+            self.source = SourceReader(settings, registry, source_feeds(registry, self.tables, settings.topic_prefix))
 
     def run(self, spark: SparkSession) -> Drift:
         started = time.monotonic()
@@ -149,7 +169,10 @@ class Reconcile:
         if self.jdbc is not None:
             drift = self._compare_in_spark(spark, topics)
         else:
-            self.report(f"{label}: reading the last state of {len(topics)} logical topic(s)")
+            what = (
+                "the source tables" if self.source is not None else f"the last state of {len(topics)} logical topic(s)"
+            )
+            self.report(f"{label}: reading {what}")
             try:
                 with stage_progress(spark, label, self.report):
                     expected = self.adapter.expected(self.view, self._states(spark, topics))
@@ -162,19 +185,15 @@ class Reconcile:
         return drift
 
     def _compare_in_spark(self, spark: SparkSession, topics: list[str]) -> Drift:
-        from pyspark.sql import functions as F
 
         from streams import reconcile_table as rt
 
         assert isinstance(self.adapter, TableAdapter) and self.jdbc is not None
         label = f"reconcile {self.name}"
-        self.report(
-            f"{label}: comparing the last state of {len(topics)} logical topic(s) with "
-            f"{self.adapter.settings.table} in Spark"
-        )
+        self.report(f"{label}: comparing {self._what(topics)} with {self.adapter.settings.table} in Spark")
         drift = Drift(self.name)
         try:
-            live = last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
+            live = self._live(spark, topics)
             expected = rt.expected_rows(live, self.view, self.tables)
             actual = rt.target_rows(spark, self.adapter, self.jdbc)
             with stage_progress(spark, label, self.report):
@@ -183,10 +202,21 @@ class Reconcile:
             self.adapter.close()
         return drift
 
-    def _states(self, spark: SparkSession, topics: list[str]) -> Iterator[Change]:
+    def _what(self, topics: list[str]) -> str:
+        return "the source tables" if self.source is not None else f"the last state of {len(topics)} logical topic(s)"
+
+    def _live(self, spark: SparkSession, topics: list[str]) -> DataFrame:
+        """Every live state to compare with: the source's rows (``--from source``), else the
+        topics' last states."""
         from pyspark.sql import functions as F
 
-        return live_changes(last_records(spark, self.settings, topics, self.tables).where(F.col("live")))
+        if self.source is not None:
+            position, tables = self.source.inspect()
+            return self.source.states(spark, position, tables).where(F.col("problem").isNull()).drop("problem")
+        return last_records(spark, self.settings, topics, self.tables).where(F.col("live"))
+
+    def _states(self, spark: SparkSession, topics: list[str]) -> Iterator[Change]:
+        return live_changes(self._live(spark, topics))
 
     def repair(self, spark: SparkSession, drift: Drift) -> tuple[RefreshSummary | None, list[str]]:
         """Refresh the keys of exactly the drifted objects into the listener's bulk lane.
@@ -203,4 +233,41 @@ class Reconcile:
         if not keys:  # (an empty key list would select every key)
             return None, unkeyed
         chosen = Selection(keys=tuple(sorted(keys, key=ChangeKey.text)))
-        return Refresh(self.settings, self.registry, self.name, chosen, self.report).run(spark), unkeyed
+        refresh = Refresh(self.settings, self.registry, self.name, chosen, self.report, self.source is not None)
+        return refresh.run(spark), unkeyed
+
+
+def capture_gaps(
+    spark: SparkSession, settings: Settings, registry: Registry, tables: list[LogicalTable], report: Report
+) -> Drift:
+    """The logical topics of ``tables`` (each fed by source tables) against the source now:
+    a key the source has and the topics lack or hold differently (**missing**,
+    **different**), or one the topics hold live that the source no longer has (**extra**:
+    a delete the capture lost). Found in the topics, a loss is upstream of every listener."""
+    from pyspark.sql import functions as F
+
+    from streams import reconcile_table as rt
+    from streams.tableview import with_key_text
+
+    started = time.monotonic()
+    unfed = [t.ref for t in tables if not t.feeds]
+    if unfed:
+        raise SelectionError(f"{', '.join(unfed)}: no source table feeds it: nothing to compare its topic with")
+    source = SourceReader(settings, registry, source_feeds(registry, tables, settings.topic_prefix))
+    topics = sorted({t.topic(settings.topic_prefix) for t in tables})
+    existing = set(AdminClient(settings.kafka.client_config()).list_topics(timeout=30).topics)
+    report(f"capture: comparing {len(topics)} logical topic(s) with their source tables in {settings.source}")
+    position, read = source.inspect()
+    drift = Drift("capture")
+    with stage_progress(spark, "capture", report):
+        rows = source.states(spark, position, read).where(F.col("problem").isNull())
+        expected = with_key_text(rows.select(*FIELDS, "after")).select(
+            F.col("change_key").alias("obj"), F.col("after").alias("e")
+        )
+        live = last_records(spark, settings, [t for t in topics if t in existing], tables).where(F.col("live"))
+        actual = with_key_text(live.select(*FIELDS, "after")).select(
+            F.col("change_key").alias("obj"), F.to_json("after").alias("text"), F.col("after").alias("a")
+        )
+        rt.collect_drift(rt.compared(expected, actual), drift, lambda _: False)
+    drift.seconds = time.monotonic() - started
+    return drift

@@ -110,8 +110,23 @@ def refresh(
 
 
 @main.command("reconcile")
-@click.argument("name")
+@click.argument("name", required=False)
 @click.option("--repair", is_flag=True, help="Refresh exactly the drifted objects' keys into the listener's bulk lane.")
+@click.option(
+    "--from",
+    "origin",
+    type=click.Choice(["topics", "source"]),
+    default="topics",
+    show_default=True,
+    help="What the target should hold: the compacted logical topics' last states, or the source "
+    "tables read now (finds what the capture lost; --repair then refreshes from the source).",
+)
+@click.option(
+    "--capture",
+    is_flag=True,
+    help="Compare the logical topics themselves with the source tables (NAME's, or every fed "
+    "table): a difference is a capture gap, upstream of every listener.",
+)
 @click.option(
     "--report",
     "report_file",
@@ -121,15 +136,28 @@ def refresh(
 @FROM_FILE
 @MASTER
 def reconcile(
-    name: str, repair: bool, report_file: Path | None, registry_file: Path | None, master: str | None
+    name: str | None,
+    repair: bool,
+    origin: str,
+    capture: bool,
+    report_file: Path | None,
+    registry_file: Path | None,
+    master: str | None,
 ) -> None:
     """Compare listener NAME's target with the last state it should hold (a Spark job over
-    the compacted logical topics, through the listener's rules and column allow-lists,
-    against the target read back): missing, extra and different objects, with examples.
+    the compacted logical topics, or with --from source over the source tables, through
+    the listener's rules and column allow-lists, against the target read back): missing,
+    extra and different objects, with examples. With --capture, compare the logical
+    topics with the source tables instead (no target read).
 
     Exit 0 when the target holds what it should (or --repair sent the repair), 1 when it
     drifted (or the job failed), 2 for an unknown listener or a target that cannot be
     read back (table, ldap, file and sql_import targets can)."""
+    if capture:
+        _capture_gaps(name, repair, report_file, registry_file, master)
+        return
+    if name is None:
+        raise click.UsageError("NAME is needed (or --capture, to compare the topics with the source)")
     from consumers.exceptions import ListenerConfigError, TargetUnavailable
     from streams.exceptions import SelectionError, SparkSetupError
     from streams.reconcile import Reconcile
@@ -138,7 +166,7 @@ def reconcile(
     settings = _settings()
     registry = _current_registry(registry_file)
     try:
-        job = Reconcile(settings, registry, name, report=_say)
+        job = Reconcile(settings, registry, name, report=_say, from_source=origin == "source")
     except (SelectionError, ListenerConfigError) as exc:
         _stop(f"mcq reconcile: {name}: {exc}", EXIT_CONFIG)
     try:
@@ -260,3 +288,51 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
         _say(f"rebuild {name}: {line}")
     if not dry_run:
         _say(f"rebuild {name}: done; the next run (mcq listen {name}) goes on from where the rebuild read up to")
+
+
+def _capture_gaps(
+    name: str | None, repair: bool, report_file: Path | None, registry_file: Path | None, master: str | None
+) -> None:
+    """``mcq reconcile [NAME] --capture``: the logical topics against the source."""
+    from streams.exceptions import SelectionError, SparkSetupError
+    from streams.reconcile import capture_gaps
+    from streams.refresh import listener_tables
+    from streams.session import spark_session
+
+    if repair:
+        raise click.UsageError(
+            "--capture finds a gap, it does not repair one: refresh each listener from the source "
+            "(mcq reconcile NAME --from source --repair, or mcq refresh NAME --from source)"
+        )
+    settings = _settings()
+    registry = _current_registry(registry_file)
+    try:
+        tables = listener_tables(registry, name) if name else list(registry.tables)
+    except SelectionError as exc:
+        _stop(f"mcq reconcile: {name}: {exc}", EXIT_CONFIG)
+    members = {m for t in tables if t.entity is not None for m in t.entity.members()}
+    tables = [t for t in registry.tables if t.feeds and (t in tables or t.ref in members)]
+    if not tables:
+        _stop(f"mcq reconcile: {name or 'the registry'}: no table fed by a source table to compare", EXIT_CONFIG)
+    try:
+        spark = spark_session(settings, "mcq-reconcile-capture", master)
+        drift = capture_gaps(spark, settings, registry, tables, _say)
+    except SelectionError as exc:
+        _stop(f"mcq reconcile: {exc}", EXIT_CONFIG)
+    except SparkSetupError as exc:
+        _stop(f"mcq reconcile: {exc}")
+    except Exception as exc:
+        _job_failed("mcq reconcile --capture", exc)
+    for line in drift.lines():
+        _say(f"capture: {line}")
+    if report_file is not None:
+        drift.write(report_file)
+        _say(f"capture: report written to {report_file}")
+    if drift.total:
+        readers = sorted({x.name for x in registry.listeners for t in tables if t in registry.tables_of(x.name)})
+        _say(
+            f"capture: the logical topics lack {drift.total:,} change(s) the source holds: a capture gap, upstream of "
+            f"every listener; repair each listener reading these tables ({', '.join(readers) or 'none'}) with "
+            "mcq reconcile NAME --from source --repair"
+        )
+        sys.exit(EXIT_FAILED)
