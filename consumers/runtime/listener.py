@@ -74,6 +74,7 @@ from consumers.runtime.target import Abandon, TargetWatch
 from consumers.runtime.topics import tombstone_retention
 from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
+from consumers.runtime.waiting import HeldMessage, WaitingRoom
 from mcq import signals
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
@@ -128,7 +129,6 @@ class ListenerRuntime:
         self.counters = Counters()
         self.metrics = ListenerMetrics(name)
         self._stop = threading.Event()
-        self._held: dict[TP, float] = {}  # retry-lane partitions paused until (epoch s)
         self._admin = RenewingAdmin(settings.kafka.client_config())  # offsets without waiting behind a fetch
         self._last_tick = time.monotonic()
         self._realtime_topics: list[str] = []
@@ -293,6 +293,9 @@ class ListenerRuntime:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # what the previous owner applied is known before its partitions are read here
         self._kafka("reading the applied positions", self.applied.catch_up)
+        retry = [tp.partition for tp in partitions if tp.topic == self.topics.retry]
+        if retry:  # and the retry records it left waiting
+            self._kafka("reading the waiting retry records", lambda: self._waiting_room.assign(retry))
         consumer.incremental_assign(partitions)
 
     @property
@@ -322,8 +325,8 @@ class ListenerRuntime:
         self._forget(partitions, lane)
 
     def _forget(self, partitions: list[TopicPartition], lane: str) -> None:
+        self._waiting_room.revoke([tp.partition for tp in partitions if tp.topic == self.topics.retry])
         for tp in partitions:
-            self._held.pop((tp.topic, tp.partition), None)
             self._offsets.forget((tp.topic, tp.partition), lane)
 
     # ------------------------------------------------------------------ the loop
@@ -344,6 +347,7 @@ class ListenerRuntime:
         snapshot = state_snapshot.path_of(self.settings, self.name, "applied")
         self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer, snapshot)
         self.applied.catch_up()
+        self._waiting_room = WaitingRoom(self.settings, self.topics.waiting, self.topics.retry, self._producer)
         self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self.report, self._tick)
         self._deliver = Delivery(
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
@@ -375,7 +379,6 @@ class ListenerRuntime:
             while not self._stop.is_set():
                 self._last_tick = time.monotonic()
                 self._reload_registry()
-                self._release_held()
                 self._beat("running")
                 # a batch that reached the ends ends the run at once (not after an empty poll)
                 if self._step() and not until_caught_up:
@@ -404,6 +407,10 @@ class ListenerRuntime:
         # record follows, such as a transaction's marker, holds nothing up for good). A wait
         # kept up while the bulk lane had work starved it for as long as real-time records came
         # less than the wait apart: a steady trickle of them held a refresh for good.
+        held = self._waiting_room.take_due(time.time(), self._pace["realtime"].size)
+        if held:  # retry records come due, each by its own time
+            self._process(self._rt, held, "realtime")  # type: ignore[arg-type]  # they read as messages
+            return True
         drained = self._until_caught_up and self._lane_caught_up("realtime", self._rt)
         announced, self._fetch_in_flight = self._fetch_in_flight, False
         wait = announced or not (self._bulk_busy or drained)
@@ -447,13 +454,11 @@ class ListenerRuntime:
         return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
 
     def _realtime_backlog(self) -> bool:
-        """Whether a real-time partition (a retry partition on hold aside) has records we
-        have not processed, by the high watermark of the last fetch: no broker round trip."""
+        """Whether a real-time partition has records we have not processed, by the high
+        watermark of the last fetch: no broker round trip."""
         self._offsets.learn(self._rt, None, list(self._rt_assignment))
         for tp in self._rt_assignment:
             key = (tp.topic, tp.partition)
-            if key in self._held:
-                continue
             _, high = self._rt.get_watermark_offsets(tp, cached=True)
             if high > 0 and high > self._offsets.done.get(key, self._offsets.committed_or_zero(self._rt, tp)):
                 return True
@@ -467,21 +472,12 @@ class ListenerRuntime:
         assigned = list(consumer.assignment())
         if not assigned:
             return False
-        self._offsets.learn(consumer, lane, [tp for tp in assigned if (tp.topic, tp.partition) not in self._held])
+        self._offsets.learn(consumer, lane, assigned)  # (parked changes not due yet wait in the waiting room)
         for tp in assigned:
             key = (tp.topic, tp.partition)
-            if key in self._held:
-                continue  # parked changes not yet due wait for the next run
             if self._offsets.committed_or_zero(consumer, tp) < self._offsets.ends[lane][key]:
                 return False
         return True
-
-    def _release_held(self) -> None:
-        now = time.time()
-        due = [tp for tp, until in self._held.items() if until <= now]
-        for topic, partition in due:
-            del self._held[(topic, partition)]
-            self._rt.resume([TopicPartition(topic, partition)])
 
     # ------------------------------------------------------------------ a batch
 
@@ -496,7 +492,7 @@ class ListenerRuntime:
         # what the other instances resolved meanwhile (a broker restarting is waited for)
         self._kafka("reading the applied positions", self.applied.refresh)
         todo: dict[str, list[Item]] = {}  # key text -> the key's changes in this batch
-        blocked: set[TP] = set()
+        held: list[HeldMessage] = []  # retry records that came due in the waiting room
         last: dict[TP, int] = {}
         stamps: dict[TP, int] = {}  # timestamp (ms) of the last record handled, per partition
         firsts: dict[TP, Message] = {}  # the first record handled, per partition
@@ -515,21 +511,17 @@ class ListenerRuntime:
                 self.report(f"listener {self.name}: {lane} lane: {err.str()}")
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
-            if tp in blocked:
-                continue  # behind a change on hold: read again after the hold
             retry_lane = tp[0] == self.topics.retry
             item = Item(msg, Origin.of(msg, retry_lane), retry_lane=retry_lane)
-            if item.retry_lane:
-                until = hold_until_ms(msg) / 1000
-                if until > time.time():
-                    consumer.pause([TopicPartition(*tp)])
-                    consumer.seek(TopicPartition(tp[0], tp[1], msg.offset() or 0))
-                    self._held[tp] = until
-                    blocked.add(tp)
+            if isinstance(msg, HeldMessage):
+                held.append(msg)  # came due in the waiting room: its retry offset was committed then
+            else:
+                last[tp] = msg.offset() or 0
+                stamps[tp] = msg.timestamp()[1]
+                firsts.setdefault(tp, msg)
+                if item.retry_lane and (until := hold_until_ms(msg) / 1000) > time.time():
+                    self._waiting_room.hold(msg, until)  # waits by its own time, no other record behind it
                     continue
-            last[tp] = msg.offset() or 0
-            stamps[tp] = msg.timestamp()[1]
-            firsts.setdefault(tp, msg)
             try:
                 item.change = self._decoder.decode(msg)
             except BadChange as exc:
@@ -561,12 +553,20 @@ class ListenerRuntime:
         except Abandon:
             # stopping while the target is down: acknowledge only what was handled
             for item in self._deliver.undone:
+                if isinstance(item.msg, HeldMessage):
+                    continue  # back to the waiting room below
                 tp = (item.msg.topic() or "", item.msg.partition() or 0)
                 last[tp] = min(last[tp], (item.msg.offset() or 0) - 1)
                 stamps[tp] = min(stamps[tp], item.msg.timestamp()[1])  # what is left starts here
             outcome = "stopped"
             raise
         finally:
+            if held:
+                left = {id(i.msg) for i in self._deliver.undone} if outcome == "stopped" else set()
+                if outcome == "failed":
+                    left = {id(m) for m in held}  # read again from the waiting topic by the next run
+                self._waiting_room.done(m for m in held if id(m) not in left)
+                self._waiting_room.put_back(m for m in held if id(m) in left)
             if outcome != "failed":
                 if turns is not None and outcome == "handled":  # not while a stop unwinds the batch
                     self._flush_with_turns(turns)

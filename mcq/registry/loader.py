@@ -52,7 +52,12 @@ def read_yaml(text: str, name: str) -> tuple[Any, dict[Path_, int]]:
     lines: dict[Path_, int] = {}
     if node is None:
         return {}, lines
-    return _plain(node, (), lines, yaml.SafeLoader("")), lines
+    try:
+        return _plain(node, (), lines, yaml.SafeLoader("")), lines
+    except yaml.MarkedYAMLError as exc:  # a value no safe type takes (an unknown tag)
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        raise RegistryFileError(f"{name}:{line}: not valid YAML: {_one_line(str(exc.problem))}") from None
 
 
 def _one_line(text: str) -> str:

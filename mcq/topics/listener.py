@@ -56,6 +56,11 @@ class ListenerTopics:
         return self._t("bulk")
 
     @property
+    def waiting(self) -> str:
+        """Retry-lane records not due yet, each by its own due time (consumers/runtime/waiting.py)."""
+        return self._t("waiting")
+
+    @property
     def dlq(self) -> str:
         return self._t("dlq")
 
@@ -85,6 +90,7 @@ class ListenerTopics:
         who = f"listener {self.listener}"
         return [
             TopicSpec(self.retry, partitions, dict(RETRY_CONFIG), f"{who}: parked changes (retry lane)"),
+            TopicSpec(self.waiting, partitions, dict(STATE_CONFIG), f"{who}: parked changes not due yet"),
             TopicSpec(self.bulk, partitions, dict(BULK_CONFIG), f"{who}: refreshes and full loads (bulk lane)"),
             TopicSpec(self.dlq, 1, dict(DLQ_CONFIG), f"{who}: dead letters"),
             TopicSpec(self.dlq_resolved, 1, dict(STATE_CONFIG), f"{who}: requeued or discarded dead letters"),

@@ -44,6 +44,7 @@ def test_a_listener_reads_only_its_interests_and_writes_only_its_own_lanes() -> 
     written = {g.name for g in ldap if g.operation == "WRITE"}
     assert written == {
         "mcq.listener.LDAP.retry",
+        "mcq.listener.LDAP.waiting",
         "mcq.listener.LDAP.bulk",
         "mcq.listener.LDAP.dlq",
         "mcq.listener.LDAP.dlq-resolved",

@@ -1,0 +1,70 @@
+"""Due times that never block another key: a retry-lane record not due yet waits by its own
+due time (consumers/runtime/waiting.py), not at the head of its partition. One key held
+for an hour ahead of another key's 5-second retry in the same retry partition, and a
+change of a 10-second delayed interest: the second and the third are applied on time,
+the first waits, and it still waits after a restart (nothing applied twice)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Producer
+
+from consumers.runtime.parking import Origin, failure_headers
+from mcq.change import Change, ChangeCodec
+from mcq.config import Settings
+from mcq.contract import registry_client
+from mcq.stack import Stack
+from mcq.testing.listeners import change, make_world, produce, running, target_state, wait_for
+from mcq.topics.plan import apply_topics
+
+
+def _applied_at(settings: Settings, table: str, key: str) -> datetime | None:
+    with psycopg.connect(settings.vendor.dsn()) as conn:
+        row = conn.execute(f"SELECT applied_at FROM {table} WHERE change_key = %s", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_key_held_for_an_hour_holds_no_other_keys_retry_or_delay(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    delayed = "  - {listener: T, tname: ROOM, delay_s: 10}\n"
+    w = make_world(settings, token, tmp_path, extra=delayed)
+    apply_topics(w.settings, w.topics.specs())
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+
+    def park(c: Change, hold_s: float, offset: int) -> None:
+        """A record of the retry lane as the runtime parks it, in retry partition 0."""
+        key, value = codec.encode(w.phone_topic, c)
+        until_ms = int((time.time() + hold_s) * 1000)
+        headers = failure_headers(
+            w.name, Origin(w.phone_topic, 0, offset), 1, "test", "failed", until_ms, str(c.position)
+        )
+        producer.produce(w.topics.retry, key=key, value=value, headers=headers, partition=0)
+
+    held, soon = change("PHONE", 1, "held an hour", "INSERT"), change("PHONE", 2, "retried in 5 s", "INSERT")
+    park(held, 3600, 10)
+    park(soon, 5, 11)
+    assert producer.flush(30) == 0
+    room = w.registry.tables[1].topic(w.settings.topic_prefix)
+    late = change("ROOM", 3, "delayed 10 s", "INSERT")
+    late = Change(late.key, late.change_type, late.position, datetime.now(UTC), "t", after=late.after)
+    with running(w) as rt:
+        produce(w.settings, room, [late])
+        wait_for("the 5-second retry", lambda: soon.key.text() in target_state(w.settings, w.table), 60)
+        wait_for("the 10-second delay", lambda: late.key.text() in target_state(w.settings, w.table), 60)
+        at = _applied_at(w.settings, w.table, late.key.text())
+        assert at is not None and at >= late.entry_time.replace(microsecond=0)  # not before its commit
+        assert (at - late.entry_time).total_seconds() >= 9.5, at  # nor before its delay
+        assert held.key.text() not in target_state(w.settings, w.table)
+        assert len(rt._waiting_room) == 1  # the held one, waiting by its own time
+        applied = rt.counters.applied
+    assert applied == 2
+    with running(w) as rt:  # a restart: the held one waits on; nothing is applied again
+        wait_for("the waiting record read back", lambda: len(getattr(rt, "_waiting_room", ())) == 1, 60)
+        time.sleep(3)
+        assert rt.counters.applied == 0 and held.key.text() not in target_state(w.settings, w.table)
