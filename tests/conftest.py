@@ -12,16 +12,24 @@ machines none does, so the process stack (`mcq stack`) is what runs.
 from __future__ import annotations
 
 import gc
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from mcq.config import Settings, load_settings
 from mcq.stack import Stack
 
 pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the session, with tracebacks
+
+# The property tests explore the same inputs on every run (a submission's CI never fails on
+# an input no earlier run tried); `HYPOTHESIS_PROFILE=explore pytest ...` searches afresh.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("explore", max_examples=5000, database=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
