@@ -564,7 +564,16 @@ class NormalizeJob:
         null_map = S.lit(None).cast("map<string,string>")
         origin = S.concat(S.lit("explicit mcq_log_"), row.getItem("change_type"))
         stack = row.getItem("call_stack")
-        plain = self._record(topic, key, change_type, null_map, null_map, origin, stack, False)
+        # the state an entry of a table no source feeds carries (mcq_log_*(..., state => ...)):
+        # its after-state, each value as the text of its JSON (a refresh request's is not read)
+        explicit = S.lit(False)
+        for _, _, logical in self.plan.explicit_topics:
+            explicit = explicit | (topic == S.lit(logical))
+        state = S.from_json(row.getItem("state"), "map<string,string>")
+        after = S.when(explicit & (change_type != "DELETE") & row.getItem("state").isNotNull(), state).otherwise(
+            null_map
+        )
+        plain = self._record(topic, key, change_type, after, null_map, origin, stack, False)
         tombstone = self._record(topic, key, change_type, null_map, null_map, origin, stack, True)
         scope = row.getItem("source")
         in_scope: Sql = S.lit(False)

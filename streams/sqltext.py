@@ -176,6 +176,11 @@ def coalesce(*items: Sql) -> Sql:
     return _call("coalesce", *items)
 
 
+def from_json(value: Sql, schema: str) -> Sql:
+    """``from_json(value, schema)``: NULL when the text is not JSON of that shape."""
+    return _call("from_json", value, lit(schema))
+
+
 def map_contains_key(column: Sql, key: str) -> Sql:
     return _call("map_contains_key", column, key)
 

@@ -37,7 +37,7 @@ table is idle, so the slot's confirmed position follows the WAL other databases 
 cluster write instead of holding it all on the source's disk."""
 OUTBOX_COLUMNS = (
     "log_id", "tname", "subtype", "change_type", "person_id", "pkey_string", "pkey_number", "aux_string",
-    "call_stack", "logged_at", "txid", "source",
+    "call_stack", "logged_at", "txid", "source", "state",
 )  # fmt: skip
 
 
@@ -157,8 +157,10 @@ def outbox_sql() -> str:
     return resources.files("mcq.capture").joinpath("outbox.sql").read_text()
 
 
+LOG_INNER = "mcq._log(text, text, text, bigint, text, numeric, text, text, jsonb)"
 LOG_FUNCTIONS = tuple(
-    f"public.mcq_log_{kind}(text, text, bigint, text, numeric, text, text)" for kind in ("insert", "update", "delete")
+    f"public.mcq_log_{kind}(text, text, bigint, text, numeric, text, text, jsonb)"
+    for kind in ("insert", "update", "delete")
 )
 
 
@@ -188,7 +190,9 @@ def install_outbox(conn: Any, outbox: OutboxSettings | None = None) -> None:
             conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM {_role(role)}")
         for role in sorted(wanted - granted):
             conn.execute(f"GRANT EXECUTE ON FUNCTION {fn} TO {_role(role)}")
-    conn.execute("REVOKE EXECUTE ON FUNCTION mcq._log(text, text, text, bigint, text, numeric, text, text) FROM PUBLIC")
+    conn.execute(
+        "REVOKE EXECUTE ON FUNCTION mcq._log(text, text, text, bigint, text, numeric, text, text, jsonb) FROM PUBLIC"
+    )
 
 
 def _role(name: str) -> str:

@@ -28,6 +28,10 @@ CREATE TABLE IF NOT EXISTS mcq.change_log (
     source       text
 );
 ALTER TABLE mcq.change_log ADD COLUMN IF NOT EXISTS source text;  -- outboxes made before scoping
+-- the state of a key of a table no source table feeds (the paper's Unity pattern: the
+-- caller knows the row, mcq has nowhere else to read it from); a JSON object, or NULL
+ALTER TABLE mcq.change_log ADD COLUMN IF NOT EXISTS state jsonb
+    CONSTRAINT change_log_state_is_an_object CHECK (state IS NULL OR jsonb_typeof(state) = 'object');
 
 -- One row per mcq source, written by its connector's heartbeat.action.query: a change in
 -- this database even while every captured table is idle, so the replication slot moves
@@ -65,10 +69,15 @@ DROP FUNCTION IF EXISTS mcq._log(text, text, text, bigint, text, numeric, text);
 DROP FUNCTION IF EXISTS public.mcq_log_insert(text, text, bigint, text, numeric, text);
 DROP FUNCTION IF EXISTS public.mcq_log_update(text, text, bigint, text, numeric, text);
 DROP FUNCTION IF EXISTS public.mcq_log_delete(text, text, bigint, text, numeric, text);
+-- and before `state`
+DROP FUNCTION IF EXISTS mcq._log(text, text, text, bigint, text, numeric, text, text);
+DROP FUNCTION IF EXISTS public.mcq_log_insert(text, text, bigint, text, numeric, text, text);
+DROP FUNCTION IF EXISTS public.mcq_log_update(text, text, bigint, text, numeric, text, text);
+DROP FUNCTION IF EXISTS public.mcq_log_delete(text, text, bigint, text, numeric, text, text);
 
 CREATE OR REPLACE FUNCTION mcq._log(
     p_change_type text, tname text, subtype text, person_id bigint,
-    pkey_string text, pkey_number numeric, aux_string text, source text
+    pkey_string text, pkey_number numeric, aux_string text, source text, state jsonb
 ) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -97,10 +106,10 @@ BEGIN
         ON CONFLICT ON CONSTRAINT whole_table_requests_pkey DO UPDATE SET last_at = excluded.last_at;
     END IF;
     INSERT INTO mcq.change_log
-        (tname, subtype, change_type, person_id, pkey_string, pkey_number, aux_string, call_stack, source)
+        (tname, subtype, change_type, person_id, pkey_string, pkey_number, aux_string, call_stack, source, state)
     VALUES (upper(_log.tname), _log.subtype, p_change_type, _log.person_id, _log.pkey_string, _log.pkey_number,
             _log.aux_string, stack,
-            coalesce(_log.source, nullif(current_setting('mcq.source', true), '')))
+            coalesce(_log.source, nullif(current_setting('mcq.source', true), '')), _log.state)
     RETURNING log_id INTO new_id;
     RETURN new_id;
 END
@@ -109,29 +118,29 @@ $$;
 CREATE OR REPLACE FUNCTION public.mcq_log_insert(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
-    source text DEFAULT NULL
+    source text DEFAULT NULL, state jsonb DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
-    RETURN mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+    RETURN mcq._log('insert', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source, state);
 END
 $$;
 
 CREATE OR REPLACE FUNCTION public.mcq_log_update(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
-    source text DEFAULT NULL
+    source text DEFAULT NULL, state jsonb DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
-    RETURN mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+    RETURN mcq._log('update', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source, state);
 END
 $$;
 
 CREATE OR REPLACE FUNCTION public.mcq_log_delete(
     tname text, subtype text DEFAULT NULL, person_id bigint DEFAULT NULL,
     pkey_string text DEFAULT NULL, pkey_number numeric DEFAULT NULL, aux_string text DEFAULT NULL,
-    source text DEFAULT NULL
+    source text DEFAULT NULL, state jsonb DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN  -- plpgsql, not sql: a SQL function is inlined and would vanish from the call stack
-    RETURN mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source);
+    RETURN mcq._log('delete', tname, subtype, person_id, pkey_string, pkey_number, aux_string, source, state);
 END
 $$;

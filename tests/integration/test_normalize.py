@@ -3,6 +3,7 @@ world -> compacted logical topics, checked key by key against the source databas
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -52,6 +53,8 @@ CONTACT = """
         keys: {{person_id: person_id, aux_string: addr_type}}
         columns: [person_id, addr_type, street, city, state, postal_code, country, updated_at]
         watch: [street]
+  - tname: VOICEMAIL
+    comment: test only - no source table feeds it; its entries carry their state (the Unity pattern)
 """
 
 
@@ -288,6 +291,20 @@ def driven(world: Captured, registry: Registry, nsettings: Settings, checkpoint:
         conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s, source => %s)", (f"{marker}-own", own))
         conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s, source => 'elsewhere')", (f"{marker}-arg",))
         conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s)", (f"{marker}-unscoped",))
+        # a table no source feeds: the caller gives the state (a JSON object); values of any
+        # JSON type reach the topic as their text
+        for kind, state in (
+            ("insert", {"mailbox": "4711", "owner": "ann", "pin_set": True}),
+            ("update", {"mailbox": "4711", "owner": "bob", "pin_set": False, "quota": 25}),
+            ("update", None),  # no state given: as before, nothing to say of its content
+            ("delete", {"ignored": "a delete has no state"}),
+        ):
+            conn.execute(
+                f"SELECT mcq_log_{kind}('VOICEMAIL', pkey_string => %s, source => %s, state => %s)",
+                (marker, own, None if state is None else json.dumps(state)),
+            )
+        with pytest.raises(psycopg.errors.CheckViolation):  # a state that is no object is refused at the call
+            conn.execute("SELECT mcq_log_update('VOICEMAIL', pkey_string => 'x', state => '[1, 2]')")
         conn.execute("SET mcq.source = 'elsewhere'")
         conn.execute("SELECT mcq_log_update('LOGINS', pkey_string => %s)", (f"{marker}-session",))
     time.sleep(3)  # let Debezium deliver the last transactions before the batch is planned
@@ -338,6 +355,20 @@ def test_explicit_entries_scoped_to_another_source_are_not_this_deployments(
     topic = refresh_topic(nsettings.topic_prefix)
     seen = {k["pkey_string"] for k, _ in decode_topic(nsettings, topic) if (k["pkey_string"] or "").startswith(marker)}
     assert seen == {f"{marker}-own", f"{marker}-unscoped"}
+
+
+def test_explicit_entries_of_a_table_no_source_feeds_carry_the_callers_state(
+    registry: Registry, nsettings: Settings, driven: dict[str, Any]
+) -> None:
+    topic = registry.table("VOICEMAIL", None).topic(nsettings.topic_prefix)  # type: ignore[union-attr]
+    records = _records_of(nsettings, topic, {"pkey_string": driven["explicit"]})
+    assert [(v["change_type"], v["after"]) if v else None for v in records] == [
+        ("INSERT", {"mailbox": "4711", "owner": "ann", "pin_set": "true"}),
+        ("UPDATE", {"mailbox": "4711", "owner": "bob", "pin_set": "false", "quota": "25"}),
+        ("UPDATE", None),
+        ("DELETE", None),
+        None,  # the delete's tombstone
+    ]
 
 
 def test_a_moved_key_is_a_delete_of_the_old_key_and_an_insert_of_the_new(
