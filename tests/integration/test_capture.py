@@ -351,7 +351,7 @@ def test_only_granted_roles_log_through_the_outbox_functions_and_whole_table_req
                 as_role(other, f"SELECT mcq_log_update('{tname}', person_id => 3)")
             for sql in (
                 f"INSERT INTO mcq.change_log (tname, change_type) VALUES ('{tname}', 'update')",
-                f"SELECT mcq._log('update', '{tname}', NULL, 4, NULL, NULL, NULL, NULL)",
+                f"SELECT mcq._log('update', '{tname}', NULL, 4, NULL, NULL, NULL, NULL, NULL)",
                 "DELETE FROM mcq.whole_table_requests",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
