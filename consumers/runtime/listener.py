@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -68,7 +69,7 @@ from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.offsets import LaneOffsets
 from consumers.runtime.outage import FLUSH_WAIT_S, Stopped, flushed, until_kafka_answers
 from consumers.runtime.pacing import BatchPacer
-from consumers.runtime.parking import Origin, hold_until_ms
+from consumers.runtime.parking import H_REQUEST, Origin, headers_of, hold_until_ms
 from consumers.runtime.refresh import RefreshResolver
 from consumers.runtime.target import Abandon, TargetWatch
 from consumers.runtime.topics import tombstone_retention
@@ -76,11 +77,11 @@ from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
 from consumers.runtime.waiting import HeldMessage, WaitingRoom
 from mcq import signals
-from mcq.change import BadChange, ChangeCodec
+from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry.exceptions import RegistryStoreError
-from mcq.registry.model import Listener, Registry
+from mcq.registry.model import Listener, LogicalTable, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.exceptions import TopicSettingsError
 from mcq.topics.listener import ListenerTopics, interest_topics
@@ -529,7 +530,9 @@ class ListenerRuntime:
                 continue
             if item.change is None:
                 continue
-            if item.origin.topic == self.topics.refresh:
+            if item.origin.topic == self.topics.refresh or (
+                item.origin.topic == self.topics.bulk and headers_of(msg).get(H_REQUEST) == "refresh"
+            ):
                 requests.append(item)
                 continue
             if item.origin.topic == self.topics.bulk:  # a refresh's state or delete (mcq refresh)
@@ -624,8 +627,34 @@ class ListenerRuntime:
                 continue
             mark = ExposureMark(tp[0], found[0], found[1], retention, table.tname, table.subtype)
             line = exposure_line(self.name, [mark.exposure(table)])
-            if self.applied.mark_exposed(mark) and line:
-                self.report(line)
+            if self.applied.mark_exposed(mark):
+                if line:
+                    self.report(line)
+                if self.delivery.on_exposure == "refresh":
+                    self._request_whole_table(table)
+
+    def _request_whole_table(self, table: LogicalTable) -> None:
+        """A whole-table refresh of ``table`` for this listener only: a request in its own
+        bulk lane (flushed with the batch), resolved as an explicit refresh request is. Its
+        deletes carry the newest position this listener applied of the table, so every key
+        the target holds that has no state any more goes."""
+        topic = table.topic(self.settings.topic_prefix)
+        keys = [k for k in self.applied.present_keys(table.tname) if k.subtype == table.subtype]
+        newest = max((p for k in keys if (p := self.applied.get(k)) is not None), default=Position(0, 0))
+        request = Change(
+            ChangeKey(table.tname, table.subtype),
+            "UPDATE",
+            newest,
+            datetime.now(UTC),
+            topic,
+            origin=f"listener {self.name}: delivery.on_exposure: refresh",
+        )
+        key, value = self.codec.encode(topic, request)
+        self._producer.produce(self.topics.bulk, key=key, value=value, headers=[(H_REQUEST, b"refresh")])
+        self.report(
+            f"listener {self.name}: requested a whole-table refresh of {table.ref} through its bulk lane "
+            "(delivery.on_exposure: refresh); applied, it repairs the deletes it may have missed"
+        )
 
     def _clear_exposures(self, requests: list[Item]) -> None:
         """A whole-table refresh applied here repairs what its tables' topics may have lost:

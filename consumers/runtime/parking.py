@@ -28,6 +28,8 @@ H_LISTENER = "mcq.listener"
 H_FAILED_AT = "mcq.failed_at_ms"
 H_HOST = "mcq.host"
 H_REQUEUED_FROM = "mcq.requeued_from"
+H_REQUEST = "mcq.request"
+"""On a record of a listener's own bulk lane that is a refresh request (``refresh``), not a state."""
 SUPERSEDED = "superseded:"
 """Key prefix of a dead-letter resolution by key (``superseded:<key>``, in ``dlq-resolved``):
 every dead letter of the key older than the position it names is superseded."""

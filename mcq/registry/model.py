@@ -161,6 +161,11 @@ class Delivery(_Model):
     heartbeat_timeout_s: float = Field(default=30.0, gt=0)
     stuck_after_s: float = Field(default=600.0, gt=0)
     """A live listener whose oldest pending change is older than this is stuck."""
+    on_exposure: Literal["alert", "refresh"] = "alert"
+    """When changes waited longer than their topic keeps deletes (deletes may be missed):
+    ``alert`` marks it for ``mcq status`` to report until a whole-table refresh is applied;
+    ``refresh`` also requests that refresh itself, of only the exposed tables, through its
+    own bulk lane (said in its log), so the target repairs itself."""
     alert_after_dead_letters: int | None = Field(default=1, ge=1)
     """``mcq status`` exits 1 once this many dead letters are unresolved (neither requeued
     nor discarded): each one is a change its target does not hold, so the default alerts

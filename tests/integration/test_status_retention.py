@@ -182,3 +182,35 @@ def test_status_reports_a_listener_behind_longer_than_its_topic_keeps_deletes(
     assert target_state(w.settings, w.table) == expected_state(first + later)
     healed = _status(w)
     assert healed.exit_code == 0 and healed.stderr == "", (healed.output, healed.stderr)
+
+
+def test_a_listener_told_to_refresh_on_exposure_repairs_its_target_itself(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """``delivery.on_exposure: refresh``: the listener that finds it waited longer than its
+    topic keeps deletes requests the whole-table refresh of that table itself, through its
+    own bulk lane; once applied, the deleted key has left the target and status is quiet."""
+    w = _batch_world(settings, token, tmp_path)
+    text = w.registry_file.read_text().replace(
+        "      max_attempts: 3\n", "      max_attempts: 3\n      on_exposure: refresh\n"
+    )
+    w.registry_file.write_text(text)
+    w = dataclasses.replace(w, registry=parse_registry(text, str(w.registry_file)))
+    first = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(6)]
+    produce(w.settings, w.phone_topic, first)
+    _catch_up(w)
+    _keep_deletes(w.settings, w.phone_topic, RETENTION_MS)
+    time.sleep(RETENTION_MS / 1000 + 0.5)
+    later = [change("PHONE", 0, None, "DELETE"), change("PHONE", 1, "+1-518-7654321", "UPDATE")]
+    produced_at = time.time()
+    produce(w.settings, w.phone_topic, later)
+    time.sleep(max(0.0, produced_at + RETENTION_MS / 1000 + 1.0 - time.time()))
+    _lose_the_delete(w, later[0])
+    said = _catch_up(w)
+    assert any("requested a whole-table refresh of PHONE through its bulk lane" in x for x in said), said
+    # applied in this run's bulk lane, or the next run's
+    healed = said + (_catch_up(w) if first[0].key.text() in target_state(w.settings, w.table) else [])
+    assert any("deletes missed on" in x and "repaired" in x for x in healed), healed
+    assert target_state(w.settings, w.table) == expected_state(first + later)
+    quiet = _status(w)
+    assert quiet.exit_code == 0 and quiet.stderr == "", (quiet.output, quiet.stderr)
