@@ -227,9 +227,9 @@ def _depth(tree: Tree[Token]) -> tuple[int, int]:
     while stack:
         node, depth = stack.pop()
         if isinstance(node, Tree):
-            stack.extend((child, depth + 1) for child in node.children)
-        elif depth > deepest:
-            deepest, column = depth, node.column or 0
+            stack.extend((child, depth + 1) for child in node.children if child is not None)
+        elif depth > deepest:  # a token (an optional part left out is None: skipped above)
+            deepest, column = depth, getattr(node, "column", None) or 0
     return deepest, column
 
 

@@ -138,6 +138,8 @@ def test_a_deeply_nested_expression_is_refused_not_a_recursion_error() -> None:
 
 
 def test_real_rules_nest_well_within_the_limit() -> None:
+    parse_expression("CASE WHEN status = 'R' THEN 'retired' END")  # an optional part left out
+    parse_expression("CASE WHEN a = 1 THEN lower(x) ELSE default(y, 'z') END")
     parse_rule("NOT " * 20 + "x = 1")
     parse_rule("(" * 20 + "x = 1" + ")" * 20)
     parse_expression("lower(" * 15 + "x" + ")" * 15)
