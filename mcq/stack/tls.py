@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mcq.config import Settings
+from mcq.stack.files import write_private
 
 VALID_DAYS = 3650
 _CA_USAGE = x509.KeyUsage(
@@ -54,8 +55,7 @@ class StackTls:
         self.directory.mkdir(parents=True, exist_ok=True)
         ca_key, ca = make_ca("mcq local stack CA")
         key, cert = make_server_cert(ca_key, ca, hosts=["localhost", "127.0.0.1"])
-        self.server_key.write_bytes(_key_pem(key))
-        self.server_key.chmod(0o600)
+        write_private(self.server_key, _key_pem(key))
         self.server_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         self.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
         return self
@@ -130,8 +130,7 @@ def write_pair(
     """Write NAME.key and NAME.crt into DIRECTORY (tests: certificates of an untrusted CA)."""
     directory.mkdir(parents=True, exist_ok=True)
     key_path, cert_path = directory / f"{name}.key", directory / f"{name}.crt"
-    key_path.write_bytes(_key_pem(key))
-    key_path.chmod(0o600)
+    write_private(key_path, _key_pem(key))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return key_path, cert_path
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from mcq.config import KAFKA_CONNECT, LOOPBACK, jaas_line
+from mcq.stack.files import write_private
 from mcq.stack.services.base import JvmService, NotReady, _properties
 from mcq.stack.tls import stack_tls
 
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
     pass
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+CONNECTOR_SECRETS = r"^MCQ_SOURCE__PASSWORD$"
+"""The worker's environment variables a connector config may name (``${env:…}``): the
+source database's password, which ``mcq connect apply`` renders as a reference."""
 
 
 class Connect(JvmService):
@@ -79,15 +83,15 @@ class Connect(JvmService):
             "rest.advertised.host.name": LOOPBACK,
             "rest.advertised.port": port,
             "plugin.path": self.plugin_path,
-            # connector JSON names secrets (${env:MCQ_SOURCE__PASSWORD}); the worker resolves them
-            "config.providers": "env,file",
+            # connector JSON names secrets (${env:MCQ_SOURCE__PASSWORD}); the worker resolves
+            # them, and nothing else: whoever may post a connector config cannot make it read
+            # another variable of the worker (its own Kafka password) or any file
+            "config.providers": "env",
             "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
-            "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+            "config.providers.env.param.allowlist.pattern": CONNECTOR_SECRETS,
             "topic.creation.enable": "true",
         }
-        conf = self.conf_dir / "connect.properties"
-        conf.write_text(_properties(props))
-        conf.chmod(0o600)  # the local stack's Connect password
+        write_private(self.conf_dir / "connect.properties", _properties(props))  # Connect's password
 
     def env(self) -> dict[str, str]:
         env = super().env()

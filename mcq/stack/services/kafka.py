@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, LOOPBACK, jaas_line
+from mcq.stack.files import write_private
 from mcq.stack.services.base import JvmService, NotReady, _properties
 from mcq.stack.tls import stack_tls
 
@@ -93,8 +94,7 @@ class Kafka(JvmService):
     def prepare(self) -> None:
         super().prepare()
         tls = stack_tls(self.settings).ensure()
-        self.keystore.write_bytes(tls.server_key.read_bytes() + tls.server_cert.read_bytes())
-        self.keystore.chmod(0o600)
+        write_private(self.keystore, tls.server_key.read_bytes() + tls.server_cert.read_bytes())
         props = {
             "process.roles": "broker,controller",
             "node.id": 1,
@@ -122,8 +122,7 @@ class Kafka(JvmService):
             "log.cleaner.backoff.ms": 5000,
         }
         conf = self.conf_dir / "kafka.properties"
-        conf.write_text(_properties(props))
-        conf.chmod(0o600)  # the secure stack's admin and controller passwords
+        write_private(conf, _properties(props))  # the secure stack's admin and controller passwords
         if not (self.data_dir / "meta.properties").exists():
             # the admin's SCRAM credentials are in the first metadata: on the secure stack
             # the broker logs in to its own SASL_SSL port as the admin before anyone could

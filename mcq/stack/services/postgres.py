@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import LOOPBACK
 from mcq.stack.exceptions import ServiceFailed
+from mcq.stack.files import write_private
 from mcq.stack.process import as_user
 from mcq.stack.services.base import NotReady, Service
 from mcq.stack.tls import stack_tls
@@ -87,8 +88,7 @@ class Postgres(Service):
         self._check_reachable()
         self._own(self.socket_dir)
         tls = stack_tls(self.settings).ensure()
-        self.tls_key.write_bytes(tls.server_key.read_bytes())
-        self.tls_key.chmod(0o600)
+        write_private(self.tls_key, tls.server_key.read_bytes())
         self._own(self.tls_key)
         if (self.data_dir / "PG_VERSION").exists():
             return
@@ -96,8 +96,7 @@ class Postgres(Service):
         self.data_dir.chmod(0o700)
         self._own(self.data_dir)
         pwfile = self.data_dir.parent / ".pg-initial-password"
-        pwfile.write_text(self.settings.source.password.get_secret_value() + "\n")
-        pwfile.chmod(0o600)
+        write_private(pwfile, self.settings.source.password.get_secret_value() + "\n")
         self._own(pwfile)
         try:
             self._run(
