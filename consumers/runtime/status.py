@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import KafkaException
 from croniter import croniter
@@ -42,7 +42,9 @@ from consumers.runtime.acks import (
 )
 from consumers.runtime.dlq import DeadLetters
 from consumers.runtime.heartbeat import Beat, read_beats
+from consumers.runtime.parking import headers_of
 from consumers.runtime.topics import tombstone_retention
+from consumers.runtime.waiting import H_DUE
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
 from mcq.topics.listener import ListenerTopics
@@ -102,6 +104,10 @@ class ListenerStatus:
     partitions: list[PartitionLag] = field(default_factory=list)
     """Where its groups stand in each partition of its lanes (the console's listener page)."""
     last_applied_at: float | None = None
+    waiting: int = 0
+    """Parked or delayed changes waiting for their due time (consumers/runtime/waiting.py)."""
+    next_due: float | None = None
+    """When the earliest of them comes due (epoch s)."""
     """When an instance last applied a change (the newest of their heartbeats says)."""
 
     @property
@@ -237,6 +243,23 @@ def _schedule_gap_s(listener: Listener) -> float:
     return (a - b).total_seconds()
 
 
+def waiting_records(settings: Settings, topic: str) -> tuple[int, float | None]:
+    """How many retry records wait in a listener's waiting topic, and the earliest due time."""
+    latest: dict[bytes, Message] = {}
+    for msg in read_to_end(settings, topic, 30):
+        latest[msg.key() or b""] = msg
+    dues = []
+    for msg in latest.values():
+        if msg.value() is None:
+            continue
+        due = dict(headers_of(msg)).get(H_DUE)
+        try:
+            dues.append(float(due) if due else 0.0)
+        except ValueError:
+            dues.append(0.0)
+    return len(dues), min(dues) if dues else None
+
+
 def listener_status(
     settings: Settings,
     registry: Registry,
@@ -275,6 +298,7 @@ def listener_status(
         partitions=rt_parts + bulk_parts,
         last_applied_at=max((b.last_applied_at for b in mine if b.last_applied_at), default=None),
     )
+    status.waiting, status.next_due = waiting_records(settings, topics.waiting)
     age = status.oldest_pending_age_s
     limit = listener.delivery.stuck_after_s + _schedule_gap_s(listener)
     if listener.realtime and not alive:

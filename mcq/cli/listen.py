@@ -121,6 +121,8 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
                         "alert_after_dead_letters": r.alert_after_dead_letters,
                         "alert": r.dead_letter_alert,
                         "tombstones_at_risk": r.tombstones_at_risk,
+                        "waiting": r.waiting,
+                        "next_due": r.next_due,
                     }
                     for r in report
                 ]
@@ -136,6 +138,7 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
             "oldest",
             "applied",
             "parked",
+            "waiting",
             "failed",
             "dead-lettered",
             "dlq",
@@ -155,6 +158,7 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
                 f"{age:.0f} s" if age is not None else "-",
                 str(c.get("applied", 0)),
                 str(c.get("parked", 0)),
+                f"{r.waiting} (next in {max(0.0, r.next_due - now):.0f} s)" if r.next_due is not None else "0",
                 str(r.failed),
                 str(c.get("dead_lettered", 0)),
                 f"{r.dead_letters}" + (f"/{r.alert_after_dead_letters}" if r.alert_after_dead_letters else ""),
@@ -163,7 +167,7 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
             )
             for lag in r.lags:
                 if lag.pending:
-                    table.add_row(f"  {lag.topic}", lag.lane, "", "", str(lag.pending), *[""] * 8)
+                    table.add_row(f"  {lag.topic}", lag.lane, "", "", str(lag.pending), *[""] * 9)
         console.print(table)
     for r in report:
         if r.dead_letter_alert:

@@ -6,15 +6,18 @@ the first waits, and it still waits after a restart (nothing applied twice)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
+from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from consumers.runtime.parking import Origin, failure_headers
 from mcq.change import Change, ChangeCodec
+from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
@@ -64,6 +67,12 @@ def test_a_key_held_for_an_hour_holds_no_other_keys_retry_or_delay(
         assert len(rt._waiting_room) == 1  # the held one, waiting by its own time
         applied = rt.counters.applied
     assert applied == 2
+    # mcq status tells it: one change waiting, due in about an hour; nothing pending or stuck
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    shown = CliRunner().invoke(cli, ["status", w.name, "--registry", str(w.registry_file), "--json"], env=env)
+    [row] = json.loads(shown.stdout)
+    assert row["waiting"] == 1 and 3000 < row["next_due"] - time.time() <= 3600, row
+    assert row["pending"] == 0, row
     with running(w) as rt:  # a restart: the held one waits on; nothing is applied again
         wait_for("the waiting record read back", lambda: len(getattr(rt, "_waiting_room", ())) == 1, 60)
         time.sleep(3)
