@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from mcq.config import Settings, load_settings
+from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, Settings, load_settings
 from mcq.stack import Stack
 
 pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the session, with tracebacks
@@ -108,8 +108,8 @@ def no_secret_in_the_sessions_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     start = {p: p.stat().st_size for p in logs.glob("*")} if logs.is_dir() else {}
     yield
     secrets = {
-        "stack.kafka_admin_password": settings.stack.kafka_admin_password,
-        "stack.kafka_connect_password": settings.stack.kafka_connect_password,
+        "stack.kafka_admin_password": settings.stack.local_password(KAFKA_ADMIN),
+        "stack.kafka_connect_password": settings.stack.local_password(KAFKA_CONNECT),
         "source.password": settings.source.password,
         "vendor.password": settings.vendor.password,
         "ldap.password": settings.ldap.password,

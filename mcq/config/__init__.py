@@ -237,7 +237,7 @@ class Settings(BaseSettings):
                 "security_protocol": "SASL_SSL",
                 "sasl_mechanism": kafka.sasl_mechanism or "SCRAM-SHA-512",
                 "sasl_username": kafka.sasl_username or KAFKA_ADMIN,
-                "sasl_password": kafka.sasl_password or self.stack.kafka_admin_password,
+                "sasl_password": kafka.sasl_password or self.stack.local_password(KAFKA_ADMIN),
                 "ssl_ca_location": kafka.ssl_ca_location or self.stack.ca_cert,
             }
         )

@@ -21,7 +21,7 @@ installed (a wheel, the image). Only the defaults of the local stack's own direc
 use it (``stack.home``, ``stack.jvm_cache``); what mcq reads at run time ships with the
 package (:mod:`mcq.resources`)."""
 KAFKA_ADMIN = "mcq-admin"
-"""The local broker's SCRAM super user (its password: ``stack.kafka_admin_password``)."""
+"""The local broker's SCRAM super user (its password: ``StackSettings.local_password``)."""
 KAFKA_CONNECT = "mcq-connect"
 """The local Connect worker's identity on the broker's SASL_SSL port: no super user, only
 its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""

@@ -16,6 +16,10 @@ from pydantic import (
 
 from mcq.config.section import CHECKOUT, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError, Section
 
+FIXED_PASSWORDS = {KAFKA_ADMIN: "mcq-admin-local", KAFKA_CONNECT: "mcq-connect-local"}
+"""The passwords every local stack had before it made its own: what a stack formatted with
+them keeps (its broker's metadata holds them)."""
+
 
 def _default_home() -> Path:
     if CHECKOUT is not None:
@@ -72,12 +76,14 @@ class StackSettings(Section):
     connect_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     start_timeout_s: float = 150.0
-    kafka_admin_password: SecretStr = SecretStr("mcq-admin-local")
+    kafka_admin_password: SecretStr | None = None
     """The SCRAM password of the local broker's ``mcq-admin`` user (a super user, like the
-    plaintext loopback port's anonymous clients)."""
-    kafka_connect_password: SecretStr = SecretStr("mcq-connect-local")
+    plaintext loopback port's anonymous clients); unset: the stack's own, made at random
+    when its broker is first formatted (:meth:`password_file`)."""
+    kafka_connect_password: SecretStr | None = None
     """The SCRAM password of ``mcq-connect``, the identity the local Connect worker uses on
-    the broker's SASL_SSL port, limited to what its ACLs allow (``mcq acl plan``)."""
+    the broker's SASL_SSL port, limited to what its ACLs allow (``mcq acl plan``); unset:
+    the stack's own, made at random likewise."""
 
     @property
     def secure_marker(self) -> Path:
@@ -114,15 +120,25 @@ class StackSettings(Section):
                 fh.write(secrets.token_hex(32))
         self.secure_marker.write_text("made by `mcq stack up --secure`; `mcq stack up --plaintext` removes it\n")
 
+    def password_file(self, user: str) -> Path:
+        """Where the stack keeps the password of ``mcq-admin`` or ``mcq-connect`` when no
+        setting gives it: written (0600, whole) when the broker is first formatted, random;
+        a stack formatted before these files existed keeps its fixed passwords in them."""
+        return self.home / "conf" / f"{user}.password"
+
     def local_password(self, user: str) -> SecretStr:
         """The SCRAM password of local principal USER on this stack: the admin's and Connect's
-        are settings; every other one is derived from the stack's secret (HMAC-SHA-256), so
-        any mcq process of this ``home`` can log in as the identity it runs as, and no one
-        without the secret file can."""
-        if user == KAFKA_ADMIN:
-            return self.kafka_admin_password
-        if user == KAFKA_CONNECT:
-            return self.kafka_connect_password
+        are settings, else the stack's own (:meth:`password_file`); every other one is
+        derived from the stack's secret (HMAC-SHA-256), so any mcq process of this ``home``
+        can log in as the identity it runs as, and no one without the secret file can."""
+        if user in (KAFKA_ADMIN, KAFKA_CONNECT):
+            configured = self.kafka_admin_password if user == KAFKA_ADMIN else self.kafka_connect_password
+            if configured is not None:
+                return configured
+            try:
+                return SecretStr(self.password_file(user).read_text().strip())
+            except OSError:
+                return SecretStr(FIXED_PASSWORDS[user])  # no stack formatted here (yet)
         try:
             key = self.secret_file.read_bytes().strip()
         except OSError as exc:

@@ -4,6 +4,7 @@ secrets never print."""
 from __future__ import annotations
 
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,37 @@ def test_configured_kafka_identities_win_over_the_secure_stacks_defaults(
     # back to plaintext: the marker goes, the secret stays for the users made under it
     s.stack.set_secure(False)
     assert not load_settings().stack.secure and s.stack.secret_file.is_file()
+
+
+def test_the_local_stacks_admin_and_connect_passwords_are_its_own_unless_configured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT
+    from mcq.config.stack import FIXED_PASSWORDS
+    from mcq.stack.services.kafka import Kafka
+
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path))
+    stack = load_settings().stack
+    assert stack.local_password(KAFKA_ADMIN).get_secret_value() == FIXED_PASSWORDS[KAFKA_ADMIN]  # nothing made yet
+    kafka = Kafka(load_settings())
+    kafka._stack_passwords()  # a broker not formatted yet: random, private
+    made = {u: stack.local_password(u).get_secret_value() for u in (KAFKA_ADMIN, KAFKA_CONNECT)}
+    assert all(len(p) >= 24 and p not in FIXED_PASSWORDS.values() for p in made.values()), made
+    assert stat.S_IMODE(stack.password_file(KAFKA_ADMIN).stat().st_mode) == 0o600
+    kafka._stack_passwords()  # made once
+    assert {u: stack.local_password(u).get_secret_value() for u in made} == made
+    monkeypatch.setenv("MCQ_STACK__KAFKA_ADMIN_PASSWORD", "configured")
+    assert load_settings().stack.local_password(KAFKA_ADMIN).get_secret_value() == "configured"
+
+
+def test_a_stack_formatted_with_the_fixed_passwords_keeps_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mcq.config import KAFKA_ADMIN
+    from mcq.config.stack import FIXED_PASSWORDS
+    from mcq.stack.services.kafka import Kafka
+
+    monkeypatch.setenv("MCQ_STACK__HOME", str(tmp_path))
+    kafka = Kafka(load_settings())
+    kafka.data_dir.mkdir(parents=True)
+    (kafka.data_dir / "meta.properties").write_text("node.id=1\n")
+    kafka._stack_passwords()
+    assert load_settings().stack.local_password(KAFKA_ADMIN).get_secret_value() == FIXED_PASSWORDS[KAFKA_ADMIN]

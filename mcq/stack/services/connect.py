@@ -49,7 +49,7 @@ class Connect(JvmService):
         port = self.settings.stack.ports.connect
         # the worker, its connectors' producers and its admin (topic creation) on the broker's
         # SASL_SSL port as mcq-connect: capture runs under the ACLs a campus would give it
-        password = self.settings.stack.kafka_connect_password.get_secret_value()
+        password = self.settings.stack.local_password(KAFKA_CONNECT).get_secret_value()
         sasl = {
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": "SCRAM-SHA-512",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import resource
+import secrets
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, LOOPBACK, jaas_line
+from mcq.config.stack import FIXED_PASSWORDS
 from mcq.stack.files import write_private
 from mcq.stack.services.base import JvmService, NotReady, _properties
 from mcq.stack.tls import stack_tls
@@ -82,7 +84,7 @@ class Kafka(JvmService):
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": KAFKA_ADMIN,
-            "sasl.password": self.settings.stack.kafka_admin_password.get_secret_value(),
+            "sasl.password": self._admin_password(),
             "ssl.ca.location": str(stack_tls(self.settings).ca_cert),
         }
 
@@ -93,6 +95,7 @@ class Kafka(JvmService):
 
     def prepare(self) -> None:
         super().prepare()
+        self._stack_passwords()
         tls = stack_tls(self.settings).ensure()
         write_private(self.keystore, tls.server_key.read_bytes() + tls.server_cert.read_bytes())
         props = {
@@ -146,8 +149,17 @@ class Kafka(JvmService):
                 hide=(self._admin_password(),),
             )
 
+    def _stack_passwords(self) -> None:
+        """The stack's own passwords of mcq-admin and mcq-connect, made once: random for a
+        broker not formatted yet, the fixed ones of old for one formatted with them."""
+        formatted = (self.data_dir / "meta.properties").exists()
+        for user in (KAFKA_ADMIN, KAFKA_CONNECT):
+            path = self.settings.stack.password_file(user)
+            if not path.exists():
+                write_private(path, FIXED_PASSWORDS[user] if formatted else secrets.token_urlsafe(24))
+
     def _admin_password(self) -> str:
-        return self.settings.stack.kafka_admin_password.get_secret_value()
+        return self.settings.stack.local_password(KAFKA_ADMIN).get_secret_value()
 
     def _plaintext_listeners(self) -> dict[str, object]:
         """The quick start's broker: besides SASL_SSL, a plaintext loopback port whose anonymous
@@ -231,8 +243,8 @@ class Kafka(JvmService):
 
         admin = AdminClient({**self.admin_config(), "log_level": 0})
         stack = self.settings.stack
-        set_scram_user(self.settings, KAFKA_ADMIN, stack.kafka_admin_password.get_secret_value(), admin)
-        set_scram_user(self.settings, KAFKA_CONNECT, stack.kafka_connect_password.get_secret_value(), admin)
+        set_scram_user(self.settings, KAFKA_ADMIN, stack.local_password(KAFKA_ADMIN).get_secret_value(), admin)
+        set_scram_user(self.settings, KAFKA_CONNECT, stack.local_password(KAFKA_CONNECT).get_secret_value(), admin)
         AclAdmin(self.settings, admin).grant(connect_grants(f"User:{KAFKA_CONNECT}"))
 
     def check(self) -> None:
