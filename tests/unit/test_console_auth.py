@@ -248,3 +248,23 @@ def test_a_session_ends_when_its_user_is_removed_or_given_a_new_password_and_a_d
     changed = app(base.model_copy(update={"users": {**users, "ann": renewed}}))
     changed.cookies.update(cookies)
     assert changed.get("/interests").status_code == 303
+
+
+def test_reading_record_contents_is_audited_for_every_role(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mcq.console.pages import topics
+    from mcq.registry import load_registry
+    from tests import PROJECT_ROOT
+
+    class CampusState:
+        def registry(self) -> Any:
+            return load_registry(PROJECT_ROOT / "examples" / "campus.yaml")
+
+    monkeypatch.setattr(topics, "read", lambda *args: [])
+    settings = Settings(console=_console(audit_log=tmp_path / "audit.log"))
+    client = TestClient(create_app(settings, state=CampusState()), follow_redirects=False)  # type: ignore[arg-type]
+    _log_in(client, "rob")
+    response = client.get("/topics/mcq.logins?partition=1&offset=7&key=zz")
+    assert response.status_code == 200, response.text
+    entry = json.loads((tmp_path / "audit.log").read_text().splitlines()[-1])
+    assert (entry["who"], entry["role"], entry["action"]) == ("rob", "read", "read records")
+    assert entry["target"] == "mcq.logins[1]@7 key~zz"
