@@ -40,7 +40,7 @@ from consumers.runtime.parking import (
     Headers,
     headers_of,
 )
-from mcq.change import POSITION_HEADER, BadChange, ChangeCodec, Position
+from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, Position
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.topics.exceptions import TopicReadError
@@ -129,11 +129,7 @@ class DeadLetters:
         """The resolution by key that covers this dead letter, if any."""
         key, position = entry.headers.get(H_KEY), entry.headers.get(POSITION_HEADER)
         if key is None or position is None:  # written before dead letters carried them
-            codec = ChangeCodec(registry_client(self.settings))
-            try:
-                change = codec.decode(self.topics.dlq, entry.partition, entry.offset, entry.key, entry.value)
-            except BadChange:
-                return None
+            change = self.change(entry)
             if change is None:
                 return None
             key, position = change.key.text(), position or str(change.position)
@@ -153,13 +149,17 @@ class DeadLetters:
                 return entry
         raise DeadLetterError(f"listener {self.listener}: no dead letter {entry_id!r} in {self.topics.dlq}")
 
-    def decoded(self, entry: DeadLetter) -> dict[str, Any] | None:
-        """The change a dead letter holds, as a dict; None when it cannot be read (a bad record)."""
+    def change(self, entry: DeadLetter) -> Change | None:
+        """The change a dead letter holds; None when it cannot be read (a bad record)."""
         codec = ChangeCodec(registry_client(self.settings))
         try:
-            change = codec.decode(self.topics.dlq, entry.partition, entry.offset, entry.key, entry.value)
+            return codec.decode(self.topics.dlq, entry.partition, entry.offset, entry.key, entry.value)
         except BadChange:
             return None
+
+    def decoded(self, entry: DeadLetter) -> dict[str, Any] | None:
+        """The change a dead letter holds, as a dict; None when it cannot be read (a bad record)."""
+        change = self.change(entry)
         if change is None:
             return None
         record = change.record()

@@ -19,15 +19,15 @@ superseded, or fails and parks again.
 from __future__ import annotations
 
 import heapq
-import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
-from consumers.exceptions import ConsumerError
+from consumers.exceptions import ConsumerError, KafkaUnavailable
 from mcq.config import Settings
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import read_to_end
 
 H_RETRY_KEY = "mcq.retry_key"
 """The retry record's own Kafka key, kept on its waiting record (whose key says where it was)."""
@@ -208,35 +208,8 @@ def _read_partitions(
     settings: Settings, topic: str, partitions: list[int], timeout_s: float
 ) -> dict[str, Message | None]:
     """The last record of every key of these partitions of ``topic`` (None: tombstoned)."""
-    consumer = Consumer(
-        {
-            **settings.kafka.client_config(),
-            "group.id": f"_mcq-waiting-{uuid.uuid4().hex}",  # assign-only, never commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    latest: dict[str, Any] = {}
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, -2) for p in todo])
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() > deadline:
-                raise ConsumerError(f"reading {topic}: not at its end after {timeout_s:.0f} s")
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(msg.partition() or 0)
-                    continue
-                raise ConsumerError(f"reading {topic}: {err}")
-            latest[(msg.key() or b"").decode()] = msg if msg.value() is not None else None
-            if (msg.offset() or 0) + 1 >= ends.get(msg.partition() or 0, 0):
-                todo.discard(msg.partition() or 0)
-    finally:
-        consumer.close()
-    return latest
+        records = read_to_end(settings, topic, timeout_s, partitions)
+    except TopicReadError as exc:
+        raise (KafkaUnavailable if exc.retriable else ConsumerError)(f"waiting records: {exc}") from None
+    return {(m.key() or b"").decode(): m if m.value() is not None else None for m in records}

@@ -23,6 +23,16 @@ from mcq.cli.app import (
     main,
 )
 
+FROM_ORIGIN = click.option(
+    "--from",
+    "origin",
+    type=click.Choice(["topics", "source"]),
+    default="topics",
+    show_default=True,
+    help="Where the state comes from: the compacted logical topics' last states, or the source tables "
+    "read now through JDBC (what finds and repairs a change the capture lost).",
+)
+
 
 @main.command("refresh")
 @click.argument("name")
@@ -38,14 +48,7 @@ from mcq.cli.app import (
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Only these keys: CSV with a header row of key fields, or JSON Lines; a key may be partial.",
 )
-@click.option(
-    "--from",
-    "origin",
-    type=click.Choice(["topics", "source"]),
-    default="topics",
-    show_default=True,
-    help="Read the state from the compacted logical topics, or from the source database (JDBC).",
-)
+@FROM_ORIGIN
 @FROM_FILE
 @MASTER
 @click.option("--dry-run", is_flag=True, help="Count what would be sent, per table, with examples; send nothing.")
@@ -112,15 +115,7 @@ def refresh(
 @main.command("reconcile")
 @click.argument("name", required=False)
 @click.option("--repair", is_flag=True, help="Refresh exactly the drifted objects' keys into the listener's bulk lane.")
-@click.option(
-    "--from",
-    "origin",
-    type=click.Choice(["topics", "source"]),
-    default="topics",
-    show_default=True,
-    help="What the target should hold: the compacted logical topics' last states, or the source "
-    "tables read now (finds what the capture lost; --repair then refreshes from the source).",
-)
+@FROM_ORIGIN
 @click.option(
     "--capture",
     is_flag=True,

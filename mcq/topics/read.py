@@ -179,8 +179,11 @@ def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list
     return out
 
 
-def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list[Message]:
-    """Every record of ``topic`` (partition by partition in offset order); [] if it does not exist."""
+def read_to_end(
+    settings: Settings, topic: str, timeout_s: float = 60.0, partitions: list[int] | None = None
+) -> list[Message]:
+    """Every record of ``topic`` (of ``partitions`` only, when given), partition by
+    partition in offset order; [] if it does not exist."""
     consumer = Consumer(
         {
             **settings.kafka.client_config(),
@@ -193,7 +196,8 @@ def read_to_end(settings: Settings, topic: str, timeout_s: float = 60.0) -> list
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
             return []
-        ends = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in meta.partitions}
+        wanted = meta.partitions if partitions is None else [p for p in partitions if p in meta.partitions]
+        ends = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in wanted}
         deadline = time.monotonic() + timeout_s
         todo = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, -2) for p in todo])  # -2: from the beginning

@@ -8,7 +8,6 @@ logical decoding never sees them; captured changes before and after flow as usua
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,13 @@ from consumers.runtime.listener import ListenerRuntime
 from mcq.change import ChangeKey
 from mcq.cli import main
 from mcq.config import Settings
-from mcq.registry import Registry, parse_registry
+from mcq.registry import Registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.typed import ROWS, sql, typed_world
-
-LISTENER = """
-listeners:
-  - {{name: Table, owner: tests@example, adapter: {{type: table, settings: {{table: {target}}}}}}}
-interests:
-  - {{listener: Table, tname: TYPED}}
-"""
+from tests.integration.typed import ROWS, sql, typed_listener
 
 
 def _source_rows(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
@@ -50,18 +42,9 @@ def _listen(settings: Settings, registry: Registry) -> ListenerRuntime:
 def test_a_capture_gap_is_found_against_the_source_named_upstream_and_repaired(
     stack: Stack, settings: Settings, tmp_path: Path
 ) -> None:
-    token = uuid.uuid4().hex[:8]
-    own = settings.model_copy(update={"topic_prefix": f"rs{token}"})
-    target = f"rs_{token}.typed"
-    with typed_world(settings) as world:
-        text = world.registry_yaml.replace("listeners: []\n", LISTENER.format(target=target))
-        registry_file = tmp_path / "registry.yaml"
-        registry_file.write_text(text)
-        registry = parse_registry(text, str(registry_file))
-        checkpoint = tmp_path / "checkpoint"
-        wait_raw_records(settings, world.raw_topic, len(ROWS))
-        run_normalize(own, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
-        _listen(own, registry)
+    with typed_listener(settings, tmp_path, "rs") as listening:
+        world, own, target, registry = listening.world, listening.settings, listening.target, listening.registry
+        registry_file, checkpoint = listening.registry_file, listening.checkpoint
         assert target_state(own, target) == _source_rows(settings, world.table)
 
         publication = registry.sources[0].publication_name
