@@ -466,8 +466,13 @@ class ListenerRuntime:
         return False
 
     def _caught_up(self) -> bool:
-        """Everything that was pending when we first saw each partition is handled."""
-        return self._lane_caught_up("realtime", self._rt) and self._lane_caught_up("bulk", self._bulk)
+        """Everything that was pending when we first saw each partition is handled, and no
+        waiting retry record is due (one that comes due later waits for the next run)."""
+        return (
+            self._lane_caught_up("realtime", self._rt)
+            and self._lane_caught_up("bulk", self._bulk)
+            and not self._waiting_room.has_due(time.time())
+        )
 
     def _lane_caught_up(self, lane: str, consumer: Consumer) -> bool:
         assigned = list(consumer.assignment())

@@ -150,6 +150,11 @@ class WaitingRoom:
             heapq.heappop(self._heap)
         return self._heap[0][0] if self._heap else None
 
+    def has_due(self, now: float) -> bool:
+        """Whether a record is due by ``now`` (a run until caught up handles it before it ends)."""
+        due = self.next_due()
+        return due is not None and due <= now
+
     def done(self, handled: Iterable[HeldMessage]) -> None:
         """These records' outcomes are in the batch: their waiting records go (flushed with it)."""
         for held in handled:

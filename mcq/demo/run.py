@@ -188,7 +188,7 @@ def run_demo(settings: Settings, registry: Registry, say: Say = log.info, timeou
                 until_caught_up=True
             )
             [status] = status_report(settings, registry, ["Insite"])
-            parked = sum(lag.pending for lag in status.lags if lag.topic == retry)
+            parked = status.waiting + sum(lag.pending for lag in status.lags if lag.topic == retry)
             if not parked:
                 break
             say(f"demo: {parked} parked change(s) wait for the next run")

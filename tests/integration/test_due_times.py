@@ -77,3 +77,37 @@ def test_a_key_held_for_an_hour_holds_no_other_keys_retry_or_delay(
         wait_for("the waiting record read back", lambda: len(getattr(rt, "_waiting_room", ())) == 1, 60)
         time.sleep(3)
         assert rt.counters.applied == 0 and held.key.text() not in target_state(w.settings, w.table)
+
+
+def test_a_run_until_caught_up_applies_what_came_due_while_it_was_away_and_leaves_the_rest(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A scheduled listener: a change parked for 2 s by one run is applied by the next run
+    (due by then), before that run ends; one held an hour still waits after it."""
+    from consumers.runtime.listener import ListenerRuntime
+
+    w = make_world(settings, token, tmp_path)
+    apply_topics(w.settings, w.topics.specs())
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+    soon, later = change("PHONE", 1, "due in 2 s", "INSERT"), change("PHONE", 2, "due in an hour", "INSERT")
+    for offset, (c, hold_s) in enumerate(((soon, 2), (later, 3600))):
+        key, value = codec.encode(w.phone_topic, c)
+        until_ms = int((time.time() + hold_s) * 1000)
+        headers = failure_headers(
+            w.name, Origin(w.phone_topic, 0, offset), 1, "test", "failed", until_ms, str(c.position)
+        )
+        producer.produce(w.topics.retry, key=key, value=value, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+
+    def run() -> ListenerRuntime:
+        runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lambda _: None)
+        assert runtime.run(until_caught_up=True) == 0
+        return runtime
+
+    first = run()  # both wait: neither is due yet
+    assert first.counters.applied == 0 and target_state(w.settings, w.table) == {}
+    time.sleep(3)
+    second = run()
+    assert second.counters.applied == 1
+    assert set(target_state(w.settings, w.table)) == {soon.key.text()}
