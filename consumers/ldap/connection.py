@@ -5,13 +5,17 @@ that is not trusted also says which setting fixes it."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
+import threading
 from urllib.parse import urlsplit
 
-from ldap3 import ASYNC, NONE, SYNC, Connection, Server, Tls
+from ldap3 import ASYNC, NONE, SYNC, Connection, Server
 from ldap3.core.exceptions import LDAPException, LDAPSocketOpenError, LDAPStartTLSError
 
 from consumers.exceptions import ConsumerError
+from consumers.ldap.tls import LockedTls
 from mcq.targets import LdapSettings
 
 
@@ -19,14 +23,11 @@ class LdapConnectError(ConsumerError):
     """The directory cannot be reached, its certificate is not trusted, or the bind was refused."""
 
 
-def _tls(ldap: LdapSettings) -> Tls | None:
+def _tls(ldap: LdapSettings) -> LockedTls | None:
     if not (ldap.start_tls or ldap.url.lower().startswith("ldaps://")):
         return None
-    return Tls(
-        validate=ssl.CERT_REQUIRED,
-        ca_certs_file=str(ldap.ca_file) if ldap.ca_file else None,
-        version=ssl.PROTOCOL_TLS_CLIENT,  # checks the host name against the certificate
-    )
+    # verifies the certificate and checks the host name against it
+    return LockedTls(ssl.create_default_context(cafile=str(ldap.ca_file) if ldap.ca_file else None))
 
 
 def _reason(exc: BaseException) -> str:
@@ -60,22 +61,44 @@ def connect(
             receive_timeout=receive_timeout,
             client_strategy=ASYNC if pipelined else SYNC,
         )
+    except LDAPException as exc:
+        raise LdapConnectError(f"ldap server {where}: {_reason(exc)}") from None
+    try:
         conn.open()
         if ldap.start_tls:
             conn.start_tls()
     except (LDAPSocketOpenError, LDAPStartTLSError, ssl.SSLError) as exc:
+        close(conn)
         reason = _reason(exc)
         fix = " (set MCQ_LDAP__CA_FILE to the CA that signed it)" if "not trusted" in reason else ""
         raise LdapConnectError(f"ldap server {where}: {reason}{fix}") from None
     except LDAPException as exc:
+        close(conn)
         raise LdapConnectError(f"ldap server {where}: {_reason(exc)}") from None
     try:
         bound = conn.bind()
     except LDAPException as exc:
+        close(conn)
         raise LdapConnectError(f"ldap server {where}: bind as {ldap.bind_dn} refused: {_reason(exc)}") from None
     if not bound:  # refused without raising (a pipelined connection)
         result = conn.result or {}
         reason = f"{result.get('description', 'refused')}: {result.get('message', '')}".rstrip(": ")
-        conn.unbind()
+        close(conn)
         raise LdapConnectError(f"ldap server {where}: bind as {ldap.bind_dn} refused: {reason}")
     return conn
+
+
+def close(conn: Connection, timeout: float = 15) -> None:
+    """Close a connection so that nothing of it runs on. A pipelined one's receiving thread
+    must see the end of the stream first: ldap3's ``unbind`` drops the socket under it, and
+    its loop then fails with every read and spins at full CPU for the rest of the process.
+    A shut-down socket reads as the end: the thread leaves its loop and closes the
+    connection itself."""
+    receiver = getattr(conn.strategy, "receiver", None)
+    if isinstance(receiver, threading.Thread) and receiver is not threading.current_thread():
+        with contextlib.suppress(OSError, AttributeError):  # already closed by the server's side
+            conn.socket.shutdown(socket.SHUT_RDWR)
+        receiver.join(timeout=timeout)
+    if not conn.closed:
+        with contextlib.suppress(LDAPException, OSError):
+            conn.unbind() if receiver is None else conn.strategy.close()

@@ -20,17 +20,15 @@ per call, so their order within a round does not matter.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ldap3 import MODIFY_REPLACE, Connection
-from ldap3.core.exceptions import LDAPException, LDAPResponseTimeoutError, LDAPSessionTerminatedByServerError
+from ldap3.core.exceptions import LDAPResponseTimeoutError, LDAPSessionTerminatedByServerError
 
+from consumers.ldap.connection import close
 from consumers.ldap.entry import Entry
 
 NO_SUCH_OBJECT = 32
@@ -65,18 +63,8 @@ class Pipeline:
         """A modify REPLACEs objectClass too (False: object classes are set when the entry is added)."""
 
     def close(self) -> None:
-        """Close the connection so that ldap3's receiving thread ends. (``unbind`` closes the
-        socket under it; its ``recv`` then fails with every call and the thread spins at
-        full CPU for the rest of the process.) A shut-down socket reads as the end of the
-        stream: the thread leaves its loop and closes the connection itself."""
-        receiver = getattr(self.conn.strategy, "receiver", None)
-        with contextlib.suppress(OSError, AttributeError):  # already closed by the server's side
-            self.conn.socket.shutdown(socket.SHUT_RDWR)
-        if isinstance(receiver, threading.Thread):
-            receiver.join(timeout=self.timeout)
-        if not self.conn.closed:
-            with contextlib.suppress(LDAPException, OSError):
-                self.conn.strategy.close()
+        """Close the connection so that ldap3's receiving thread ends (connection.close)."""
+        close(self.conn, timeout=self.timeout)
 
     def make_all(
         self,

@@ -14,12 +14,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from cryptography.hazmat.primitives import serialization
+from ldap3.core.exceptions import LDAPException
 
 from consumers.adapter import make_adapter
 from consumers.exceptions import TargetUnavailable
 from consumers.ldap.adapter import LdapAdapter
-from consumers.ldap.connection import LdapConnectError, connect
-from consumers.ldap.pipeline import Pipeline
+from consumers.ldap.connection import LdapConnectError, close, connect
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.tls import make_ca, make_server_cert, stack_tls, write_pair
@@ -91,7 +91,7 @@ def test_ldaps_and_starttls_verify_the_certificate_and_name_the_server_when_it_i
         pipelined = connect(ldap, pipelined=True)  # the adapter's writes: ldap3's ASYNC strategy
         _, result = pipelined.get_response(pipelined.search(ldap.people_dn, "(objectClass=organizationalUnit)", "BASE"))
         assert result["result"] == 0 and (pipelined.server.ssl or pipelined.tls_started), result
-        Pipeline(pipelined, timeout=5).close()
+        close(pipelined)
     untrusted = [
         _with(settings, "ldap", url=ldaps, ca_file=foreign_ca).ldap,
         _with(settings, "ldap", url=ldaps, ca_file=None).ldap,  # the system's CAs do not know the stack's
@@ -105,6 +105,35 @@ def test_ldaps_and_starttls_verify_the_certificate_and_name_the_server_when_it_i
             host = ldap.url.split("//", 1)[1]
             assert line.startswith(f"ldap server {host}: its TLS certificate is not trusted"), (pipelined, line)
             assert "MCQ_LDAP__CA_FILE" in line, line
+
+
+def test_pipelined_tls_connections_answer_every_request_while_their_thread_reads(
+    stack: Stack, settings: Settings
+) -> None:
+    """The adapter's writes: one thread writes while ldap3's receiving thread reads the same
+    TLS stream; connection after connection, every request gets its answer and no thread
+    of a closed connection runs on."""
+    ca = stack_tls(settings).ca_cert
+    ldaps = f"ldaps://127.0.0.1:{settings.stack.ports.ldaps}"
+    lost: list[str] = []
+    for ldap in (
+        _with(settings, "ldap", url=ldaps, ca_file=ca).ldap,
+        _with(settings, "ldap", start_tls=True, ca_file=ca).ldap,
+    ):
+        for attempt in range(100):
+            try:
+                conn = connect(ldap, pipelined=True)
+                sent = [conn.search(ldap.people_dn, "(objectClass=organizationalUnit)", "BASE") for _ in range(30)]
+                answers = [conn.get_response(message, timeout=15)[1]["result"] for message in sent]
+                close(conn)
+            except (LdapConnectError, LDAPException) as exc:
+                lost.append(f"{ldap.url} connection {attempt}: {exc}")
+                continue
+            if answers != [0] * len(sent):
+                lost.append(f"{ldap.url} connection {attempt}: answers {answers}")
+    assert not lost, lost
+    running_on = [t for t in threading.enumerate() if type(t).__name__ == "ReceiverSocketThread"]
+    assert not running_on, running_on
 
 
 def test_the_ldap_listener_writes_over_ldaps(world: World, settings: Settings) -> None:  # noqa: F811
