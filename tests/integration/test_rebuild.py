@@ -141,6 +141,8 @@ def test_a_rebuild_is_refused_while_the_listener_runs(
     assert target_state(w.settings, w.table) == expected_state([change("PHONE", 1, "+1-518-0000001", "INSERT")])
 
 
+# a minute and more on 2 cores: in make long (make test rebuilds table targets)
+@pytest.mark.long
 def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World) -> None:  # noqa: F811
     w = world
     _people(w, 5)

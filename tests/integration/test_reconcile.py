@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import psycopg
+import pytest
 from click.testing import CliRunner, Result
 from ldap3 import Connection
 
@@ -181,6 +182,8 @@ def _people(w: World, n: int) -> None:
     )
 
 
+# a minute and more on 2 cores: in make long (make test reconciles a table target, test_adapters)
+@pytest.mark.long
 def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: World) -> None:  # noqa: F811
     w = world
     _people(w, 6)
