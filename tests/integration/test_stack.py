@@ -20,6 +20,7 @@ import pytest
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.services import DEBEZIUM_POSTGRES_CONNECTOR
+from mcq.stack.services.kafka import _argfile_quoted
 from tests.integration.net import free_port
 
 MCQ = [sys.executable, "-m", "mcq.cli"]
@@ -72,6 +73,18 @@ def test_postgres_source_has_logical_wal_and_the_vendor_database_exists(stack: S
         assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
     with psycopg.connect(settings.vendor.dsn()) as conn:
         assert conn.execute("SELECT current_database()").fetchone() == (settings.vendor.dbname,)
+
+
+def test_postgres_asks_every_login_for_its_password_on_the_socket_too(stack: Stack, settings: Settings) -> None:
+    db = settings.source
+    socket_dir = stack.service("postgres").socket_dir  # type: ignore[attr-defined]
+    where = f"host={socket_dir} port={settings.stack.ports.postgres} dbname={db.dbname} user={db.user}"
+    with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+        psycopg.connect(where, passfile=os.devnull, connect_timeout=5).close()
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(where, password="not-the-password", passfile=os.devnull, connect_timeout=5).close()
+    with psycopg.connect(where, password=db.password.get_secret_value(), connect_timeout=5) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (db.user,)
 
 
 def test_connect_lists_the_debezium_postgres_plugin(stack: Stack, settings: Settings) -> None:
@@ -150,3 +163,19 @@ def test_up_then_down_leaves_no_process_behind(world_readable_home: Path) -> Non
         [*MCQ, "stack", "status", "--only", "postgres,ldap"], capture_output=True, text=True, env=env
     )
     assert status.returncode == 3
+
+
+def test_an_argument_file_hands_java_every_character_of_a_secret(settings: Settings, tmp_path: Path) -> None:
+    """kafka-storage gets the admin's SCRAM password from a private argument file (not on a
+    command line): quotes, backslashes and spaces reach the program exactly."""
+    echo = tmp_path / "Echo.java"
+    echo.write_text(
+        "public class Echo { public static void main(String[] a) { for (String s : a) System.out.println(s); } }"
+    )
+    args = ['SCRAM-SHA-512=[name=mcq-admin,password="a b\\c\'d"e"]', "-t", "x y", ""]
+    argfile = tmp_path / "echo.args"
+    argfile.write_text(f"{echo}\n" + "".join(f"{_argfile_quoted(a)}\n" for a in args))
+    shown = subprocess.run(
+        [settings.stack.java, f"@{argfile}"], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert shown.stdout.split("\n")[:-1] == args

@@ -131,23 +131,23 @@ class Kafka(JvmService):
             # the broker logs in to its own SASL_SSL port as the admin before anyone could
             # create a user (and on the plaintext stack `after_start` sets them anyway)
             admin = f'SCRAM-SHA-512=[name={KAFKA_ADMIN},password="{self._admin_password()}"]'
-            self._run(
-                [
-                    self.settings.stack.java,
-                    "-cp",
-                    f"{self.libs}/*",
-                    f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    new_cluster_id(),
-                    "-c",
-                    str(conf),
-                    "--add-scram",
-                    admin,
-                ],
-                hide=(self._admin_password(),),
-            )
+            # the password goes to kafka-storage in a private argument file (java expands
+            # @file), never on a command line another user could read in /proc
+            args = self.conf_dir / "format.args"
+            tool = ["kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(conf), "--add-scram", admin]
+            write_private(args, "".join(f"{_argfile_quoted(arg)}\n" for arg in tool))
+            try:
+                self._run(
+                    [
+                        self.settings.stack.java,
+                        "-cp",
+                        f"{self.libs}/*",
+                        f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.properties'}",
+                        f"@{args}",
+                    ]
+                )
+            finally:
+                args.unlink(missing_ok=True)
 
     def _stack_passwords(self) -> None:
         """The stack's own passwords of mcq-admin and mcq-connect, made once: random for a
@@ -282,3 +282,9 @@ class Kafka(JvmService):
             raise NotReady(f"consume from {HEALTH_TOPIC}: the record produced was not read back")
         finally:
             consumer.close()
+
+
+def _argfile_quoted(arg: str) -> str:
+    """One argument as a line of a java launcher argument file: single-quoted, its
+    backslashes and single quotes escaped."""
+    return "'" + arg.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -91,6 +92,7 @@ class Postgres(Service):
         write_private(self.tls_key, tls.server_key.read_bytes())
         self._own(self.tls_key)
         if (self.data_dir / "PG_VERSION").exists():
+            _no_trust(self.data_dir / "pg_hba.conf")  # a stack made when local logins were trusted
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.chmod(0o700)
@@ -107,7 +109,7 @@ class Postgres(Service):
                     "-U",
                     self.settings.source.user,
                     f"--pwfile={pwfile}",
-                    "--auth-local=trust",
+                    "--auth-local=scram-sha-256",  # no login without the password, on the socket too
                     "--auth-host=scram-sha-256",
                     "--encoding=UTF8",
                     "--locale=C.UTF-8",
@@ -177,3 +179,14 @@ class Postgres(Service):
         wal = row[0] if row else None
         if wal != "logical":
             raise NotReady(f"wal_level is {wal}, logical decoding needs 'logical'")
+
+
+def _no_trust(hba: Path) -> None:
+    """Every ``trust`` rule of ``pg_hba.conf`` asks for the password instead."""
+    lines = hba.read_text().splitlines(keepends=True)
+    changed = [
+        re.sub(r"\btrust(\s*)$", r"scram-sha-256\1", line) if not line.lstrip().startswith("#") else line
+        for line in lines
+    ]
+    if changed != lines:
+        hba.write_text("".join(changed))
