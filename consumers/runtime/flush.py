@@ -3,7 +3,9 @@ flushed a listener's queue), every skipped record written to a file first.
 
 Pending is what lies between a consumer group's committed offset and the end of a topic
 (or the first record at or after ``before``): the real-time group's logical topics and
-retry lane, the bulk group's bulk lane and refresh requests. The dead letters are not
+retry lane, the bulk group's bulk lane and refresh requests; and the retry records that
+wait for their due time in the listener's waiting topic (held before ``before``), which
+are tombstoned there once written to the file. The dead letters are not
 pending work (``mcq dlq discard`` resolves them). Order, so that nothing is skipped
 without a trace: the skipped records go to the file (JSON Lines, fsynced), then each
 parked change skipped gets its ``dead:`` mark (its key is not blocked behind a change that
@@ -37,8 +39,11 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports i
 from consumers.exceptions import ConsumerError
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.groups import ListenerGroups
+from consumers.runtime.waiting import HeldMessage
 from mcq.change import BadChange, ChangeCodec
 from mcq.contract import registry_client
+from mcq.topics.exceptions import TopicReadError
+from mcq.topics.read import read_to_end
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +55,21 @@ class FlushPlan:
     listener: str
     moves: dict[GTP, tuple[int, int]] = field(default_factory=dict)
     """(group, topic, partition) -> (from: the committed offset, to: where it moves)"""
+    waiting_topic: str = ""
+    waiting: list[Message] = field(default_factory=list)
+    """The waiting records to skip (each stands for a retry-lane record not due yet)."""
 
     @property
     def pending(self) -> int:
-        return sum(to - fr for fr, to in self.moves.values())
+        return sum(to - fr for fr, to in self.moves.values()) + len(self.waiting)
 
     def lines(self) -> list[str]:
         out = [
             f"{t}[{p}]: skip {to - fr:,} ({fr} -> {to}, group {g})"
             for (g, t, p), (fr, to) in sorted(self.moves.items())
         ]
+        if self.waiting:
+            out.append(f"{self.waiting_topic}: skip {len(self.waiting):,} retry record(s) waiting for their due time")
         return [*out, f"{self.pending:,} pending record(s) to skip"]
 
 
@@ -93,14 +103,31 @@ class Flush(ListenerGroups):
                 fr = start[tp] if fr is None else max(fr, start[tp])  # never committed: reads from the start
                 if upto[tp] > fr:
                     plan.moves[(group, *tp)] = (fr, upto[tp])
+        plan.waiting_topic = self.topics.waiting
+        plan.waiting = [
+            msg
+            for msg in self._waiting_records()
+            if before_ms is None or msg.timestamp()[1] < before_ms  # held before then
+        ]
         return plan
+
+    def _waiting_records(self) -> list[Message]:
+        """The live records of the waiting topic (the last of each key, tombstones left out)."""
+        try:
+            records = read_to_end(self.settings, self.topics.waiting, 60)  # [] when never made
+        except TopicReadError as exc:
+            raise ConsumerError(f"flush {self.name}: {exc}") from None
+        last: dict[bytes, Message] = {}
+        for msg in records:
+            last[msg.key() or b""] = msg
+        return [m for m in last.values() if m.value() is not None and HeldMessage.waiting(m, self.topics.retry)]
 
     # ------------------------------------------------------------------ doing it
 
     def apply(self, plan: FlushPlan, out: Path) -> int:
         """Write every skipped record to ``out``, mark skipped parked changes dead, move the
         groups; returns the number of records written."""
-        if not plan.moves:
+        if not plan.pending:
             return 0
         codec = ChangeCodec(registry_client(self.settings))
         producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True})
@@ -115,17 +142,27 @@ class Flush(ListenerGroups):
                     written += 1
                     if written % 10_000 == 0:
                         self.report(f"flush {self.name}: {written:,} of {plan.pending:,} records written")
+            for msg in plan.waiting:
+                held = HeldMessage.waiting(msg, self.topics.retry)
+                assert held is not None  # the plan keeps only waiting records of ours
+                f.write(json.dumps(self._line(codec, "waiting", held), sort_keys=True) + "\n")
+                written += 1
             f.flush()
             os.fsync(f.fileno())
+        for msg in plan.waiting:  # after the file and with the dead marks: never applied, never lost
+            producer.produce(plan.waiting_topic, key=msg.key(), value=None, partition=msg.partition() or 0)
         if producer.flush(60) != 0:
-            raise ConsumerError(f"flush {self.name}: dead marks of skipped parked changes not written; nothing moved")
+            raise ConsumerError(
+                f"flush {self.name}: dead marks of skipped parked changes (or the waiting records' tombstones)"
+                " not written; nothing moved"
+            )
         if self._applied is not None:
             self._applied.close(save=False)
         for group in sorted({g for g, _, _ in plan.moves}):
             self.move(group, {(t, p): to for (g, t, p), (_, to) in plan.moves.items() if g == group})
         return written
 
-    def _line(self, codec: ChangeCodec, group: str, msg: Message) -> dict[str, Any]:
+    def _line(self, codec: ChangeCodec, group: str, msg: Message | HeldMessage) -> dict[str, Any]:
         """One skipped record as a line of the file; a parked change's key is marked dead."""
         topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
         line: dict[str, Any] = {"listener": self.name, "group": group, "topic": topic, "partition": partition,

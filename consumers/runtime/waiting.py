@@ -65,10 +65,27 @@ class HeldMessage:
             msg.offset() or 0,
             msg.key(),
             msg.value(),
-            _headers(msg),
+            raw_headers(msg),
             msg.timestamp()[1],
             due,
         )
+
+    @classmethod
+    def waiting(cls, msg: Message, retry_topic: str) -> HeldMessage | None:
+        """The retry record a waiting record stands for, due when its header says (None:
+        not a waiting record of ours)."""
+        partition, _, offset = (msg.key() or b"").decode(errors="replace").partition(":")
+        headers = raw_headers(msg)
+        found = dict(headers)
+        try:
+            due = float((found.get(H_DUE) or b"0").decode())
+            where = (int(partition), int(offset))
+        except ValueError:
+            return None
+        kept = [(k, v) for k, v in headers if k not in (H_RETRY_KEY, H_DUE, H_TOMBSTONE)]
+        value = None if found.get(H_TOMBSTONE) else msg.value()
+        retry_key = found.get(H_RETRY_KEY) or None
+        return cls(retry_topic, where[0], where[1], retry_key, value, kept, msg.timestamp()[1], due)
 
     @property
     def where(self) -> str:
@@ -177,22 +194,10 @@ class WaitingRoom:
         if not new:
             return
         self._partitions.update(new)
-        for key, msg in _read_partitions(self.settings, self.topic, new, timeout_s).items():
-            partition, _, offset = key.partition(":")
-            if msg is None:
-                continue
-            headers = _headers(msg)
-            found = dict(headers)
-            try:
-                due = float((found.get(H_DUE) or b"0").decode())
-                where = (int(partition), int(offset))
-            except ValueError:
-                continue  # not a waiting record of ours
-            kept = [(k, v) for k, v in headers if k not in (H_RETRY_KEY, H_DUE, H_TOMBSTONE)]
-            value = None if found.get(H_TOMBSTONE) else msg.value()
-            retry_key = found.get(H_RETRY_KEY) or None
-            held = HeldMessage(self.retry_topic, where[0], where[1], retry_key, value, kept, msg.timestamp()[1], due)
-            self._keep(held)
+        for msg in _read_partitions(self.settings, self.topic, new, timeout_s).values():
+            held = None if msg is None else HeldMessage.waiting(msg, self.retry_topic)
+            if held is not None:
+                self._keep(held)
 
     def revoke(self, partitions: list[int]) -> None:
         """Retry partitions another instance holds now: their waiting records are its."""
@@ -202,7 +207,7 @@ class WaitingRoom:
             del self._records[key]
 
 
-def _headers(msg: Message) -> list[tuple[str, bytes]]:
+def raw_headers(msg: Message) -> list[tuple[str, bytes]]:
     """A record's headers as (name, bytes) pairs."""
     raw: Any = msg.headers() or []
     pairs = raw.items() if isinstance(raw, dict) else raw

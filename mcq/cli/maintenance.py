@@ -121,7 +121,7 @@ def flush(
         if dry_run:
             _say(f"flush {name}: dry run: nothing changed")
             return
-        if not plan.moves:
+        if not plan.pending:
             return
         if not yes:
             _stop(

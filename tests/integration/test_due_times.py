@@ -21,7 +21,7 @@ from mcq.cli import main as cli
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
-from mcq.testing.listeners import change, make_world, produce, running, target_state, wait_for
+from mcq.testing.listeners import change, expected_state, make_world, produce, running, target_state, wait_for
 from mcq.topics.plan import apply_topics
 
 
@@ -111,3 +111,40 @@ def test_a_run_until_caught_up_applies_what_came_due_while_it_was_away_and_leave
     second = run()
     assert second.counters.applied == 1
     assert set(target_state(w.settings, w.table)) == {soon.key.text()}
+
+
+def test_a_flush_skips_the_changes_waiting_for_their_due_time_too(
+    stack: Stack, settings: Settings, token: str, tmp_path: Path
+) -> None:
+    """A change parked for an hour sits in the waiting topic, not in the retry lane: a flush
+    writes it to the file, tombstones it there and unblocks its key; it is never applied,
+    the key's next change is."""
+    w = make_world(settings, token, tmp_path)
+    apply_topics(w.settings, w.topics.specs())
+    codec = ChangeCodec(registry_client(w.settings))
+    producer = Producer({**w.settings.kafka.client_config(), "enable.idempotence": True})
+    held = change("PHONE", 1, "held an hour", "INSERT")
+    key, value = codec.encode(w.phone_topic, held)
+    until_ms = int((time.time() + 3600) * 1000)
+    headers = failure_headers(w.name, Origin(w.phone_topic, 0, 4), 1, "test", "failed", until_ms, str(held.position))
+    producer.produce(w.topics.retry, key=key, value=value, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+    with running(w) as rt:
+        wait_for("the held change waiting", lambda: len(getattr(rt, "_waiting_room", ())) == 1, 60)
+    env = {"MCQ_TOPIC_PREFIX": w.settings.topic_prefix}
+    out = tmp_path / "flushed.jsonl"
+    args = ["flush", w.name, "--registry", str(w.registry_file), "--out", str(out), "--yes"]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "retry record(s) waiting for their due time" in result.output
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert (line["group"], line["key"], line["position"]) == ("waiting", held.key.text(), str(held.position)), line
+    shown = CliRunner().invoke(cli, ["status", w.name, "--registry", str(w.registry_file), "--json"], env=env)
+    [row] = json.loads(shown.stdout)
+    assert row["waiting"] == 0 and row["pending"] == 0, row
+    later = change("PHONE", 1, "the next change", "UPDATE")
+    produce(w.settings, w.phone_topic, [later])
+    with running(w) as rt:
+        wait_for("the next change", lambda: target_state(w.settings, w.table).get(held.key.text()) is not None, 60)
+        assert len(rt._waiting_room) == 0
+    assert target_state(w.settings, w.table) == expected_state([later])
