@@ -39,7 +39,7 @@ from mcq.config.kafka import (
     jaas_line,
     kafka_client_logger,
 )
-from mcq.config.section import CHECKOUT, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError
+from mcq.config.section import CHECKOUT, CONNECT_REST, KAFKA_ADMIN, KAFKA_CONNECT, ConfigError
 from mcq.config.services import (
     ConnectSettings,
     ConsoleSettings,
@@ -55,6 +55,7 @@ from mcq.targets import LOOPBACK, DatabaseSettings, LdapSettings, TargetConnecti
 
 __all__ = [
     "CHECKOUT",
+    "CONNECT_REST",
     "JAVA_NAMES",
     "KAFKA_ADMIN",
     "KAFKA_CLIENT_LOGGER",
@@ -197,7 +198,11 @@ class Settings(BaseSettings):
         # the settings are frozen: blanks are filled on copies, set once, here
         fills: dict[str, object] = {
             "kafka": self._local_kafka(),
-            "connect": self.connect.model_copy(update={"url": self.connect.url or f"{local}:{ports.connect}"}),
+            "connect": self.connect
+            if self.connect.url
+            else self.connect.model_copy(update={"url": f"{local}:{ports.connect}"}).for_local_stack(
+                self.stack.password_file(CONNECT_REST)
+            ),
             "registry": self.registry.model_copy(
                 update={"url": self.registry.url or f"{local}:{ports.registry}/apis/ccompat/v7"}
             ),

@@ -25,6 +25,9 @@ KAFKA_ADMIN = "mcq-admin"
 KAFKA_CONNECT = "mcq-connect"
 """The local Connect worker's identity on the broker's SASL_SSL port: no super user, only
 its ACLs (``mcq.acl.plan.connect_grants``), so capture runs as least privilege wants it."""
+CONNECT_REST = "mcq-connect-rest"
+"""The login of the local Connect worker's REST API (its password: the stack's own, made at
+random when Connect is first prepared, ``StackSettings.password_file``)."""
 
 
 class ConfigError(McqError):

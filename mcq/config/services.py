@@ -9,12 +9,13 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
 )
 
-from mcq.config.section import Section
+from mcq.config.section import CONNECT_REST, Section
 from mcq.targets import LOOPBACK
 
 
@@ -86,6 +87,25 @@ class ConnectSettings(HttpServiceSettings):
     slot_retained_warn_mb: int = Field(default=1024, ge=1)
     """``mcq connect status`` and ``mcq status`` warn (exit 1) once a source's replication
     slot holds more WAL than this on the source's disk (``MCQ_CONNECT__SLOT_RETAINED_WARN_MB``)."""
+    _stack_password_file: Path | None = PrivateAttr(default=None)
+    """The local stack's worker (no url configured): where its REST login's password is."""
+
+    def auth(self) -> tuple[str, str] | None:
+        """The configured login; for the local stack's worker, the stack's own (read when
+        used: ``mcq stack up`` makes it)."""
+        configured = super().auth()
+        if configured is not None or self._stack_password_file is None:
+            return configured
+        try:
+            return (CONNECT_REST, self._stack_password_file.read_text().strip())
+        except OSError:
+            return None  # no stack made in this home yet
+
+    def for_local_stack(self, password_file: Path) -> ConnectSettings:
+        """These settings for the local stack's worker, whose REST login is in ``password_file``."""
+        copy = self.model_copy()
+        copy._stack_password_file = password_file
+        return copy
 
 
 class RegistrySettings(HttpServiceSettings):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import httpx
 import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -149,6 +150,9 @@ def test_the_secure_stack_has_no_port_without_a_login(secure_stack: SecureStack)
     assert _refused({"bootstrap.servers": f"127.0.0.1:{ports.kafka_controller}"}, 4)  # the controller's
     wrong = {**s.kafka.client_config(), "sasl.password": "not-the-admin-password"}
     assert "Authentication failed" in _refused(wrong)
+    connectors = f"http://127.0.0.1:{ports.connect}/connectors"
+    assert httpx.get(connectors, timeout=10).status_code == 401  # Connect's REST API asks for its login
+    assert httpx.get(connectors, auth=s.connect.auth(), timeout=10).status_code == 200
     status = secure_stack.mcq("stack", "status", "--only", SERVICES)
     assert "down" not in status
 

@@ -30,7 +30,10 @@ def test_insert_update_delete_arrive_in_kafka_in_commit_order(stack: Stack, sett
     assert delete.before == update.after and delete.after is None
     assert tombstone.after is None and tombstone.before is None
     # the capture cleaned up after itself: no connector left registered
-    assert names.connector not in httpx.get(f"{settings.connect.url}/connectors", timeout=10).json()
+    assert (
+        names.connector
+        not in httpx.get(f"{settings.connect.url}/connectors", auth=settings.connect.auth(), timeout=10).json()
+    )
 
 
 def test_avro_record_round_trips_through_the_registry(stack: Stack, settings: Settings, topic: str) -> None:

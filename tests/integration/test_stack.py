@@ -88,8 +88,20 @@ def test_postgres_asks_every_login_for_its_password_on_the_socket_too(stack: Sta
 
 
 def test_connect_lists_the_debezium_postgres_plugin(stack: Stack, settings: Settings) -> None:
-    plugins = httpx.get(f"{settings.connect.url}/connector-plugins", timeout=10).json()
+    plugins = httpx.get(f"{settings.connect.url}/connector-plugins", auth=settings.connect.auth(), timeout=10).json()
     assert DEBEZIUM_POSTGRES_CONNECTOR in {p["class"] for p in plugins}
+
+
+def test_the_connect_rest_api_answers_only_the_stacks_login(stack: Stack, settings: Settings) -> None:
+    url = f"{settings.connect.url}/connectors"
+    login = settings.connect.auth()
+    assert login is not None and login[0] == "mcq-connect-rest"
+    password = settings.stack.password_file("mcq-connect-rest")
+    assert password.stat().st_mode & 0o777 == 0o600
+    assert httpx.get(url, timeout=10).status_code == 401
+    assert httpx.get(url, auth=(login[0], "not-the-password"), timeout=10).status_code == 401
+    assert httpx.post(url, json={"name": "x", "config": {}}, timeout=10).status_code == 401
+    assert httpx.get(url, auth=login, timeout=10).status_code == 200
 
 
 def test_ldap_binds_and_has_people_and_groups(stack: Stack, settings: Settings) -> None:

@@ -151,7 +151,10 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
     docker_host: str, stack: Stack, settings: Settings, tmp_path: Path
 ) -> None:
     with _world(settings, tmp_path) as world:
-        env = {**world.env}
+        login = settings.connect.auth()
+        assert login is not None
+        # as a pod gets it: the Connect REST login from the deployment (the stack's own here)
+        env = {**world.env, "MCQ_CONNECT__USERNAME": login[0], "MCQ_CONNECT__PASSWORD": login[1]}
         state = tmp_path / "volumes"
         registry = f"/config/{world.registry_file.name}"
         for command in (["topics", "apply"], ["schemas", "apply"], ["connect", "apply"]):

@@ -1,14 +1,18 @@
 """Kafka Connect with Debezium's PostgreSQL connector and mcq's transforms; healthy once the
-connector plugin is listed."""
+connector plugin is listed. Its REST API (loopback only) asks for a login: who may post a
+connector config may make the worker read the source's password and write any topic it
+may, so the stack's own password guards it (``mcq-connect-rest``, made at random once,
+0600; mcq's clients read it through ``ConnectSettings.auth``)."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 
-from mcq.config import KAFKA_CONNECT, LOOPBACK, jaas_line
+from mcq.config import CONNECT_REST, KAFKA_CONNECT, LOOPBACK, jaas_line
 from mcq.stack.files import write_private
 from mcq.stack.services.base import JvmService, NotReady, _properties
 from mcq.stack.tls import stack_tls
@@ -20,6 +24,7 @@ DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnecto
 CONNECTOR_SECRETS = r"^MCQ_SOURCE__PASSWORD$"
 """The worker's environment variables a connector config may name (``${env:…}``): the
 source database's password, which ``mcq connect apply`` renders as a reference."""
+BASIC_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension"
 
 
 class Connect(JvmService):
@@ -42,8 +47,29 @@ class Connect(JvmService):
     def plugin_path(self) -> Path:
         return self.settings.stack.jvm_cache / "connect-plugins"
 
+    @property
+    def jaas_file(self) -> Path:
+        return self.conf_dir / "connect-jaas.conf"
+
+    def jvm_flags(self) -> list[str]:
+        return [*super().jvm_flags(), f"-Djava.security.auth.login.config={self.jaas_file}"]
+
+    def _rest_login(self) -> tuple[str, str]:
+        """The REST API's login: the stack's own password, made at random the first time."""
+        path = self.settings.stack.password_file(CONNECT_REST)
+        if not path.exists():
+            write_private(path, secrets.token_urlsafe(24))
+        return (CONNECT_REST, path.read_text().strip())
+
     def prepare(self) -> None:
         super().prepare()
+        user, rest_password = self._rest_login()
+        users = self.conf_dir / "connect-rest.users"
+        write_private(users, _properties({user: rest_password}))
+        write_private(
+            self.jaas_file,
+            f'KafkaConnect {{\n  {BASIC_AUTH}.PropertyFileLoginModule required\n  file="{users}";\n}};\n',
+        )
         self._require(self.plugin_path / "debezium-connector-postgres", "the Debezium connector plugin")
         self._require(self.plugin_path / "mcq-connect-transforms", "mcq's NaturalText transform plugin")
         port = self.settings.stack.ports.connect
@@ -90,6 +116,8 @@ class Connect(JvmService):
             "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
             "config.providers.env.param.allowlist.pattern": CONNECTOR_SECRETS,
             "topic.creation.enable": "true",
+            # every REST request logs in (the users of connect-rest.users, JAAS KafkaConnect)
+            "rest.extension.classes": f"{BASIC_AUTH}.BasicAuthSecurityRestExtension",
         }
         write_private(self.conf_dir / "connect.properties", _properties(props))  # Connect's password
 
@@ -100,7 +128,7 @@ class Connect(JvmService):
 
     def check(self) -> None:
         try:
-            resp = httpx.get(f"{self.address}/connector-plugins", timeout=5)
+            resp = httpx.get(f"{self.address}/connector-plugins", auth=self._rest_login(), timeout=5)
         except httpx.HTTPError as exc:
             raise NotReady(f"GET /connector-plugins: {exc}") from None
         if resp.status_code != 200:
