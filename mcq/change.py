@@ -42,6 +42,9 @@ a refresh request resolved to the key's current state."""
 POSITION_HEADER = "mcq.position"
 """Kafka header of every record the normaliser writes: its source position (``commit/lsn``);
 the only place a tombstone carries one."""
+RAW_HEADER = "mcq.raw"
+"""Kafka header of every record the normaliser writes: where Debezium wrote the change it
+came from (``topic[partition]@offset``), for its history (``mcq trace``)."""
 
 
 class BadChange(McqError):

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mcq.change import POSITION_HEADER, RAW_HEADER
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client, schema_text
 from mcq.refs import table_ref
@@ -89,8 +90,6 @@ RECORDS_TYPE = (
 )
 
 
-POSITION_HEADER = "mcq.position"
-
 # a micro-batch is written all at once: full batches, compressed, rather than the
 # producer's defaults for a trickle (16 KB batches sent as soon as possible); kafka.extra
 # overrides these
@@ -114,7 +113,8 @@ def _garbled(value: Value) -> Value:
 
 
 def position_headers() -> Column:
-    """Kafka headers of every record written: ``mcq.position`` = ``<last commit LSN>/<LSN>``.
+    """Kafka headers of every record written: ``mcq.position`` = ``<last commit LSN>/<LSN>``,
+    and ``mcq.raw``: where Debezium wrote the change (``topic[partition]@offset``).
 
     A tombstone has no value to carry the source position; the listener runtime reads it
     here to apply a tombstone as a delete in order (compaction may have removed the DELETE
@@ -122,7 +122,17 @@ def position_headers() -> Column:
     from pyspark.sql import functions as F
 
     position = F.concat_ws("/", F.col("last_commit_lsn").cast("string"), F.col("lsn").cast("string"))
-    return F.array(F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")))
+    raw = F.concat(
+        F.col("raw_topic"),
+        F.lit("["),
+        F.col("raw_partition").cast("string"),
+        F.lit("]@"),
+        F.col("raw_offset").cast("string"),
+    )
+    return F.array(
+        F.struct(F.lit(POSITION_HEADER).alias("key"), position.cast("binary").alias("value")),
+        F.struct(F.lit(RAW_HEADER).alias("key"), raw.cast("binary").alias("value")),
+    )
 
 
 NUMBER_KEY_FIELDS = ("person_id", "pkey_number")
@@ -769,8 +779,8 @@ class NormalizeJob:
 
         key_bytes, value_bytes = self._once("serialize", self._wire_columns)
         out = records.where(F.col("r").isNotNull()).select(
-            F.col("topic"), key_bytes.alias("key"), value_bytes.alias("value"), "last_commit_lsn", "lsn", "raw_offset",
-            "pos",
+            F.col("topic"), key_bytes.alias("key"), value_bytes.alias("value"), "last_commit_lsn", "lsn", "raw_topic",
+            "raw_partition", "raw_offset", "pos",
         )  # fmt: skip
         wire = ("topic", "key", "value", position_headers().alias("headers"))
 

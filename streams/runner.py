@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcq.config import Settings
 from mcq.health import HealthServer
+from mcq.history.follower import CaptureFollower
 from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, started
@@ -195,7 +196,17 @@ def run_normalize(
         defined_at=defined_at(registry) if defined_at else {},
     )
     stopping = StopRequest(report)
-    with stopping.on_signals():
+    follower = CaptureFollower(settings, logical_topics(registry, settings.topic_prefix), report)
+    if registry_changed is not None:
+        watched = registry_changed
+
+        def registry_changed() -> PlanChange | None:  # the follower follows the new plan's topics too
+            change = watched()
+            if change is not None:
+                follower.follow(logical_topics(change.registry, settings.topic_prefix))
+            return change
+
+    with stopping.on_signals(), _following(follower, once):
         job.prepare()
         torn = clear_torn_writes(job.checkpoint)
         if torn:
@@ -221,6 +232,21 @@ def run_normalize(
             else:
                 report("normalize: stopped; a restart resumes after the last finished batch")
     return job
+
+
+def logical_topics(registry: Registry, prefix: str) -> list[str]:
+    return sorted({t.topic(prefix) for t in registry.tables})
+
+
+@contextmanager
+def _following(follower: CaptureFollower, once: bool) -> Iterator[None]:
+    """The history's follower of the logical topics, beside the queries (``mcq trace``);
+    a run until caught up ends once the follower has caught up too."""
+    follower.start()
+    try:
+        yield
+    finally:
+        follower.stop(catch_up_s=120 if once else 0)
 
 
 def _stream(

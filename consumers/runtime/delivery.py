@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from consumers.exceptions import AdapterError, ChangeFailed, ChangeRejected, TargetUnavailable
 from consumers.runtime.applied import state_digest
+from consumers.runtime.history import Steps
 from consumers.runtime.parking import SUPERSEDED, Origin, backoff_s, failure_headers, headers_of
 from mcq.change import POSITION_HEADER, Change, ChangeKey, Position
 
@@ -97,6 +98,7 @@ class Delivery:
         stop: threading.Event,
         report: Report,
         kafka: KafkaCall | None = None,
+        steps: Steps | None = None,
     ) -> None:
         self.name = topics.listener
         self.topics = topics
@@ -112,6 +114,8 @@ class Delivery:
         self._report = report
         self._kafka: KafkaCall = kafka or (lambda what, call: call())
         """How a Kafka request is made: the runtime's waits out a broker restart (``outage.py``)."""
+        self.step = steps or Steps(self.name, None)
+        """Records what became of each change in its key's history (``mcq trace``)."""
         self.turns: RealtimeTurns | None = None
         """The real-time lane's turns between the chunks of a bulk batch (set by the runtime)."""
 
@@ -125,6 +129,7 @@ class Delivery:
         key = change.key
         if not self.view.covers(key):
             self._tally.count("filtered")
+            self.step(item, "filtered", f"{key.ref} is not among its interests")
             return
         applied = self.applied.get(key)
         # a refresh repairs: it re-applies the state the listener already applied
@@ -133,10 +138,12 @@ class Delivery:
             change = item.change = dataclasses.replace(change, position=applied)
         if applied is not None and (change.position < applied or (change.position == applied and not lenient)):
             self._tally.count("superseded" if item.retry_lane else "skipped")
+            self.step(item, "superseded" if item.retry_lane else "skipped", f"{applied} was applied already")
             return
         parked = self.applied.parked(key)
         if item.retry_lane and parked is not None and parked > change.position:
             self._tally.count("superseded")  # a newer change of the key waits behind it and carries the state
+            self.step(item, "superseded", f"a newer change ({parked}) waits behind it and carries the state")
             return
         todo.setdefault(key.text(), []).append(item)
 
@@ -167,6 +174,7 @@ class Delivery:
         key = change.key
         if self._superseded(item):  # a real-time turn inside this bulk batch applied a newer change
             self._tally.count("superseded")
+            self.step(item, "superseded", "a newer change was applied")
             return None
         if not item.retry_lane and self.applied.blocked(key):
             self._queue(item, "waiting", f"waiting behind a parked change of {key}", time.time())
@@ -176,10 +184,16 @@ class Delivery:
         seen, verdict = self.view.see(change, present)
         if seen is None:
             self._tally.count("absent_deletes" if change.state is None else "filtered")
+            self.step(
+                item,
+                "filtered",
+                "a delete of what the target does not hold" if change.state is None else "outside its view",
+            )
             self._settled(key, change.position)  # the target holds what the view wants of the key: nothing
             return None
         if self._invisible(seen):
             self._tally.count("filtered")
+            self.step(item, "filtered", "no column it sees changed")
             return None
         item = Item(item.msg, item.origin, seen, item.retry_lane, verdict)
         due = _due_at(seen, verdict.delay_s)
@@ -272,6 +286,7 @@ class Delivery:
         for item in items:
             if self._superseded(item):
                 self._tally.count("superseded")
+                self.step(item, "superseded", "a newer change was applied")
                 continue
             out.append(item)
         return out
@@ -291,6 +306,7 @@ class Delivery:
             present = item.change.change_type != "DELETE"
             self.applied.record(key, position, present, state_digest(item.change.after) if present else 0)
             self._settled(key, position)
+            self.step(item, "applied", f"{item.change.change_type} accepted ({lane} lane)")
         self._tally.applied(len(items), lane)
 
     def _settled(self, key: ChangeKey, position: Position) -> None:
@@ -354,6 +370,7 @@ class Delivery:
         )
         self.applied.mark_parked(item.change.key, item.change.position)
         self._tally.count("parked")
+        self.step(item, "parked", f"{error} (attempt {attempts} of {policy.max_attempts}, held {hold:.0f} s)")
         self._report(
             f"listener {self.name}: parked {item.change.key} at {item.change.position} from {item.origin.where} "
             f"(attempt {attempts} of {policy.max_attempts}, hold {hold:.0f} s): {error}"
@@ -373,6 +390,7 @@ class Delivery:
         )
         self.applied.mark_parked(item.change.key, item.change.position)
         self._tally.count("queued")
+        self.step(item, "delayed", why)
 
     def dead_letter(self, item: Item, error: str, kind: str, attempts: int | None = None) -> None:
         """Into the dead-letter topic with its reason (AQ's exception queue)."""
@@ -397,6 +415,7 @@ class Delivery:
         if item.change is not None:
             self.applied.mark_dead(item.change.key, item.change.position)
         self._tally.count("dead_lettered")
+        self.step(item, "dead-lettered", f"{kind}: {error}")
         what = f"{item.change.key} at {item.change.position}" if item.change is not None else "a record"
         self._report(
             f"listener {self.name}: dead-lettered {what} from {item.origin.where} ({kind}) "

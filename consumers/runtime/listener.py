@@ -66,6 +66,7 @@ from consumers.runtime.decoding import RecordDecoder
 from consumers.runtime.delivery import Delivery, Item, Tally
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
+from consumers.runtime.history import Steps
 from consumers.runtime.offsets import LaneOffsets
 from consumers.runtime.outage import FLUSH_WAIT_S, Stopped, flushed, until_kafka_answers
 from consumers.runtime.pacing import BatchPacer
@@ -80,12 +81,13 @@ from mcq import signals
 from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
+from mcq.history import HistoryWriter
 from mcq.registry.exceptions import RegistryStoreError
 from mcq.registry.model import Listener, LogicalTable, Registry
 from mcq.registry.store import RegistryReader
 from mcq.topics.exceptions import TopicSettingsError
 from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.named import all_topic_names
+from mcq.topics.named import all_topic_names, topic_partitions
 from mcq.topics.plan import apply_topics, plan_topics, prefixes_holding
 from mcq.topics.read import RenewingAdmin
 
@@ -237,6 +239,18 @@ class ListenerRuntime:
         # (parked and dead changes keep their original bytes and schema ids)
         register_topic(registry_client(self.settings), self.topics.bulk)
 
+    def _history_writer(self) -> HistoryWriter | None:
+        """Its steps' writer to its history topic (made by ``_ensure_topics``), with the
+        partitions the topic has; None (and one line saying so) without it."""
+        if not self.delivery.history:
+            return None
+        topic = self.topics.history
+        partitions = topic_partitions(self.settings, topic)
+        if not partitions:
+            self.report(f"listener {self.name}: no history topic {topic} (mcq topics apply): mcq trace lacks its steps")
+            return None
+        return HistoryWriter(self._producer, topic, partitions)
+
     def _nothing_normalised(self, names: list[str], existing: frozenset[str]) -> str:
         """What to say when none of the listener's logical topics existed: nothing was ever
         normalised under its prefix (the normaliser has not run yet, or they differ)."""
@@ -352,7 +366,7 @@ class ListenerRuntime:
         self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self.report, self._tick)
         self._deliver = Delivery(
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
-            self.report, self._kafka,
+            self.report, self._kafka, Steps(self.name, self._history_writer()),
         )  # fmt: skip
         self.turns = self._deliver.turns = RealtimeTurns(self._realtime_turn)
         self._rt = self._consumer(self.topics.group)

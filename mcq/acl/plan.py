@@ -20,7 +20,7 @@ from mcq.capture.connector import RAW_TOPIC_ROOT, raw_topic_prefix
 from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.plan import provenance_topic, refresh_topic, registry_topic, withheld_topic
+from mcq.topics.plan import history_topic, provenance_topic, refresh_topic, registry_topic, withheld_topic
 
 SCRATCH_GROUPS = "_mcq-"
 """Group ids of mcq's assign-only readers (``_mcq-applied-<uuid>``, ``_mcq-reader-<uuid>``…):
@@ -139,6 +139,8 @@ def plan_acls(registry: Registry, principals: Principals) -> list[Grant]:
     grant(n, "TOPIC", "LITERAL", refresh_topic(p), read_write, "explicit refresh requests from the outbox")
     grant(n, "TOPIC", "LITERAL", registry_topic(p), ("READ", "DESCRIBE_CONFIGS"), "the registry (never written)")
     grant(n, "TOPIC", "LITERAL", provenance_topic(p), read_write, "first-seen provenance")
+    grant(n, "TOPIC", "LITERAL", history_topic(p), ("WRITE", "CREATE", "DESCRIBE_CONFIGS"), "captures (mcq trace)")
+    grant(n, "GROUP", "LITERAL", history_topic(p), ("READ",), "the follower of the logical topics (mcq trace)")
     grant(n, "GROUP", "PREFIXED", SPARK_GROUPS, ("READ",), "Spark's Kafka readers")
     grant(n, "GROUP", "PREFIXED", SCRATCH_GROUPS, ("READ",), "assign-only readers that never commit")
 

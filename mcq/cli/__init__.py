@@ -15,6 +15,7 @@ One module per command group, each registering its commands on :data:`main`
     maintenance.py   mcq replay, mcq flush, mcq purge
     jobs.py          mcq refresh, mcq reconcile, mcq rebuild, mcq report
     dead_letters.py  mcq dlq list|show|requeue|discard, mcq withheld list|ack
+    trace.py         mcq trace
     entities.py      mcq entities run, mcq map preview
     console.py       mcq console
     demo.py          mcq demo, mcq smoke, mcq world load
@@ -39,6 +40,7 @@ from mcq.cli import (  # noqa: F401  (each registers its commands on main)
     provision,
     registry,
     stack,
+    trace,
 )
 from mcq.cli.app import main
 

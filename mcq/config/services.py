@@ -130,6 +130,8 @@ class TopicSettings(Section):
     min_insync_replicas: int | None = None
     """``min.insync.replicas`` set on each topic (None: the cluster's default). With
     ``acks=all`` (mcq's producers) a write needs this many replicas in sync."""
+    history_retention_days: float = Field(default=30.0, gt=0)
+    """How long each key's history is kept (``<prefix>._history``, read by ``mcq trace``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> TopicSettings:

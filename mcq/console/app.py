@@ -110,7 +110,7 @@ class Console:
 
 
 def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlette:
-    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, report, tables, topics
+    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, report, tables, topics, trace
 
     console_settings = settings.console
     audit_path = console_settings.audit_log or settings.stack.home / "logs" / "console-audit.log"
@@ -195,7 +195,7 @@ def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlet
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    for page in (overview, listener, dead_letters, interests, jobs, tables, topics, report):
+    for page in (overview, listener, dead_letters, interests, jobs, tables, topics, report, trace):
         routes += page.routes(ctx)
     secret = console_settings.session_secret
     middleware = [

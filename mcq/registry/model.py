@@ -161,6 +161,9 @@ class Delivery(_Model):
     heartbeat_timeout_s: float = Field(default=30.0, gt=0)
     stuck_after_s: float = Field(default=600.0, gt=0)
     """A live listener whose oldest pending change is older than this is stuck."""
+    history: bool = True
+    """Record what it does with each change, and the target's answer, in its history topic
+    (``mcq trace``): a record per change, written with the batch."""
     on_exposure: Literal["alert", "refresh"] = "alert"
     """When changes waited longer than their topic keeps deletes (deletes may be missed):
     ``alert`` marks it for ``mcq status`` to report until a whole-table refresh is applied;

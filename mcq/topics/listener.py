@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcq.registry.model import Registry
-from mcq.topics.plan import TopicSpec, refresh_topic
+from mcq.topics.plan import HISTORY_PARTITIONS, TopicSpec, history_config, refresh_topic
 
 # Work items: kept until consumed, never dropped by age or size (see above)
 WORK_ITEMS_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
@@ -73,6 +73,11 @@ class ListenerTopics:
         return self._t("applied")
 
     @property
+    def history(self) -> str:
+        """Its steps in each key's history (``mcq trace``): append-only, only it writes there."""
+        return self._t("history")
+
+    @property
     def heartbeats(self) -> str:
         """This listener's own heartbeat topic: only its principal may write it, so no
         listener can make another look alive or break the monitor with a forged beat."""
@@ -96,6 +101,7 @@ class ListenerTopics:
             TopicSpec(self.dlq_resolved, 1, dict(STATE_CONFIG), f"{who}: requeued or discarded dead letters"),
             TopicSpec(self.applied, partitions, dict(STATE_CONFIG), f"{who}: source position applied per key"),
             TopicSpec(self.heartbeats, 1, dict(STATE_CONFIG), f"{who}: heartbeats (process monitor)"),
+            TopicSpec(self.history, HISTORY_PARTITIONS, history_config(), f"{who}: its steps in each key's history"),
         ]
 
 

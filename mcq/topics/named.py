@@ -40,3 +40,9 @@ def named_topics(
 def all_topic_names(settings: Settings, timeout_s: float = 15.0) -> frozenset[str]:
     """Every topic of the cluster: for the rare question that needs them all."""
     return frozenset(metadata_admin(settings).list_topics(timeout=timeout_s).topics)
+
+
+def topic_partitions(settings: Settings, name: str, timeout_s: float = 15.0) -> int:
+    """How many partitions topic ``name`` has (0: it does not exist)."""
+    found, _ = named_topics(metadata_admin(settings), [name], timeout_s)
+    return len(found[name].partitions) if name in found else 0

@@ -49,6 +49,29 @@ def provenance_topic(prefix: str) -> str:
     return f"{prefix}._provenance"
 
 
+def history_topic(prefix: str) -> str:
+    """Each change's capture in its key's history (``mcq.history``): append-only, only the
+    normaliser writes there (each listener has a history topic of its own)."""
+    return f"{prefix}._history"
+
+
+HISTORY_PARTITIONS = 6
+HISTORY_RETENTION_DAYS = 30.0
+
+
+def history_config(retention_days: float = HISTORY_RETENTION_DAYS) -> dict[str, str]:
+    return {"cleanup.policy": "delete", "retention.ms": str(int(retention_days * 86_400_000))}
+
+
+def is_history(prefix: str, topic: str) -> bool:
+    """The capture's history topic, or a listener's (``<prefix>.listener.NAME.history``)."""
+    return topic == history_topic(prefix) or (topic.startswith(f"{prefix}.listener.") and topic.endswith(".history"))
+
+
+def history_spec(prefix: str) -> TopicSpec:
+    return TopicSpec(history_topic(prefix), HISTORY_PARTITIONS, history_config(), "each key's history")
+
+
 def refresh_topic(prefix: str = "mcq") -> str:
     return f"{prefix}._refresh"
 
@@ -103,6 +126,9 @@ def plan_topics(registry: Registry, prefix: str = "mcq") -> list[TopicSpec]:
     specs.append(TopicSpec(withheld_topic(prefix), 1, dict(REFRESH_CONFIG), "changes the normaliser withheld"))
     specs.append(TopicSpec(registry_topic(prefix), 1, dict(SYSTEM_CONFIG), "the registry store"))
     specs.append(TopicSpec(provenance_topic(prefix), 1, dict(SYSTEM_CONFIG), "first-seen provenance of each table"))
+    specs.append(
+        TopicSpec(history_topic(prefix), HISTORY_PARTITIONS, history_config(), "each key's history (mcq trace)")
+    )
     return specs
 
 
@@ -124,6 +150,12 @@ def apply_topics(
     admin = metadata_admin(settings)
     durability = settings.topics
     specs = [TopicSpec(s.name, s.partitions, {**s.config, **durability.config()}, s.purpose) for s in specs]
+    specs = [  # each key's history is kept as long as the deployment says
+        TopicSpec(s.name, s.partitions, {**s.config, **history_config(durability.history_retention_days)}, s.purpose)
+        if is_history(settings.topic_prefix, s.name)
+        else s
+        for s in specs
+    ]
     existing, metadata = named_topics(admin, [s.name for s in specs])
     missing = [s for s in specs if s.name not in existing]
     created: list[str] = []

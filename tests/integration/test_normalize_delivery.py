@@ -31,7 +31,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from consumers.runtime.listener import ListenerRuntime
 from mcq.capture.connector import raw_topic
-from mcq.change import ChangeKey
+from mcq.change import POSITION_HEADER, ChangeKey
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
@@ -40,7 +40,6 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
-from streams.normalize import POSITION_HEADER
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
 from tests.integration.test_normalize import decode_topic, last_state

@@ -50,6 +50,7 @@ def test_a_listener_reads_only_its_interests_and_writes_only_its_own_lanes() -> 
         "mcq.listener.LDAP.dlq-resolved",
         "mcq.listener.LDAP.applied",
         "mcq.listener.LDAP.heartbeats",
+        "mcq.listener.LDAP.history",
     }
     groups = {(g.name, g.pattern) for g in ldap if g.resource == "GROUP"}
     assert groups == {("mcq.LDAP", "LITERAL"), ("mcq.LDAP.bulk", "LITERAL"), ("_mcq-", "PREFIXED")}
@@ -66,6 +67,7 @@ def test_the_normaliser_reads_raw_topics_and_writes_logical_ones_connect_writes_
         "mcq._withheld",
         "mcq._provenance",  # first-seen origins; the registry it may only read
         "mcq._refresh",  # the outbox's refresh requests (mcq_log_refresh) are routed there
+        "mcq._history",  # each change's capture, for mcq trace (each listener writes its own steps)
     }
     connect = _of(grants, p.connect)
     assert Grant(p.connect, "TOPIC", "PREFIXED", "mcq.raw.", "WRITE") in connect  # it runs every source
