@@ -72,12 +72,13 @@ class CaptureFollower:
         return True
 
     def stop(self, catch_up_s: float = 0.0) -> None:
-        """Stop following; with ``catch_up_s``, first write what the topics hold (up to that long)."""
+        """Stop following; with ``catch_up_s``, first write what the topics hold (up to that
+        long, and only while the follower runs)."""
         if self._thread is None:
             return
         if catch_up_s > 0:
             deadline = time.monotonic() + catch_up_s
-            while time.monotonic() < deadline and not self.caught_up():
+            while time.monotonic() < deadline and self._thread.is_alive() and not self.caught_up():
                 time.sleep(0.2)
         self._stop.set()
         self._thread.join(timeout=30)
@@ -94,27 +95,37 @@ class CaptureFollower:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": 100,  # an end of a partition is told sooner (a --once run waits for it)
             }
         )
         producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True, "linger.ms": 20})
         writer = HistoryWriter(producer, self.topic, partitions)
         codec = ChangeCodec(registry_client(self.settings))
         missing, retry_at = False, 0.0
+        starts: dict[tuple[str, int], int] = {}
+        at_eof: set[tuple[str, int]] = set()  # partitions read to their end (librdkafka says so)
         try:
             while not self._stop.is_set():
                 if self._changed or (missing and time.monotonic() >= retry_at):
                     self._changed = False
                     self._idle = False
-                    missing = bool(self._topics) and not _assign(consumer, self._topics)
+                    found, starts = _assign(consumer, self._topics)
+                    at_eof.clear()
+                    missing = not found
                     retry_at = time.monotonic() + 2  # a topic the normaliser has not made yet
                 msgs = consumer.consume(500, timeout=0.5) if self._topics else []
                 for msg in msgs:
                     err = msg.error()
-                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                        self._report(f"history: reading {msg.topic()}[{msg.partition()}]: {err}")
+                    where = (msg.topic() or "", msg.partition() or 0)
+                    if err is None:
+                        at_eof.discard(where)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        at_eof.add(where)
+                    else:
+                        self._report(f"history: reading {where[0]}[{where[1]}]: {err}")
                 done = [m for m in msgs if m.error() is None]
                 if not done:
-                    self._idle = _at_end(consumer)
+                    self._idle = at_eof >= set(starts)
                     if not self._topics:
                         time.sleep(0.5)
                     continue
@@ -161,10 +172,10 @@ class CaptureFollower:
         )
 
 
-def _assign(consumer: Consumer, topics: list[str]) -> bool:
+def _assign(consumer: Consumer, topics: list[str]) -> tuple[bool, dict[tuple[str, int], int]]:
     """Every partition of ``topics``, each from the group's commit (or its beginning): one
-    follower per deployment, so no group protocol and no wait to join one. False when a
-    topic does not exist yet."""
+    follower per deployment, so no group protocol and no wait to join one. Whether every
+    topic exists, and the offset each partition starts from (negative: its beginning)."""
     tps = []
     found = 0
     for topic in topics:
@@ -176,16 +187,4 @@ def _assign(consumer: Consumer, topics: list[str]) -> bool:
     consumer.assign(
         [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING) for tp in committed]
     )
-    return found == len(topics)
-
-
-def _at_end(consumer: Consumer) -> bool:
-    """Whether the consumer has partitions and has read each to its end."""
-    assigned = consumer.assignment()
-    if not assigned:
-        return False
-    for tp, at in zip(assigned, consumer.position(assigned), strict=True):
-        _, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-        if (at.offset < 0 and high > 0) or (at.offset >= 0 and at.offset < high):
-            return False
-    return True
+    return found == len(topics), {(tp.topic, tp.partition): tp.offset for tp in committed}
