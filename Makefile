@@ -68,7 +68,7 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not long and not faults and not scale and not soak and not package' --durations=20
+	$(BIN)/pytest -m 'not long and not faults and not scale and not soak and not package and not cluster' --durations=20
 
 # What a user installs, run outside the checkout against the local stack (tests/package):
 # the wheel in a fresh virtualenv (base install, then [spark]), and both images under podman,

@@ -97,6 +97,8 @@ class StopRequest:
 
 MODES = ("realtime", "microbatch")
 REGISTRY_LOOK_S = 2.0
+SLOTS_WAIT_S = 60.0
+"""How long a cluster's executors may take to register the slots the real-time queries need."""
 """How often a running normaliser looks for a registry change."""
 RegistryChanged = Callable[[], "PlanChange | None"]
 """A new registry whose sources or tables differ from the running plan's (streams/registry_watch.py)."""
@@ -322,7 +324,7 @@ def _run_queries(
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from streams import realtime as rt
-    from streams.session import silence_jvm_log, spark_session
+    from streams.session import silence_jvm_log, spark_session, wait_for_slots
 
     report = job.report
     realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
@@ -330,8 +332,10 @@ def _run_queries(
     if interval:
         shuffle = int(os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
         slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle)
-        if not (master or os.environ.get("MCQ_SPARK_MASTER")):
-            master = f"local[{max(slots, os.cpu_count() or 1)}]"  # threads: real-time tasks mostly wait
+        # no master given, and not under spark-submit (whose --master is the one): local threads,
+        # as many as the real-time tasks need (they mostly wait on Kafka)
+        if not (master or os.environ.get("MCQ_SPARK_MASTER") or os.environ.get("PYSPARK_GATEWAY_PORT")):
+            master = f"local[{max(slots, os.cpu_count() or 1)}]"
     short = False
     if once and jit_by_backlog:
         waiting = _waiting(job)
@@ -341,13 +345,16 @@ def _run_queries(
     with stopping.deferred():
         spark = spark_session(job.settings, "mcq-normalize", master, short_run=short)
         stopping.install()
-    if interval and spark.sparkContext.defaultParallelism < slots:
+    offered = wait_for_slots(spark, slots, SLOTS_WAIT_S) if interval else 0
+    if interval and offered < slots:
         spark.stop()
         raise NormalizeError(
             f"real-time mode needs {slots} task slots (a long-lived task per raw topic partition), the Spark "
-            f"master {spark.sparkContext.master} has {spark.sparkContext.defaultParallelism}: give it more "
-            "executor cores, or run with --mode microbatch"
+            f"master {spark.sparkContext.master} offers {offered} after {SLOTS_WAIT_S:.0f} s: give it "
+            f"{slots - offered} more executor cores, or run with --mode microbatch"
         )
+    if interval:
+        report(f"normalize: {slots} real-time task slots needed, {offered} offered by {spark.sparkContext.master}")
     jobs: dict[str, NormalizeJob] = {}
     seen_output = threading.Event()
 

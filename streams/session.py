@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from mcq.config import Settings
 from streams.exceptions import SparkSetupError
@@ -124,9 +127,12 @@ def spark_session(
     # Unset, Spark's own default applies: local[*] from plain python, the --master of
     # spark-submit otherwise.
     chosen = master or os.environ.get("MCQ_SPARK_MASTER")
-    if chosen is None or chosen.startswith("local"):
-        # in-process Spark talks to itself: no host-name lookup (and no notice about it)
+    if chosen is None or chosen.startswith("local") or _loopback(chosen):
+        # in-process Spark (or a cluster on this machine) talks to itself: no host-name
+        # lookup (and no notice about it)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if chosen and chosen.startswith("spark://"):
+        reach_master(chosen)
     jars = connector_jars(settings)
     options = {
         "spark.app.name": app_name,
@@ -176,6 +182,63 @@ def spark_session(
         "org.apache.spark.sql.avro.AvroSerializer", jvm.org.apache.logging.log4j.Level.ERROR
     )
     return spark
+
+
+def _master_address(master: str) -> tuple[str, int]:
+    """``spark://host:port`` -> (host, port); ValueError for anything else (or a list of masters)."""
+    parsed = urlsplit(master)
+    if parsed.scheme != "spark" or not parsed.hostname or "," in parsed.netloc:
+        raise ValueError(master)
+    return parsed.hostname, parsed.port or 7077
+
+
+def _loopback(master: str) -> bool:
+    try:
+        host, _ = _master_address(master)
+    except ValueError:
+        return False
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def reach_master(master: str, timeout_s: float = 5.0) -> None:
+    """A standalone master that answers, or one line naming it: Spark itself would retry
+    for a minute and then end the application with "All masters are unresponsive"."""
+    try:
+        host, port = _master_address(master)
+    except ValueError:
+        return  # several masters (ZooKeeper recovery): Spark's own retries decide
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise SparkSetupError(
+            f"the Spark master {master} cannot be reached ({reason.lower()}): start it (`mcq stack up --with "
+            "spark` for this machine's), or give another with --master / MCQ_SPARK_MASTER"
+        ) from None
+
+
+def wait_for_slots(spark: SparkSession, needed: int, timeout_s: float) -> int:
+    """The task slots the application's executors offer, once they offer NEEDED or after
+    TIMEOUT_S: a cluster's executors register seconds after the session starts (until
+    then ``defaultParallelism`` is Spark's floor of 2), a local master's are there at once."""
+    context = spark.sparkContext
+    deadline = time.monotonic() + timeout_s
+    if str(context.master).startswith("local"):
+        return int(context.defaultParallelism)
+    cap = context.getConf().get("spark.cores.max")  # the operator's cap: no more will come
+    while True:
+        offered = _cores(spark)
+        if offered >= needed or (cap and offered >= int(cap)) or time.monotonic() >= deadline:
+            return offered
+        time.sleep(0.5)
+
+
+def _cores(spark: SparkSession) -> int:
+    """Cores of the executors registered now: a cluster's ``defaultParallelism`` is their
+    total (at least 2), so 0 until the first executor (the driver's own entry excluded)."""
+    context = spark.sparkContext
+    executors = context._jsc.sc().getExecutorMemoryStatus().size() - 1  # type: ignore[union-attr]
+    return int(context.defaultParallelism) if executors > 0 else 0
 
 
 def silence_jvm_log(spark: SparkSession) -> None:

@@ -35,7 +35,7 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = str(item.path).replace("\\", "/")
-        if "tests/integration/" in where or "tests/package/" in where:
+        if "tests/integration/" in where or "tests/package/" in where or "tests/cluster/" in where:
             item.add_marker(pytest.mark.integration)
 
 
@@ -74,6 +74,23 @@ def active_directory(stack: Stack, settings: Settings) -> Iterator[Stack]:
         st.up(report=lambda line: print(f"[stack] {line}"))
         _forget_earlier_sessions(settings)
         yield st
+    finally:
+        st.down(report=lambda line: print(f"[stack] {line}"))
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(stack: Stack, settings: Settings) -> Iterator[str]:
+    """The local stack's standalone Spark cluster (``mcq stack up --with spark``: a master and
+    two workers), up for the rest of the session; its master's URL."""
+    from mcq.stack.services import GROUPS, SPARK, master_url
+
+    st = Stack(settings, only=GROUPS[SPARK], with_=[SPARK])
+    if st.is_up():
+        yield master_url(settings)
+        return
+    try:
+        st.up(report=lambda line: print(f"[stack] {line}"))
+        yield master_url(settings)
     finally:
         st.down(report=lambda line: print(f"[stack] {line}"))
 

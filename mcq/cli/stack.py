@@ -33,7 +33,8 @@ def _only(value: str | None) -> list[str] | None:
 ONLY = click.option(
     "--only",
     metavar="SERVICES",
-    help="Comma-separated subset: postgres, ldap, kafka, registry, connect (and ad, when started).",
+    help="Comma-separated subset: postgres, ldap, kafka, registry, connect (and the optional ones, "
+    "when started: ad, spark-master, spark-worker-1, spark-worker-2, etcd, kube-apiserver).",
 )
 
 
@@ -62,7 +63,9 @@ def _stack(only: str | None, with_: str | None = None) -> Stack:
     "with_",
     metavar="SERVICES",
     help="Optional services to start too: ad (Samba's Active Directory domain controller, LDAPS on "
-    "127.0.0.1:636 with the stack's CA; needs root and the samba package).",
+    "127.0.0.1:636 with the stack's CA; needs root and the samba package); spark (a standalone Spark "
+    "cluster, a master at spark://127.0.0.1:27077 and two workers, for --master); kubernetes (etcd and a "
+    "kube-apiserver built by `make kube`, HTTPS on 127.0.0.1:26443 with the stack's CA).",
 )
 def up(only: str | None, secure: bool | None, with_: str | None) -> None:
     """Start every service that is not running and wait until all are healthy."""

@@ -50,6 +50,16 @@ class StackPorts(Section):
     registry: int = 28081
     ldap: int = 23389
     ldaps: int = 23636
+    spark_master: int = 27077
+    """The Spark standalone master (``mcq stack up --with spark``): ``spark://127.0.0.1:27077``."""
+    spark_master_ui: int = 28480
+    """The master's web UI and its ``/json/`` status (the health check reads the workers there)."""
+    spark_worker: int = 27078
+    """The first worker's port; worker N listens on this + N - 1, its web UI on the master UI's + N."""
+    etcd: int = 22379
+    """etcd for the Kubernetes API server (``mcq stack up --with kubernetes``); its peer port is this + 1."""
+    kube_apiserver: int = 26443
+    """The Kubernetes API server (HTTPS, the stack's CA), ``mcq stack up --with kubernetes``."""
 
 
 class StackSettings(Section):
@@ -76,6 +86,14 @@ class StackSettings(Section):
     connect_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     start_timeout_s: float = 150.0
+    spark_worker_cores: int = 16
+    """Cores each worker offers: real-time tasks mostly wait on Kafka, so a worker may offer
+    more than the machine has (as ``local[N]`` runs N threads); the normaliser's real-time
+    queries need one slot per raw topic partition (``streams.realtime.slots_needed``)."""
+    spark_worker_memory: str = "3g"
+    """Memory each worker gives its executors (an executor takes Spark's ``spark.executor.memory``, 1g)."""
+    spark_daemon_heap: str = "512m"
+    """The heap of the master's and each worker's own JVM (not the executors')."""
     kafka_admin_password: SecretStr | None = None
     """The SCRAM password of the local broker's ``mcq-admin`` user (a super user, like the
     plaintext loopback port's anonymous clients); unset: the stack's own, made at random

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import PortInUse, ServiceFailed
-from mcq.stack.services import OPTIONAL, SERVICES, NotReady, Service
+from mcq.stack.services import GROUPS, OPTIONAL, SERVICES, NotReady, Service
 
 Report = Callable[[str], None]
 
@@ -52,10 +52,11 @@ class Stack:
         optional ones (``ad``) when named in ``with_`` or running."""
         self.settings = settings
         self.services: list[Service] = [cls(settings) for cls in SERVICES]
-        extra = set(with_)
+        extra = {name for given in with_ for name in GROUPS.get(given, (given,))}
         unknown = extra - {cls.name for cls in OPTIONAL}
         if unknown:
-            raise KeyError(f"no optional service {sorted(unknown)}; optional: {', '.join(c.name for c in OPTIONAL)}")
+            names = ", ".join([*GROUPS, *(c.name for c in OPTIONAL)])
+            raise KeyError(f"no optional service {sorted(unknown)}; optional: {names}")
         for cls in OPTIONAL:
             svc = cls(settings)
             if svc.name in extra or svc.handle.pid() is not None or (only is not None and svc.name in set(only)):

@@ -14,21 +14,27 @@ from mcq.stack.services.kafka import HEALTH_TOPIC, KAFKA_CONTROLLER, Kafka, new_
 from mcq.stack.services.ldap import Ldap
 from mcq.stack.services.postgres import Postgres
 from mcq.stack.services.registry import Registry
+from mcq.stack.services.spark import SPARK, SPARK_SERVICES, SparkMaster, SparkWorker, master_url
 
 SERVICES: tuple[type[Service], ...] = (Postgres, Ldap, Kafka, Registry, Connect)
 """In start order: the registry stores its schemas in PostgreSQL, Connect needs Kafka."""
 
-OPTIONAL: tuple[type[Service], ...] = (ActiveDirectory,)
+OPTIONAL: tuple[type[Service], ...] = (ActiveDirectory, *SPARK_SERVICES)
 """Started only when asked (``mcq stack up --with ad``); stopped with the rest."""
+
+GROUPS: dict[str, tuple[str, ...]] = {SPARK: tuple(cls.name for cls in SPARK_SERVICES)}
+"""Names ``--with`` takes for several optional services at once."""
 
 __all__ = [
     "DEBEZIUM_POSTGRES_CONNECTOR",
+    "GROUPS",
     "HEALTH_TOPIC",
     "KAFKA_ADMIN",
     "KAFKA_CONNECT",
     "KAFKA_CONTROLLER",
     "OPTIONAL",
     "SERVICES",
+    "SPARK",
     "ActiveDirectory",
     "Connect",
     "JvmService",
@@ -38,6 +44,9 @@ __all__ = [
     "Postgres",
     "Registry",
     "Service",
+    "SparkMaster",
+    "SparkWorker",
     "ad_directory",
+    "master_url",
     "new_cluster_id",
 ]
