@@ -3,7 +3,7 @@
 # PostgreSQL 15 (server), OpenLDAP (slapd, ldap-utils), a Java 17 JDK (mcq's Connect
 # transform is compiled: jvm/connect-transforms), Maven, Chromium (the console's browser
 # tests drive it headless through Playwright: no browser download), Samba's AD domain
-# controller and Python's venv module. Only what is missing is installed, so a second run is a no-op.
+# controller, etcd (the Kubernetes API server's store) and Python's venv module. Only what is missing is installed, so a second run is a no-op.
 set -euo pipefail
 
 need=()
@@ -23,6 +23,9 @@ have_file /usr/sbin/samba || need+=(samba)
 have_file /usr/lib/x86_64-linux-gnu/samba/ldb/samba_dsdb.so || need+=(samba-dsdb-modules)
 have_file /usr/share/samba/setup/provision.ldif || need+=(samba-ad-provision)
 have_file /usr/lib/x86_64-linux-gnu/samba/vfs/acl_xattr.so || need+=(samba-vfs-modules)
+# etcd for the Kubernetes API server the chart's real install test runs against
+# (`mcq stack up --with kubernetes`; kube-apiserver itself is built by `make kube`)
+have_cmd etcd || need+=(etcd-server)
 
 if [ ${#need[@]} -eq 0 ]; then
   echo "system packages: all present"

@@ -15,6 +15,7 @@ import gc
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         where = str(item.path).replace("\\", "/")
         if "tests/integration/" in where or "tests/package/" in where or "tests/cluster/" in where:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm, as ``make helm`` builds it from its Go module into ``.cache/helm-<version>/``
+    (a version change builds it again); ``MCQ_HELM`` names another."""
+    root = Path(__file__).resolve().parents[1]
+    found = Path(os.environ.get("MCQ_HELM") or max(root.glob(".cache/helm-*/helm"), default=root / ".cache/helm"))
+    if not found.exists():
+        pytest.fail(f"{found} is missing: `make helm` builds it from its Go module (make test does)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def kubernetes(settings: Settings) -> Iterator[Path]:
+    """The local stack's Kubernetes API server and its etcd (``mcq stack up --with kubernetes``),
+    up for the rest of the session; the administrator's kubeconfig."""
+    from mcq.stack.services import GROUPS, KUBERNETES, kubeconfig
+
+    st = Stack(settings, only=GROUPS[KUBERNETES], with_=[KUBERNETES])
+    if st.is_up():
+        yield kubeconfig(settings)
+        return
+    try:
+        st.up(report=lambda line: print(f"[stack] {line}"))
+        yield kubeconfig(settings)
+    finally:
+        st.down(report=lambda line: print(f"[stack] {line}"))
 
 
 @pytest.fixture(scope="session")

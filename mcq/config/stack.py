@@ -27,6 +27,15 @@ def _default_home() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mcq"
 
 
+KUBE_VERSION = "v1.34.4"
+"""The kube-apiserver ``make kube`` builds (the Makefile's KUBE_VERSION says the same)."""
+
+
+def _default_kube_apiserver() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "mcq" / f"kube-{KUBE_VERSION}" / "kube-apiserver"
+
+
 def _default_jvm_cache() -> Path:
     if CHECKOUT is not None:
         return CHECKOUT / ".cache" / "jvm"
@@ -86,6 +95,11 @@ class StackSettings(Section):
     connect_heap: str = "-Xms256m -Xmx768m"
     registry_heap: str = "-Xms128m -Xmx512m"
     start_timeout_s: float = 150.0
+    etcd: Path = Path("/usr/bin/etcd")
+    """Debian's etcd (``--with kubernetes``)."""
+    kube_apiserver: Path = Field(default_factory=lambda: _default_kube_apiserver())
+    """The API server ``make kube`` builds from the Kubernetes Go module, kept outside the
+    checkout (``$XDG_CACHE_HOME/mcq/kube-VERSION/``): a clean clone links it, not rebuilds it."""
     spark_worker_cores: int = 16
     """Cores each worker offers: real-time tasks mostly wait on Kafka, so a worker may offer
     more than the machine has (as ``local[N]`` runs N threads); the normaliser's real-time

@@ -3,7 +3,6 @@ checked against the Kubernetes API schemas offline (PyPI's kubernetes-validate).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,20 +14,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "mcq"
 CAMPUS = ROOT / "examples" / "campus.yaml"
-# make helm puts it in .cache/helm-<version>/ (a version change builds it again)
-HELM = Path(os.environ.get("MCQ_HELM") or max(ROOT.glob(".cache/helm-*/helm"), default=ROOT / ".cache/helm-*/helm"))
 
 # helm built by `go install` (no release ldflags) assumes Kubernetes v1.20: say which one
 K8S_VERSION = "1.33.0"  # a current Kubernetes; kubernetes-validate ships its schemas
 
 Render = Callable[..., list[dict[str, Any]]]
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    if not HELM.exists():
-        pytest.fail(f"{HELM} is missing: `make helm` builds it from its Go module (make test does)")
-    return HELM
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:

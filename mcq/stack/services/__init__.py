@@ -11,6 +11,7 @@ from mcq.stack.services.ad import ActiveDirectory, ad_directory
 from mcq.stack.services.base import JvmService, NotReady, Service
 from mcq.stack.services.connect import DEBEZIUM_POSTGRES_CONNECTOR, Connect
 from mcq.stack.services.kafka import HEALTH_TOPIC, KAFKA_CONTROLLER, Kafka, new_cluster_id
+from mcq.stack.services.kubernetes import KUBERNETES, KUBERNETES_SERVICES, KubeApiServer, kubeconfig
 from mcq.stack.services.ldap import Ldap
 from mcq.stack.services.postgres import Postgres
 from mcq.stack.services.registry import Registry
@@ -19,10 +20,13 @@ from mcq.stack.services.spark import SPARK, SPARK_SERVICES, SparkMaster, SparkWo
 SERVICES: tuple[type[Service], ...] = (Postgres, Ldap, Kafka, Registry, Connect)
 """In start order: the registry stores its schemas in PostgreSQL, Connect needs Kafka."""
 
-OPTIONAL: tuple[type[Service], ...] = (ActiveDirectory, *SPARK_SERVICES)
+OPTIONAL: tuple[type[Service], ...] = (ActiveDirectory, *SPARK_SERVICES, *KUBERNETES_SERVICES)
 """Started only when asked (``mcq stack up --with ad``); stopped with the rest."""
 
-GROUPS: dict[str, tuple[str, ...]] = {SPARK: tuple(cls.name for cls in SPARK_SERVICES)}
+GROUPS: dict[str, tuple[str, ...]] = {
+    SPARK: tuple(cls.name for cls in SPARK_SERVICES),
+    KUBERNETES: tuple(cls.name for cls in KUBERNETES_SERVICES),
+}
 """Names ``--with`` takes for several optional services at once."""
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "KAFKA_ADMIN",
     "KAFKA_CONNECT",
     "KAFKA_CONTROLLER",
+    "KUBERNETES",
     "OPTIONAL",
     "SERVICES",
     "SPARK",
@@ -39,6 +44,7 @@ __all__ = [
     "Connect",
     "JvmService",
     "Kafka",
+    "KubeApiServer",
     "Ldap",
     "NotReady",
     "Postgres",
@@ -47,6 +53,7 @@ __all__ = [
     "SparkMaster",
     "SparkWorker",
     "ad_directory",
+    "kubeconfig",
     "master_url",
     "new_cluster_id",
 ]
