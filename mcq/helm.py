@@ -12,13 +12,19 @@ after a registry change loses nothing.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 import yaml
 
+from mcq.acl.plan import Principals, plan_acls
 from mcq.capture.connector import connector_name, render_source
 from mcq.config import Settings
-from mcq.registry.model import Registry
+from mcq.registry.model import Listener, Registry
+from mcq.secrets import REFERENCE
+from mcq.topics.listener import ListenerTopics
+from mcq.topics.plan import plan_topics
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 
@@ -29,14 +35,12 @@ def chart_values(
     """The chart values that follow from REGISTRY (its text is applied as is by the setup hook)."""
     values: dict[str, Any] = {
         "registry": {"content": registry_text},
-        "listeners": [
-            {"name": listener.name, "schedule": listener.schedule, "owner": listener.owner}
-            for listener in registry.listeners
-        ],
+        "listeners": [_listener(listener) for listener in registry.listeners],
     }
     if registry.entity_tables():  # someone must write their topics
         values["entities"] = {"enabled": True}
     if strimzi:
+        values["strimzi"] = {"users": strimzi_users(registry, settings), "topics": strimzi_topics(registry, settings)}
         connectors = []
         for source in registry.sources:
             config = dict(render_source(registry, source, settings))
@@ -50,6 +54,93 @@ def chart_values(
             )
         values["capture"] = {"mode": "strimzi", "connectors": connectors}
     return values
+
+
+def _listener(listener: Listener) -> dict[str, Any]:
+    """A listener as the chart needs it: its schedule, the one target whose credentials its
+    pod gets (``vendor``, ``source`` or ``ldap``, a named target, or none), and the
+    ``MCQ_SECRET_*`` variables its registry entry references (each must come from a Secret)."""
+    entry: dict[str, Any] = {"name": listener.name, "schedule": listener.schedule, "owner": listener.owner}
+    settings = listener.adapter.settings
+    if listener.adapter.type in ("table", "sql_import"):
+        entry["target"] = None if settings.get("dsn") else str(settings.get("database") or "vendor")
+    elif listener.adapter.type == "ldap":
+        entry["target"] = str(settings.get("target") or "ldap")
+    else:
+        entry["target"] = None
+    entry["secretRefs"] = sorted(_env_references(settings))
+    return entry
+
+
+def _env_references(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return {name for item in value.values() for name in _env_references(item)}
+    if isinstance(value, list):
+        return {name for item in value for name in _env_references(item)}
+    found = REFERENCE.match(value) if isinstance(value, str) else None
+    return {found.group(2)} if found and found.group(1) == "env" else set()
+
+
+STRIMZI_OPERATIONS = {
+    "READ": "Read", "WRITE": "Write", "CREATE": "Create", "DESCRIBE": "Describe", "DESCRIBE_CONFIGS": "DescribeConfigs",
+}  # fmt: skip
+
+
+def strimzi_users(registry: Registry, settings: Settings) -> list[dict[str, Any]]:
+    """One Strimzi KafkaUser per identity of ``mcq acl plan`` (SCRAM-SHA-512, its ACLs):
+    the operator makes each a Secret of the same name holding its password, which the
+    chart hands to that pod alone."""
+    principals = Principals.of(settings, registry)
+    acls: dict[str, dict[tuple[str, str, str], list[str]]] = {}
+    for grant in plan_acls(registry, principals):
+        user = grant.principal.removeprefix("User:")
+        ops = acls.setdefault(user, {}).setdefault((grant.resource, grant.pattern, grant.name), [])
+        ops.append(STRIMZI_OPERATIONS[grant.operation])
+    return [
+        {
+            "name": user,
+            "acls": [
+                {
+                    "resource": {
+                        "type": resource.lower(),
+                        "name": name,
+                        "patternType": "prefix" if pattern == "PREFIXED" else "literal",
+                    },
+                    "operations": sorted(set(ops)),
+                }
+                for (resource, pattern, name), ops in sorted(by_resource.items())
+            ],
+        }
+        for user, by_resource in sorted(acls.items())
+    ]
+
+
+def strimzi_topics(registry: Registry, settings: Settings) -> list[dict[str, Any]]:
+    """One Strimzi KafkaTopic per topic of ``mcq topics plan`` and each listener's own topics
+    (its resource name made a Kubernetes name; ``topicName`` the topic's)."""
+    prefix = settings.topic_prefix
+    specs = [*plan_topics(registry, prefix)]
+    for listener in registry.listeners:
+        specs += ListenerTopics(prefix, listener.name).specs()
+    return [
+        {
+            "name": _resource_name(spec.name),
+            "topicName": spec.name,
+            "partitions": spec.partitions,
+            "config": dict(spec.config),
+        }
+        for spec in specs
+    ]
+
+
+def _resource_name(topic: str) -> str:
+    """A topic's name as a Kubernetes resource's: lower case, ``_`` made ``-``, and a short
+    hash of the real name when that changed it (two topics never share one)."""
+    labels = [label.strip("-") for label in re.sub(r"[^a-z0-9.-]", "-", topic.lower()).split(".")]
+    name = ".".join(label for label in labels if label)
+    if name == topic and len(name) <= 253:
+        return name
+    return f"{name[:240].rstrip('-.')}-{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
 
 
 class _Literal(str):

@@ -80,11 +80,54 @@ def listen(
         )
 
 
+def _serve_status(
+    settings: Settings, registry_file: Path | None, names: list[str] | None, every_s: float, host: str, port: int
+) -> None:
+    """``mcq status --serve``: check every EVERY_S seconds (the registry read again each time:
+    a listener added is watched, one removed is dropped) until SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    from consumers.runtime.status import status_report
+    from consumers.runtime.status_exporter import StatusGauges, check_every
+    from mcq.health import HealthAddressTaken, HealthServer
+
+    gauges = StatusGauges()
+    stopping = threading.Event()
+    try:
+        server = HealthServer(host, port, live=lambda: True, ready=lambda: gauges.checked_once,
+                              metrics=gauges.registry)  # fmt: skip
+    except HealthAddressTaken as exc:
+        _stop(f"mcq status --serve: {exc}; choose another with --http-port (0: any free port)", EXIT_CONFIG)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    server.start()
+    _say(f"mcq status: serving {server.address}/metrics, a check every {every_s:.0f} s")
+    try:
+        check_every(gauges, lambda: status_report(settings, _current_registry(registry_file), names), every_s, stopping)
+    finally:
+        server.stop()
+
+
 @main.command("status")
 @click.argument("names", nargs=-1)
 @FROM_FILE
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json: bool) -> None:
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Keep checking, and serve the verdicts as Prometheus gauges on /metrics (mcq_status_alert{listener,kind} "
+    "and others; the chart's alert rules read them) until SIGTERM.",
+)
+@click.option("--every", "every_s", type=click.FloatRange(min=5), default=60.0, show_default=True,
+              help="With --serve: seconds between checks.")  # fmt: skip
+@click.option("--http-host", default="127.0.0.1", show_default=True, help="With --serve: address of /metrics.")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=8092, show_default=True,
+              help="With --serve: port of /metrics, /livez and /readyz (0: any free port).")  # fmt: skip
+def listeners_status(
+    names: tuple[str, ...], registry_file: Path | None, as_json: bool, serve: bool, every_s: float, http_host: str,
+    http_port: int,
+) -> None:  # fmt: skip
     """Process monitor: per listener, instances alive, pending changes, oldest pending, counts.
 
     Exits 1 when a listener is DEAD (real-time, no live instance), STUCK (its oldest
@@ -100,6 +143,9 @@ def listeners_status(names: tuple[str, ...], registry_file: Path | None, as_json
     registry = _current_registry(registry_file)
     _refuse_unknown("status", registry, names)
 
+    if serve:
+        _serve_status(settings, registry_file, list(names) or None, every_s, http_host, http_port)
+        return
     report = status_report(settings, registry, list(names) or None)
     if as_json:
         console.print_json(

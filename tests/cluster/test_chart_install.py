@@ -9,6 +9,7 @@ server-side dry run (admitted, not stored)."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -20,12 +21,11 @@ import yaml
 
 from mcq.config import Settings
 from tests.cluster.kube import CRDS, KubeApi
+from tests.support.chart import CAMPUS, CHART, OPERATOR_VALUES, write_values
 
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "mcq"
-CAMPUS = ROOT / "examples" / "campus.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -51,26 +51,10 @@ def _values(registry: Path, out: Path) -> Path:
 
 
 def _mine(out: Path) -> Path:
-    """An operator's own values: where the engines are, the Secrets, one scaled listener."""
-    out.write_text(yaml.safe_dump({
-        "image": {"repository": "registry.campus.example/mcq", "tag": "0.1.0"},
-        "settings": {
-            "kafka": {"bootstrapServers": "campus-kafka-bootstrap.kafka:9093", "securityProtocol": "SASL_SSL",
-                      "saslMechanism": "SCRAM-SHA-512", "saslUsername": "mcq"},
-            "source": {"host": "pg.campus.example", "dbname": "simon"},
-            "ldap": {"url": "ldaps://ldap.campus.example", "baseDn": "dc=campus,dc=example",
-                     "bindDn": "cn=mcq,dc=campus,dc=example"},
-        },
-        "credentials": {
-            "kafkaSaslPassword": {"existingSecret": "mcq-kafka", "key": "password"},
-            "sourcePassword": {"existingSecret": "mcq-source", "key": "password"},
-            "ldapPassword": {"existingSecret": "mcq-ldap", "key": "bind-password"},
-        },
-        "kafkaCaSecret": "campus-cluster-ca-cert",
-        "listenerOverrides": {"LDAP": {"replicas": 2, "kafkaCredentials": {"existingSecret": "mcq-listener-ldap"}}},
-        "entities": {"enabled": True},
-    }))  # fmt: skip
-    return out
+    """An operator's own values (tests/support/chart.py), with KEDA on the LDAP listener."""
+    values = copy.deepcopy(OPERATOR_VALUES)
+    values["listenerOverrides"]["LDAP"]["keda"] = {"enabled": True, "maxReplicas": 3}
+    return write_values(out, values)
 
 
 def _docs(text: str) -> list[dict[str, Any]]:
@@ -112,7 +96,9 @@ def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_
     assert done.returncode == 0, done.stderr
     manifest = _docs(_helm(helm, kubernetes, "get", "manifest", "campus", "-n", namespace).stdout)
     kinds = {d["kind"] for d in manifest}
-    assert {"Deployment", "CronJob", "Service", "KafkaConnector", "ServiceAccount"} <= kinds, kinds
+    assert {"Deployment", "CronJob", "Service", "KafkaConnector", "KafkaUser", "KafkaTopic", "ServiceAccount",
+            "NetworkPolicy", "PrometheusRule", "ServiceMonitor", "ScaledObject", "TriggerAuthentication",
+            "PersistentVolumeClaim"} <= kinds, kinds  # fmt: skip
     stored = _stored(kube, namespace, manifest)
     assert set(stored.values()) == {200}, {k: v for k, v in stored.items() if v != 200}
     connector = next(d for d in manifest if d["kind"] == "KafkaConnector")
@@ -135,3 +121,19 @@ def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_
     assert "Deployment/campus-listener-badges" in stored
     gone = kube.get("apps/v1", "Deployment", namespace, "campus-listener-adsi")
     assert gone.status_code == 404, "the removed listener's Deployment is still there"
+    gone = kube.get("kafka.strimzi.io/v1", "KafkaUser", namespace, "mcq-listener-adsi")
+    assert gone.status_code == 404, "the removed listener's KafkaUser (its access) is still there"
+
+
+def test_the_normaliser_as_a_spark_application_is_admitted_by_the_spark_operators_crd(
+    kube: KubeApi, kubernetes: Path, helm: Path, tmp_path: Path
+) -> None:
+    namespace = f"mcq-{uuid.uuid4().hex[:8]}"
+    kube.create_namespace(namespace)
+    generated, mine = _values(CAMPUS, tmp_path / "values-registry.yaml"), _mine(tmp_path / "my-values.yaml")
+    done = _helm(helm, kubernetes, "install", "campus", str(CHART), "--namespace", namespace, "-f", str(generated),
+                 "-f", str(mine), "--set", "normalizer.kind=sparkApplication",
+                 "--set", "normalizer.checkpoint.existingClaim=mcq-checkpoint", "--no-hooks")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    app = kube.get("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, "campus-normalizer")
+    assert app.status_code == 200, app.text[:500]

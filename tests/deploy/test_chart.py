@@ -16,10 +16,20 @@ from click.testing import CliRunner
 
 from mcq.cli import main
 from tests.deploy.conftest import CAMPUS, CHART, K8S_VERSION, Render, run_helm
+from tests.support.chart import AD_TARGET, OPERATOR_VALUES, write_values
 from tests.unit.entity_registry import SHOP
 
 SECRET = "s3cr3t-pa55word-never-rendered"
-CUSTOM_KINDS = {"KafkaConnector", "ServiceMonitor", "SparkApplication"}  # CRDs: not in the API schemas
+CUSTOM_KINDS = {
+    "KafkaConnector",
+    "KafkaTopic",
+    "KafkaUser",
+    "PrometheusRule",
+    "ScaledObject",
+    "ServiceMonitor",
+    "SparkApplication",
+    "TriggerAuthentication",
+}  # CRDs: not in the API schemas
 
 
 @pytest.fixture(scope="module")
@@ -39,42 +49,14 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def mine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An operator's own values: where the engines are, the Secrets, one scaled listener."""
-    out = tmp_path_factory.mktemp("values") / "my-values.yaml"
-    out.write_text(
-        yaml.safe_dump(
-            {
-                "image": {"repository": "registry.campus.example/mcq", "tag": "0.1.0"},
-                "settings": {
-                    "kafka": {
-                        "bootstrapServers": "campus-kafka-bootstrap.kafka:9093",
-                        "securityProtocol": "SASL_SSL",
-                        "saslMechanism": "SCRAM-SHA-512",
-                        "saslUsername": "mcq",
-                    },
-                    "source": {"host": "pg.campus.example", "dbname": "simon"},
-                    "ldap": {
-                        "url": "ldaps://ldap.campus.example",
-                        "baseDn": "dc=campus,dc=example",
-                        "bindDn": "cn=mcq,dc=campus,dc=example",
-                    },
-                },
-                "credentials": {
-                    "kafkaSaslPassword": {"existingSecret": "mcq-kafka", "key": "password"},
-                    "sourcePassword": {"existingSecret": "mcq-source", "key": "password"},
-                    "ldapPassword": {"existingSecret": "mcq-ldap", "key": "bind-password"},
-                },
-                "kafkaCaSecret": "campus-cluster-ca-cert",
-                "listenerOverrides": {
-                    "LDAP": {"replicas": 2, "kafkaCredentials": {"existingSecret": "mcq-listener-ldap"}},
-                    "Insite": {"suspend": True},
-                },
-                "metrics": {"serviceMonitor": {"enabled": True}},
-                "entities": {"enabled": True},  # every general check covers its workload too
-            }
-        )
-    )
-    return out
+    """An operator's own values (tests/support/chart.py)."""
+    return write_values(tmp_path_factory.mktemp("values") / "my-values.yaml", OPERATOR_VALUES)
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only the named target the campus registry's ADSI writes to (the chart needs it)."""
+    return write_values(tmp_path_factory.mktemp("values") / "targets.yaml", {"targets": AD_TARGET})
 
 
 def _registry_listeners() -> dict[str, str]:
@@ -165,9 +147,11 @@ def test_no_container_runs_as_root_or_may_gain_privileges(render: Render, genera
             assert sc.get("runAsUser", pod["runAsUser"]) != 0
 
 
-def test_every_mcq_container_logs_json_lines_for_the_cluster_log_collector(render: Render, generated: Path) -> None:
+def test_every_mcq_container_logs_json_lines_for_the_cluster_log_collector(
+    render: Render, generated: Path, targets: Path
+) -> None:
     checked = 0
-    for where, spec in _pod_specs(render(generated)):
+    for where, spec in _pod_specs(render(generated, targets)):
         for container in spec.get("initContainers", []) + spec["containers"]:
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             if "MCQ_TOPIC_PREFIX" in env:  # an mcq process
@@ -208,20 +192,101 @@ def test_no_secret_value_appears_and_every_password_comes_from_a_secret(
     docs = render(generated, mine)
     assert SECRET not in yaml.safe_dump_all(docs)
     assert not _of(docs, "Secret"), "the chart makes no Secret: it references the operator's"
-    refs = set()
     for where, spec in _pod_specs(docs):
         for container in spec.get("initContainers", []) + spec["containers"]:
             for env in container["env"]:
-                if re.search("PASSWORD|SECRET|TOKEN", env["name"]):
-                    assert "value" not in env, (where, env)
-                    ref = env["valueFrom"]["secretKeyRef"]
-                    refs.add((env["name"], ref["name"], ref["key"]))
-    assert refs == {
-        ("MCQ_KAFKA__SASL_PASSWORD", "mcq-kafka", "password"),
-        ("MCQ_SOURCE__PASSWORD", "mcq-source", "password"),
-        ("MCQ_LDAP__PASSWORD", "mcq-ldap", "bind-password"),
-        ("MCQ_LISTENERS__LDAP__SASL_PASSWORD", "mcq-listener-ldap", "password"),  # LDAP's own identity
-    }
+                if re.search("PASSWORD|SECRET|TOKEN|HASH", env["name"]):
+                    assert "value" not in env and "secretKeyRef" in env["valueFrom"], (where, env)
+
+
+def _secret_refs(spec: dict[str, Any]) -> set[str]:
+    """Every Secret key a pod can read: secretKeyRef variables, envFrom Secrets, Secret volumes."""
+    refs = set()
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        for env in container.get("env", []):
+            if ref := env.get("valueFrom", {}).get("secretKeyRef"):
+                refs.add(f"{ref['name']}/{ref['key']}")
+        for source in container.get("envFrom", []):
+            if "secretRef" in source:
+                refs.add(f"{source['secretRef']['name']}/*")
+    for volume in spec.get("volumes", []):
+        if "secret" in volume:
+            refs.add(f"{volume['secret']['secretName']}/*")
+    return refs
+
+
+def test_each_pod_can_read_exactly_its_own_secrets(render: Render, generated: Path, mine: Path) -> None:
+    """Least privilege, pod by pod: only the setup hook has the administrators' credentials;
+    the normaliser (and the entities writer) and the console's read-only identity (the
+    console, the status checks) their own Kafka principal; each listener its own principal
+    and its one target's password, read here from the registry file."""
+    ca, reader = "campus-cluster-ca-cert/*", "mcq-registry-reader/password"
+    normaliser = {ca, reader, "mcq-normaliser/password"}
+    console = {ca, reader, "mcq-console/password"}
+    expected = {
+        "Job/campus-setup": {ca, "mcq-kafka/password", "mcq-registry/password", "mcq-connect-rest/password",
+                             "mcq-source/password"},
+        "Deployment/campus-normalizer": normaliser,
+        "Deployment/campus-entities": normaliser,
+        "CronJob/campus-status": console,
+        "Deployment/campus-status-exporter": console,
+        "Deployment/campus-console": console | {"console-users/alice", "console-session/secret"},
+    }  # fmt: skip
+    target_secret = {"vendor": "mcq-vendor/password", "ldap": "mcq-ldap/bind-password", "ad": "mcq-ad/password"}
+    for entry in yaml.safe_load(CAMPUS.read_text())["listeners"]:
+        name, adapter = entry["name"], entry["adapter"]
+        kind = "Deployment" if entry.get("schedule", "realtime") == "realtime" else "CronJob"
+        own = {f"mcq-listener-{name.lower()}/password"}
+        if name == "LDAP":  # its own identity from the operator's Secret (tests/support/chart.py)
+            own = {"mcq-listener-ldap-own/password", "mcq-listener-ldap-own/username"}
+        settings = adapter.get("settings", {})
+        target = {"table": settings.get("database", "vendor"), "sql_import": settings.get("database", "vendor"),
+                  "ldap": settings.get("target", "ldap")}.get(adapter["type"])  # fmt: skip
+        expected[f"{kind}/campus-listener-{name.lower()}"] = {ca, reader, *own} | (
+            {target_secret[target]} if target else set()
+        )
+    got = {where: _secret_refs(spec) for where, spec in _pod_specs(render(generated, mine))}
+    assert got == expected
+
+
+def test_a_listener_given_an_administrators_secret_is_refused(helm: Path, generated: Path, mine: Path) -> None:
+    for override in (
+        "listenerOverrides.Unity.kafkaCredentials.existingSecret=mcq-kafka",
+        "listenerOverrides.Unity.secrets.MCQ_SECRET_X.existingSecret=mcq-connect-rest",
+    ):
+        done = run_helm(
+            helm, "template", "campus", str(CHART), "-f", str(generated), "-f", str(mine), "--set", override
+        )
+        assert done.returncode != 0, override
+        assert "listener Unity" in done.stderr and "administrator" in done.stderr, done.stderr
+    for value in ({"env": [{"name": "MCQ_KAFKA__SASL_PASSWORD", "value": "x"}]},
+                  {"envFrom": [{"secretRef": {"name": "mcq-kafka"}}]},
+                  {"secrets": {"MCQ_KAFKA__SASL_PASSWORD": {"existingSecret": "s", "key": "k"}}}):  # fmt: skip
+        extra = write_values(generated.parent / "extra.yaml", {"listenerOverrides": {"Unity": value}})
+        done = run_helm(helm, "template", "campus", str(CHART), "-f", str(generated), "-f", str(mine), "-f", str(extra))
+        assert done.returncode != 0, value
+        assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
+
+
+def test_a_registry_secret_reference_needs_its_secret_in_the_values(helm: Path, tmp_path: Path, mine: Path) -> None:
+    registry = yaml.safe_load(CAMPUS.read_text())
+    applix = next(e for e in registry["listeners"] if e["name"] == "Applix")
+    applix["adapter"]["settings"]["token"] = "${env:MCQ_SECRET_APPLIX_TOKEN}"
+    file = write_values(tmp_path / "campus.yaml", registry)
+    result = CliRunner().invoke(main, ["helm", "values", str(file)])
+    assert result.exit_code == 0, result.output
+    generated = tmp_path / "values-registry.yaml"
+    generated.write_text(result.output)
+    done = run_helm(helm, "template", "campus", str(CHART), "-f", str(generated), "-f", str(mine))
+    assert done.returncode != 0
+    assert "listenerOverrides.Applix.secrets.MCQ_SECRET_APPLIX_TOKEN" in done.stderr, done.stderr
+    given = "listenerOverrides.Applix.secrets.MCQ_SECRET_APPLIX_TOKEN.existingSecret=applix-webhook"
+    done = run_helm(helm, "template", "campus", str(CHART), "-f", str(generated), "-f", str(mine), "--set", given)
+    assert done.returncode == 0, done.stderr
+    [cron] = [d for d in yaml.safe_load_all(done.stdout) if d and d["metadata"]["name"] == "campus-listener-applix"]
+    env = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "MCQ_SECRET_APPLIX_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "applix-webhook", "key": "password"}}} in env  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -250,8 +315,10 @@ def test_a_values_file_with_an_unknown_key_is_refused_by_the_schema(
     assert named in done.stderr, done.stderr
 
 
-def test_the_setup_hook_applies_registry_topics_schemas_then_capture(render: Render, generated: Path) -> None:
-    docs = render(generated, sets=("capture.mode=rest",))
+def test_the_setup_hook_applies_registry_topics_schemas_then_capture(
+    render: Render, generated: Path, targets: Path
+) -> None:
+    docs = render(generated, targets, sets=("capture.mode=rest",))
     [job] = _of(docs, "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     spec = job["spec"]["template"]["spec"]
@@ -271,9 +338,9 @@ def test_the_setup_hook_applies_registry_topics_schemas_then_capture(render: Ren
 
 
 def test_strimzi_mode_makes_a_kafkaconnector_per_source_and_the_hook_only_prepares_the_source(
-    render: Render, generated: Path
+    render: Render, generated: Path, targets: Path
 ) -> None:
-    docs = render(generated)
+    docs = render(generated, targets)
     sources = yaml.safe_load(CAMPUS.read_text())["sources"]
     connectors = _of(docs, "KafkaConnector")
     assert [c["spec"]["config"]["slot.name"] for c in connectors] == [s["slot"] for s in sources]
@@ -329,16 +396,23 @@ def test_the_normaliser_as_a_sparkapplication_needs_a_shared_checkpoint_claim(he
     ]
 
 
-def test_an_image_digest_pins_every_container(render: Render, generated: Path) -> None:
+def test_an_image_digest_pins_every_container(render: Render, generated: Path, targets: Path) -> None:
     digest = "sha256:" + "ab" * 32
-    docs = render(generated, sets=(f"image.digest={digest}",))
+    docs = render(generated, targets, sets=(f"image.digest={digest}",))
     images = {c["image"] for _, spec in _pod_specs(docs) for c in spec.get("initContainers", []) + spec["containers"]}
     assert images == {f"registry.example/mcq@{digest}"}
 
 
 def test_an_override_for_a_listener_the_registry_does_not_have_is_refused(helm: Path, generated: Path) -> None:
     done = run_helm(
-        helm, "template", "campus", str(CHART), "-f", str(generated), "--set", "listenerOverrides.LDPA.replicas=2"
+        helm,
+        "template",
+        "campus",
+        str(CHART),
+        "-f",
+        str(generated),
+        "--set",
+        "listenerOverrides.LDPA.replicas=2",
     )
     assert done.returncode != 0
     assert "listenerOverrides.LDPA: no listener of that name" in done.stderr and "LDAP" in done.stderr, done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -44,3 +45,66 @@ def test_a_registry_that_does_not_validate_is_one_line_naming_the_file(tmp_path:
     assert result.exit_code == 1
     assert str(bad) in result.stderr and "every-day" in result.stderr
     assert result.stdout == ""
+
+
+def _values(*args: str) -> dict[str, object]:
+    result = CliRunner().invoke(main, ["helm", "values", str(CAMPUS), *args])
+    assert result.exit_code == 0, result.output
+    return yaml.safe_load(result.output)  # type: ignore[no-any-return]
+
+
+def test_each_listener_names_the_one_target_whose_credentials_its_pod_gets() -> None:
+    registry = yaml.safe_load(CAMPUS.read_text())
+    expected = {}
+    for entry in registry["listeners"]:  # read from the registry file, not from mcq's model
+        adapter = entry["adapter"]
+        settings = adapter.get("settings", {})
+        if adapter["type"] in ("table", "sql_import"):
+            expected[entry["name"]] = settings.get("database", "vendor")
+        elif adapter["type"] == "ldap":
+            expected[entry["name"]] = settings.get("target", "ldap")
+        else:
+            expected[entry["name"]] = None
+    got = {entry["name"]: entry["target"] for entry in _values()["listeners"]}  # type: ignore[attr-defined]
+    assert got == expected
+    assert got["ADSI"] == "ad" and got["LDAP"] == "ldap"
+
+
+def test_a_listeners_secret_references_are_listed_for_the_chart(tmp_path: Path) -> None:
+    registry = yaml.safe_load(CAMPUS.read_text())
+    applix = next(e for e in registry["listeners"] if e["name"] == "Applix")
+    applix["adapter"]["settings"]["token"] = "${env:MCQ_SECRET_APPLIX_TOKEN}"
+    file = tmp_path / "registry.yaml"
+    file.write_text(yaml.safe_dump(registry, sort_keys=False))
+    result = CliRunner().invoke(main, ["helm", "values", str(file)])
+    assert result.exit_code == 0, result.output
+    listeners = {e["name"]: e for e in yaml.safe_load(result.output)["listeners"]}
+    assert listeners["Applix"]["secretRefs"] == ["MCQ_SECRET_APPLIX_TOKEN"]
+    assert all(not e["secretRefs"] for name, e in listeners.items() if name != "Applix")
+
+
+def test_strimzi_users_hold_exactly_the_acl_plans_grants_and_topics_keep_their_real_names() -> None:
+    from mcq.acl.plan import Principals, plan_acls
+    from mcq.config import load_settings
+    from mcq.registry import parse_registry
+
+    values = _values("--strimzi")
+    strimzi = values["strimzi"]  # type: ignore[index]
+    settings = load_settings()
+    registry = parse_registry(CAMPUS.read_text(), str(CAMPUS))
+    planned = {
+        (g.principal.removeprefix("User:"), g.resource.lower(), g.pattern, g.name, g.operation.replace("_", "").lower())
+        for g in plan_acls(registry, Principals.of(settings, registry))
+    }
+    rendered = {
+        (u["name"], a["resource"]["type"], "PREFIXED" if a["resource"]["patternType"] == "prefix" else "LITERAL",
+         a["resource"]["name"], op.lower())
+        for u in strimzi["users"] for a in u["acls"] for op in a["operations"]
+    }  # fmt: skip
+    assert rendered == planned
+    names = [t["name"] for t in strimzi["topics"]]
+    assert len(names) == len(set(names))
+    for topic in strimzi["topics"]:
+        label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 subdomain, as the API server checks
+        assert re.fullmatch(rf"{label}(\.{label})*", topic["name"]) and len(topic["name"]) <= 253, topic
+    assert {"mcq._history", "mcq.listener.LDAP.dlq"} <= {t["topicName"] for t in strimzi["topics"]}

@@ -35,8 +35,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* The settings as MCQ_<SECTION>__<FIELD>; credentials only as secretKeyRef. */}}
-{{- define "mcq.env" -}}
+{{/* Where mcq's engines are, as MCQ_<SECTION>__<FIELD>: what every mcq container gets.
+Never a credential: each pod's own come from "mcq.env" by its role. */}}
+{{- define "mcq.settingsEnv" -}}
 {{- $s := .Values.settings -}}
 - {name: MCQ_HOME, value: /var/lib/mcq}
 - {name: MCQ_STATE_DIR, value: /var/lib/mcq/state}
@@ -49,21 +50,12 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- with $s.kafka.saslMechanism }}
 - {name: MCQ_KAFKA__SASL_MECHANISM, value: {{ . | quote }}}
 {{- end }}
-{{- with $s.kafka.saslUsername }}
-- {name: MCQ_KAFKA__SASL_USERNAME, value: {{ . | quote }}}
-{{- end }}
 {{- if .Values.kafkaCaSecret }}
 - {name: MCQ_KAFKA__SSL_CA_LOCATION, value: /etc/mcq/tls/ca.crt}
 {{- end }}
 - {name: MCQ_REGISTRY__URL, value: {{ $s.schemaRegistry.url | quote }}}
-{{- with $s.schemaRegistry.username }}
-- {name: MCQ_REGISTRY__USERNAME, value: {{ . | quote }}}
-{{- end }}
 - {name: MCQ_CONNECT__URL, value: {{ $s.connect.url | quote }}}
 - {name: MCQ_CONNECT__NATURAL_TEXT, value: {{ $s.connect.naturalText | quote }}}
-{{- with $s.connect.username }}
-- {name: MCQ_CONNECT__USERNAME, value: {{ . | quote }}}
-{{- end }}
 {{- range $section := list "source" "vendor" }}
 {{- $db := index $s $section }}
 {{- if $db.host }}
@@ -78,17 +70,116 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 - {name: MCQ_LDAP__BASE_DN, value: {{ $s.ldap.baseDn | quote }}}
 - {name: MCQ_LDAP__BIND_DN, value: {{ $s.ldap.bindDn | quote }}}
 {{- end }}
-{{- $vars := dict "kafkaSaslPassword" "MCQ_KAFKA__SASL_PASSWORD" "schemaRegistryPassword" "MCQ_REGISTRY__PASSWORD" "connectPassword" "MCQ_CONNECT__PASSWORD" "sourcePassword" "MCQ_SOURCE__PASSWORD" "vendorPassword" "MCQ_VENDOR__PASSWORD" "ldapPassword" "MCQ_LDAP__PASSWORD" }}
-{{- range $name, $var := $vars }}
-{{- $ref := index $.Values.credentials $name }}
-{{- if $ref.existingSecret }}
-- name: {{ $var }}
-  valueFrom:
-    secretKeyRef: {name: {{ $ref.existingSecret | quote }}, key: {{ $ref.key | quote }}}
-{{- end }}
-{{- end }}
 {{- range $k, $v := .Values.extraEnv }}
 - {name: {{ $k }}, value: {{ $v | quote }}}
+{{- end }}
+{{- end -}}
+
+{{/* One variable from a Secret: .var, from .ref ({existingSecret, key}); nothing when unset. */}}
+{{- define "mcq.secretVar" -}}
+{{- if .ref.existingSecret }}
+- name: {{ .var }}
+  valueFrom:
+    secretKeyRef: {name: {{ .ref.existingSecret | quote }}, key: {{ .ref.key | default "password" | quote }}}
+{{- end }}
+{{- end -}}
+
+{{/* A process's own Kafka identity (only with SASL): .creds is {username | usernameKey,
+existingSecret, passwordKey}; by default the principal `mcq acl plan` names (.principal) and the
+Secret of that name (the one Strimzi makes for the KafkaUser the chart renders). */}}
+{{- define "mcq.kafkaIdentity" -}}
+{{- if hasPrefix "SASL" .root.Values.settings.kafka.securityProtocol }}
+{{- $c := .creds | default dict }}
+{{- if $c.usernameKey }}
+- name: MCQ_KAFKA__SASL_USERNAME
+  valueFrom:
+    secretKeyRef: {name: {{ $c.existingSecret | default .principal | quote }}, key: {{ $c.usernameKey | quote }}}
+{{- else }}
+- {name: MCQ_KAFKA__SASL_USERNAME, value: {{ $c.username | default .principal | quote }}}
+{{- end }}
+- name: MCQ_KAFKA__SASL_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ $c.existingSecret | default .principal | quote }}, key: {{ $c.passwordKey | default "password" | quote }}}
+{{- end }}
+{{- end -}}
+
+{{/* The schema registry's read-only identity, for every pod but the setup hook's. */}}
+{{- define "mcq.registryReader" -}}
+{{- with .Values.settings.schemaRegistry.readerUsername }}
+- {name: MCQ_REGISTRY__USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_REGISTRY__PASSWORD" "ref" .Values.credentials.schemaRegistryReaderPassword) }}
+{{- end -}}
+
+{{/* Every mcq container's environment, by role (least privilege: README, "Kubernetes"):
+  setup       the administrators: Kafka admin, schema registry writer, Connect, the source
+  normalizer  its own Kafka principal (the entities writer runs as it too)
+  status      the console's read-only principal (mcq status, the console)
+  listener    its own Kafka principal, its one target's credentials, its MCQ_SECRET_* */}}
+{{- define "mcq.env" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- $prefix := $v.settings.topicPrefix -}}
+{{ include "mcq.settingsEnv" $root }}
+{{- if eq .role "setup" }}
+{{- with $v.settings.kafka.saslUsername }}
+- {name: MCQ_KAFKA__SASL_USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_KAFKA__SASL_PASSWORD" "ref" $v.credentials.kafkaSaslPassword) }}
+{{- with $v.settings.schemaRegistry.username }}
+- {name: MCQ_REGISTRY__USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_REGISTRY__PASSWORD" "ref" $v.credentials.schemaRegistryPassword) }}
+{{- with $v.settings.connect.username }}
+- {name: MCQ_CONNECT__USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_CONNECT__PASSWORD" "ref" $v.credentials.connectPassword) }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_SOURCE__PASSWORD" "ref" $v.credentials.sourcePassword) }}
+{{- else if eq .role "normalizer" }}
+{{- include "mcq.kafkaIdentity" (dict "root" $root "creds" $v.normalizer.kafkaCredentials "principal" (printf "%s-normaliser" $prefix)) }}
+{{- include "mcq.registryReader" $root }}
+{{- else if eq .role "status" }}
+{{- include "mcq.kafkaIdentity" (dict "root" $root "creds" $v.console.kafkaCredentials "principal" (printf "%s-console" $prefix)) }}
+{{- include "mcq.registryReader" $root }}
+{{- else if eq .role "listener" }}
+{{- $l := .listener }}
+{{- include "mcq.kafkaIdentity" (dict "root" $root "creds" $l.kafkaCredentials "principal" (printf "%s-listener-%s" $prefix (lower $l.name))) }}
+{{- include "mcq.registryReader" $root }}
+{{- include "mcq.targetEnv" (dict "root" $root "listener" $l) }}
+{{- range $var, $ref := $l.secrets }}
+{{- include "mcq.secretVar" (dict "var" $var "ref" $ref) }}
+{{- end }}
+{{- else }}
+{{- fail (printf "mcq.env: no role %q" .role) }}
+{{- end }}
+{{- end -}}
+
+{{/* A listener's one target: the vendor or source database, the LDAP directory, or a named
+target of .Values.targets (its settings, and its password from its Secret). */}}
+{{- define "mcq.targetEnv" -}}
+{{- $v := .root.Values -}}
+{{- $l := .listener -}}
+{{- $t := $l.target | default "" -}}
+{{- if eq $t "vendor" }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_VENDOR__PASSWORD" "ref" $v.credentials.vendorPassword) }}
+{{- else if eq $t "source" }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_SOURCE__PASSWORD" "ref" $v.credentials.sourcePassword) }}
+{{- else if eq $t "ldap" }}
+{{- include "mcq.secretVar" (dict "var" "MCQ_LDAP__PASSWORD" "ref" $v.credentials.ldapPassword) }}
+{{- else if $t }}
+{{- $named := index $v.targets $t }}
+{{- if not $named }}
+{{- fail (printf "listener %s writes to the named target %q: give it in targets.%s (its settings and existingSecret)" $l.name $t $t) }}
+{{- end }}
+{{- range $field, $value := $named.settings }}
+- {name: MCQ_TARGETS__{{ upper $t }}__{{ upper $field }}, value: {{ $value | toString | quote }}}
+{{- end }}
+{{- include "mcq.secretVar" (dict "var" (printf "MCQ_TARGETS__%s__PASSWORD" (upper $t)) "ref" $named) }}
+{{- end }}
+{{- range $ref := $l.secretRefs | default list }}
+{{- if not (hasKey ($l.secrets | default dict) $ref) }}
+{{- fail (printf "listener %s: its registry entry references ${env:%s}: give it in listenerOverrides.%s.secrets.%s ({existingSecret, key})" $l.name $ref $l.name $ref) }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
