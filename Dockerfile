@@ -7,7 +7,10 @@
 #   docker build -t registry.example/mcq:0.1.0 .
 # Targets:
 #   listener  the `mcq` CLI without a JRE or Spark: listeners, setup commands, status (slim)
-#   full      (the default) adds Java 17, Spark and the JVM jars: the normaliser and the batch jobs
+#   full      (the default) adds Java 17, Spark and the JVM jars: the normaliser and the batch jobs,
+#             and Spark on Kubernetes (the entrypoint's `driver` and `executor`)
+# The entrypoint (scripts/image/entrypoint.sh): `driver ARGS` / `executor` as Spark's own image
+# takes them, any other arguments an mcq command.
 # Dependencies are the lock files' exact versions (requirements/*.lock; their hashes are checked
 # when `make wheelhouse` downloads them, and the image installs those pins only).
 # Pin the base by digest in your registry (BASE_IMAGE=…@sha256:…).
@@ -20,6 +23,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
     && groupadd --gid 10001 mcq && useradd --uid 10001 --gid mcq --home-dir /var/lib/mcq --no-create-home mcq \
     && install -d -o mcq -g mcq /var/lib/mcq /var/lib/mcq-checkpoint
+COPY scripts/image/entrypoint.sh /opt/mcq/entrypoint.sh
 ENV PATH=/opt/venv/bin:$PATH \
     MCQ_HOME=/var/lib/mcq \
     PYTHONUNBUFFERED=1 \
@@ -35,7 +39,7 @@ FROM runtime AS listener
 COPY --from=listener-venv /opt/venv /opt/venv
 USER 10001:10001
 EXPOSE 8080
-ENTRYPOINT ["/usr/bin/tini", "--", "mcq"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/mcq/entrypoint.sh"]
 CMD ["--help"]
 
 # The full image's virtualenv: mcq[all] (Spark, the console), exactly requirements/all.lock.
@@ -58,10 +62,14 @@ COPY --from=full-venv /opt/venv /opt/venv
 COPY .cache/jvm/spark/ /opt/mcq/jvm/spark/
 COPY .cache/jvm/connect-plugins/mcq-connect-transforms/ /opt/mcq/jvm/connect-transforms/
 COPY streams/submit.py /opt/mcq/submit.py
+# SPARK_HOME: pyspark's distribution, which the entrypoint's `driver` and `executor` (Spark on
+# Kubernetes) start; executors run Python with the image's own interpreter
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
-    MCQ_STACK__JVM_CACHE=/opt/mcq/jvm
+    MCQ_STACK__JVM_CACHE=/opt/mcq/jvm \
+    SPARK_HOME=/opt/venv/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=/opt/venv/bin/python
 RUN MCQ_HOME=/tmp/mcq /opt/venv/bin/python -m streams.jvm_archive && rm -rf /tmp/mcq
 USER 10001:10001
 EXPOSE 8080 8090
-ENTRYPOINT ["/usr/bin/tini", "--", "mcq"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/mcq/entrypoint.sh"]
 CMD ["--help"]

@@ -37,6 +37,7 @@ BATCH = re.compile(r"batch (\d+): in (\d+), out (\d+) \(\+(\d+) tombstones, (\d+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--people", type=int, default=112_000, help="people in the world (~8.9 raw rows each)")
+    ap.add_argument("--master", help="the normaliser's Spark master (default: local[*])")
     args = ap.parse_args(argv)
     run = bench_run()
     settings, env, work = run.settings, run.env, run.work
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"normalising {n_raw:,} raw rows ...", flush=True)
         started = time.monotonic()
         cmd = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--registry", str(registry_file), "--once",
-               "--checkpoint", str(work / "ckpt")]  # fmt: skip
+               "--checkpoint", str(work / "ckpt"), *(["--master", args.master] if args.master else [])]  # fmt: skip
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None
         batches: list[tuple[int, int, int, float]] = []
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| `mcq streams normalize --once`, start to exit | {rows_in:,} raw rows | {written:,} | "
                     f"{seconds:.1f} s | {rows_in / seconds:,.0f} rows/s |")  # fmt: skip
     caption = f"{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine"
+    if args.master:
+        caption += f", master {args.master}"
     print_table(caption, ["measurement", "read", "logical records written", "wall time", "rate"], rows)
     return 0
 

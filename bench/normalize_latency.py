@@ -48,6 +48,7 @@ def main() -> int:
     ap.add_argument("--mode", default="realtime", choices=["realtime", "microbatch"], help="the normaliser's mode")
     ap.add_argument("--checkpoint-interval", default="5 minutes", help="the normaliser's (realtime mode)")
     ap.add_argument("--people", type=int, default=500)
+    ap.add_argument("--master", help="the normaliser's Spark master (default: local[*])")
     args = ap.parse_args()
     # SIGTERM unwinds like Ctrl-C: the captured world (connector, slot, schema) is removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -77,6 +78,7 @@ def main() -> int:
                 args.checkpoint_interval,
                 "--checkpoint",
                 f"/tmp/{settings.topic_prefix}-ckpt",
+                *(["--master", args.master] if args.master else []),
             ],
             env=env,
             stdout=log,
@@ -185,7 +187,8 @@ def main() -> int:
     how = f"checkpoint every {args.checkpoint_interval}" if args.mode == "realtime" else f"trigger {args.trigger!r}"
     columns = ["rate/s asked", "rate/s driven", "changes", "raw p50 / p99 s", "p50 s", "p99 s", "max s", "missing",
                "kept up"]  # fmt: skip
-    print_table(f"{args.mode} mode, {how}, {os.cpu_count()} cores", columns, rows)
+    where = f", master {args.master}" if args.master else ""
+    print_table(f"{args.mode} mode, {how}, {os.cpu_count()} cores{where}", columns, rows)
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from mcq.acl.plan import Principals, plan_acls
-from mcq.capture.connector import connector_name, render_source
+from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic, render_source
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
 from mcq.secrets import REFERENCE
@@ -39,6 +39,9 @@ def chart_values(
     }
     if registry.entity_tables():  # someone must write their topics
         values["entities"] = {"enabled": True}
+    slots = realtime_slots(registry)
+    per_executor = -(-slots // EXECUTORS)
+    values["normalizer"] = {"sparkApplication": {"executor": {"instances": EXECUTORS, "cores": per_executor}}}
     if strimzi:
         values["strimzi"] = {"users": strimzi_users(registry, settings), "topics": strimzi_topics(registry, settings)}
         connectors = []
@@ -54,6 +57,30 @@ def chart_values(
             )
         values["capture"] = {"mode": "strimzi", "connectors": connectors}
     return values
+
+
+EXECUTORS = 2
+"""Executors of the normaliser as a SparkApplication: two, so losing one pod halves its slots
+instead of stopping every query until Kubernetes replaces it."""
+SHUFFLE_PARTITIONS = 4
+"""spark.sql.shuffle.partitions of mcq's sessions (streams/session.py's default)."""
+
+
+def realtime_slots(registry: Registry) -> int:
+    """The task slots the real-time normaliser needs for REGISTRY, as ``streams.realtime``
+    counts them on a running cluster: one long-lived task per raw partition (a raw topic
+    Debezium creates has one), one to spare, and the ordered query's shuffle when two raw
+    topics feed one logical topic. The chart sizes the executors from it; real-time tasks
+    mostly wait on Kafka, so a slot is not a CPU (``coreRequest`` stays the chart's)."""
+    sources = {s.name: s for s in registry.sources}
+    raws: dict[str, set[str]] = {}
+    for table in registry.tables:
+        for feed in table.feeds:
+            raws.setdefault(table.ref, set()).add(raw_topic(sources[feed.source], feed.table))
+    realtime = {t for feeds in raws.values() if len(feeds) == 1 for t in feeds}
+    realtime |= {raw_topic(s, OUTBOX_TABLE) for s in registry.sources}
+    shared = any(len(feeds) > 1 for feeds in raws.values())  # read by the ordered query instead
+    return len(realtime) + 1 + (SHUFFLE_PARTITIONS if shared else 0)
 
 
 def _listener(listener: Listener) -> dict[str, Any]:

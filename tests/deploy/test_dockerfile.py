@@ -51,7 +51,9 @@ def test_every_target_runs_as_a_numeric_non_root_user() -> None:
         uid = users[-1].split(":")[0]
         assert uid.isdigit() and int(uid) != 0, users[-1]
         entry = [line for line in stage if line.startswith("ENTRYPOINT")]
-        assert entry and '"mcq"' in entry[-1]
+        assert entry and '"/opt/mcq/entrypoint.sh"' in entry[-1] and "tini" in entry[-1]
+    script = (ROOT / "scripts" / "image" / "entrypoint.sh").read_text()
+    assert 'exec mcq "$@"' in script, "anything but driver/executor is an mcq command"
 
 
 def test_hadolint_passes() -> None:

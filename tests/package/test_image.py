@@ -179,3 +179,35 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
                      env=env, mount=world.registry_file.parent, state=state))  # fmt: skip
 
         assert target_state(world.settings, world.target) == world.source_view()
+
+        # the same normaliser as Spark on Kubernetes starts it: the entrypoint's `driver`, with the
+        # arguments the Spark operator gives (spark-submit's, the application file, its options)
+        with psycopg.connect(world.settings.source.dsn(), autocommit=True) as conn:
+            for _ in range(100):
+                workload._one(conn)
+        settle(world.settings, topic)
+        driver_env = {**env, "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1"}  # the operator: the pod's IP
+        ok(run_image(FULL, "driver", "--master", "local[4]", "--name", "mcq-normalize",
+                     "local:///opt/mcq/submit.py", "--once", "--registry", registry,
+                     "--checkpoint", "/var/lib/mcq-checkpoint/normalize",
+                     env=driver_env, mount=world.registry_file.parent, state=state, timeout=900))  # fmt: skip
+        ok(run_image(LISTENER, "listen", world.listener, "--until-caught-up", "--registry", registry,
+                     env=env, mount=world.registry_file.parent, state=state))  # fmt: skip
+        assert target_state(world.settings, world.target) == world.source_view()
+
+
+def test_the_full_images_executor_is_sparks_kubernetes_executor_backend(docker_host: str) -> None:
+    """`executor`, with the variables a Spark driver on Kubernetes sets on its executor pods:
+    Spark's KubernetesExecutorBackend starts from the image's jars and asks its driver for its
+    configuration (here a driver that is not there: it says so and exits non-zero)."""
+    env = {"SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:9", "SPARK_EXECUTOR_ID": "1",
+           "SPARK_EXECUTOR_CORES": "1", "SPARK_APPLICATION_ID": "spark-mcq", "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+           "SPARK_EXECUTOR_MEMORY": "512m", "SPARK_JAVA_OPT_0": "-Dmcq.test=1"}  # fmt: skip
+    ran = run_image(FULL, "executor", env=env, timeout=180)
+    assert ran.code != 0
+    assert "Failed to connect to /127.0.0.1:9" in ran.out, ran.out[-3000:]
+    assert "ClassNotFoundException" not in ran.out and "Could not find or load main class" not in ran.out
+    missing = run_image(FULL, "executor", env={}, timeout=60)
+    assert missing.code == 2 and "SPARK_DRIVER_URL is not set" in missing.out, missing.out
+    slim = run_image(LISTENER, "driver", "--version", env={}, timeout=60)
+    assert slim.code == 2 and "this image has no Spark" in slim.out, slim.out

@@ -300,3 +300,15 @@ def test_a_stack_formatted_with_the_fixed_passwords_keeps_them(monkeypatch: pyte
     (kafka.data_dir / "meta.properties").write_text("node.id=1\n")
     kafka._stack_passwords()
     assert load_settings().stack.local_password(KAFKA_ADMIN).get_secret_value() == FIXED_PASSWORDS[KAFKA_ADMIN]
+
+
+def test_the_kube_apiserver_the_stack_runs_is_the_one_make_kube_builds() -> None:
+    import re
+    from pathlib import Path
+
+    from mcq.config.stack import KUBE_VERSION, StackSettings
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    found = re.search(r"^KUBE_VERSION := (\S+)$", makefile, re.MULTILINE)
+    assert found and found.group(1) == KUBE_VERSION
+    assert f"kube-{KUBE_VERSION}" in str(StackSettings().kube_apiserver)

@@ -108,3 +108,24 @@ def test_strimzi_users_hold_exactly_the_acl_plans_grants_and_topics_keep_their_r
         label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # RFC 1123 subdomain, as the API server checks
         assert re.fullmatch(rf"{label}(\.{label})*", topic["name"]) and len(topic["name"]) <= 253, topic
     assert {"mcq._history", "mcq.listener.LDAP.dlq"} <= {t["topicName"] for t in strimzi["topics"]}
+
+
+def test_the_spark_applications_executors_offer_the_slots_the_real_time_plan_needs(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from mcq.config import load_settings
+    from mcq.registry import parse_registry
+    from streams import realtime
+    from streams.plan import plan_normalize
+
+    for file in (CAMPUS, *sorted((CAMPUS.parent).glob("*.yaml"))):
+        try:
+            registry = parse_registry(file.read_text(), str(file))
+        except Exception:
+            continue
+        monkeypatch.setattr(realtime, "raw_partitions", lambda _settings, topics: len(topics))  # Debezium's one each
+        live, ordered = realtime.split_plan(plan_normalize(registry))
+        needed = realtime.slots_needed(load_settings(), live, ordered, 4)
+        result = CliRunner().invoke(main, ["helm", "values", str(file)])
+        assert result.exit_code == 0, result.output
+        executor = yaml.safe_load(result.output)["normalizer"]["sparkApplication"]["executor"]
+        assert executor["instances"] * executor["cores"] >= needed, (file.name, executor, needed)
+        assert (executor["instances"] * executor["cores"]) - needed < executor["instances"], file.name
