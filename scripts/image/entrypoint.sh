@@ -18,7 +18,17 @@ esac
 case "${1:-}" in
   driver)
     shift
-    exec "$SPARK_HOME/bin/spark-submit" \
+    # mcq's Spark log configuration (errors only on a user's terminal; streams/log4j2.properties,
+    # beside pyspark in the same site-packages) for the driver's JVM, which spark-submit starts
+    log4j="$SPARK_HOME/../streams/log4j2.properties"
+    if [ -f "$log4j" ]; then
+      SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -Dlog4j2.configurationFile=file:$(cd "$(dirname "$log4j")" && pwd)/log4j2.properties"
+      export SPARK_SUBMIT_OPTS
+    fi
+    # Spark's Kafka and Avro connectors (the image's jars, `make jvm`) on the driver's class path
+    # from its start: a running driver's `spark.jars` reach only the executors
+    jars=$(ls "${MCQ_STACK__JVM_CACHE:-/opt/mcq/jvm}"/spark/*.jar 2>/dev/null | paste -sd, -)
+    exec "$SPARK_HOME/bin/spark-submit" ${jars:+--jars "$jars"} \
       --conf "spark.driver.bindAddress=${SPARK_DRIVER_BIND_ADDRESS:-0.0.0.0}" \
       --conf "spark.executorEnv.SPARK_DRIVER_POD_IP=${SPARK_DRIVER_BIND_ADDRESS:-0.0.0.0}" \
       --deploy-mode client "$@"

@@ -186,8 +186,11 @@ def test_the_images_run_setup_normaliser_and_listener_against_the_stack(
             for _ in range(100):
                 workload._one(conn)
         settle(world.settings, topic)
-        driver_env = {**env, "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1"}  # the operator: the pod's IP
+        # the pod's IP, and the address executors reach the driver at (the operator's properties
+        # file gives spark.driver.host: the driver's Service)
+        driver_env = {**env, "SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1"}
         ok(run_image(FULL, "driver", "--master", "local[4]", "--name", "mcq-normalize",
+                     "--conf", "spark.driver.host=127.0.0.1",
                      "local:///opt/mcq/submit.py", "--once", "--registry", registry,
                      "--checkpoint", "/var/lib/mcq-checkpoint/normalize",
                      env=driver_env, mount=world.registry_file.parent, state=state, timeout=900))  # fmt: skip
