@@ -111,9 +111,11 @@ def status(only: str | None) -> None:
     """Show each service, its address, pid and whether it is up (exit 3 if any is down)."""
     st = _stack(only)
     rows = st.status()
-    table = Table(title=f"mcq stack ({st.settings.stack.home})")
-    for col in ("service", "address", "pid", "state", "detail"):
-        table.add_column(col)
+    # no rules: with the optional services' longer names it still fits 80 columns
+    table = Table(title=f"mcq stack ({st.settings.stack.home})", box=None, pad_edge=False)
+    for col in ("service", "address", "pid", "state"):
+        table.add_column(col, no_wrap=True)  # whole, to be copied; the reason may wrap
+    table.add_column("detail", overflow="fold")
     for r in rows:
         state = "[green]up[/green]" if r.up else "[red]down[/red]"
         table.add_row(r.name, r.address, str(r.pid or "-"), state, cell(r.detail))
