@@ -15,6 +15,7 @@ import gc
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +52,32 @@ def helm() -> Path:
     return found
 
 
-@pytest.fixture(scope="session")
-def kubernetes(settings: Settings) -> Iterator[Path]:
-    """The local stack's Kubernetes API server and its etcd (``mcq stack up --with kubernetes``),
-    up for the rest of the session; the administrator's kubeconfig."""
-    from mcq.stack.services import GROUPS, KUBERNETES, kubeconfig
+@contextmanager
+def _optional_services(settings: Settings, name: str) -> Iterator[Stack]:
+    """Optional services of the local stack (``mcq stack up --with NAME``: a service or a
+    group), up for the rest of the session: started here when they are not running, and
+    stopped after (left running when they were)."""
+    from mcq.stack.services import GROUPS
 
-    st = Stack(settings, only=GROUPS[KUBERNETES], with_=[KUBERNETES])
+    st = Stack(settings, only=GROUPS.get(name, (name,)), with_=[name])
     if st.is_up():
-        yield kubeconfig(settings)
+        yield st
         return
     try:
         st.up(report=lambda line: print(f"[stack] {line}"))
-        yield kubeconfig(settings)
+        yield st
     finally:
         st.down(report=lambda line: print(f"[stack] {line}"))
+
+
+@pytest.fixture(scope="session")
+def kubernetes(settings: Settings) -> Iterator[Path]:
+    """The local stack's Kubernetes API server and its etcd (``--with kubernetes``); the
+    administrator's kubeconfig."""
+    from mcq.stack.services import KUBERNETES, kubeconfig
+
+    with _optional_services(settings, KUBERNETES):
+        yield kubeconfig(settings)
 
 
 @pytest.fixture(scope="session")
@@ -92,36 +104,20 @@ def stack(settings: Settings) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def active_directory(stack: Stack, settings: Settings) -> Iterator[Stack]:
-    """Samba's AD domain controller of the local stack (``mcq stack up --with ad``), up for
-    the rest of the session: started here when it is not running, and stopped after."""
-    st = Stack(settings, only=["ad"], with_=["ad"])
-    if st.is_up():
+    """Samba's AD domain controller of the local stack (``--with ad``)."""
+    with _optional_services(settings, "ad") as st:
         _forget_earlier_sessions(settings)
         yield st
-        return
-    try:
-        st.up(report=lambda line: print(f"[stack] {line}"))
-        _forget_earlier_sessions(settings)
-        yield st
-    finally:
-        st.down(report=lambda line: print(f"[stack] {line}"))
 
 
 @pytest.fixture(scope="session")
 def spark_cluster(stack: Stack, settings: Settings) -> Iterator[str]:
-    """The local stack's standalone Spark cluster (``mcq stack up --with spark``: a master and
-    two workers), up for the rest of the session; its master's URL."""
-    from mcq.stack.services import GROUPS, SPARK, master_url
+    """The local stack's standalone Spark cluster (``--with spark``: a master and two
+    workers); its master's URL."""
+    from mcq.stack.services import SPARK, master_url
 
-    st = Stack(settings, only=GROUPS[SPARK], with_=[SPARK])
-    if st.is_up():
+    with _optional_services(settings, SPARK):
         yield master_url(settings)
-        return
-    try:
-        st.up(report=lambda line: print(f"[stack] {line}"))
-        yield master_url(settings)
-    finally:
-        st.down(report=lambda line: print(f"[stack] {line}"))
 
 
 def _forget_earlier_sessions(settings: Settings) -> None:

@@ -84,14 +84,19 @@ def _registry_changed(tmp_path: Path) -> Path:
     return out
 
 
-def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_it(
-    kube: KubeApi, kubernetes: Path, helm: Path, tmp_path: Path
-) -> None:
+def _install_args(kube: KubeApi, tmp_path: Path) -> list[str]:
+    """A fresh namespace, the values an operator installs the campus with: helm's arguments."""
     namespace = f"mcq-{uuid.uuid4().hex[:8]}"
     kube.create_namespace(namespace)
     generated, mine = _values(CAMPUS, tmp_path / "values-registry.yaml"), _mine(tmp_path / "my-values.yaml")
-    args = ["campus", str(CHART), "--namespace", namespace, "-f", str(generated), "-f", str(mine)]
+    return ["campus", str(CHART), "--namespace", namespace, "-f", str(generated), "-f", str(mine)]
 
+
+def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_it(
+    kube: KubeApi, kubernetes: Path, helm: Path, tmp_path: Path
+) -> None:
+    args = _install_args(kube, tmp_path)
+    namespace, mine = args[3], Path(args[-1])
     done = _helm(helm, kubernetes, "install", *args, "--no-hooks")
     assert done.returncode == 0, done.stderr
     manifest = _docs(_helm(helm, kubernetes, "get", "manifest", "campus", "-n", namespace).stdout)
@@ -112,7 +117,6 @@ def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_
 
     changed = _values(_registry_changed(tmp_path), tmp_path / "values-registry-changed.yaml")
     args = ["campus", str(CHART), "--namespace", namespace, "-f", str(changed), "-f", str(mine)]
-    mine.write_text(mine.read_text())  # the operator's own values stay as they were
     done = _helm(helm, kubernetes, "upgrade", *args, "--no-hooks")
     assert done.returncode == 0, done.stderr
     after = _docs(_helm(helm, kubernetes, "get", "manifest", "campus", "-n", namespace).stdout)
@@ -128,12 +132,9 @@ def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_
 def test_the_normaliser_as_a_spark_application_is_admitted_by_the_spark_operators_crd(
     kube: KubeApi, kubernetes: Path, helm: Path, tmp_path: Path
 ) -> None:
-    namespace = f"mcq-{uuid.uuid4().hex[:8]}"
-    kube.create_namespace(namespace)
-    generated, mine = _values(CAMPUS, tmp_path / "values-registry.yaml"), _mine(tmp_path / "my-values.yaml")
-    done = _helm(helm, kubernetes, "install", "campus", str(CHART), "--namespace", namespace, "-f", str(generated),
-                 "-f", str(mine), "--set", "normalizer.kind=sparkApplication",
+    args = _install_args(kube, tmp_path)
+    done = _helm(helm, kubernetes, "install", *args, "--set", "normalizer.kind=sparkApplication",
                  "--set", "normalizer.checkpoint.existingClaim=mcq-checkpoint", "--no-hooks")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    app = kube.get("sparkoperator.k8s.io/v1beta2", "SparkApplication", namespace, "campus-normalizer")
+    app = kube.get("sparkoperator.k8s.io/v1beta2", "SparkApplication", args[3], "campus-normalizer")
     assert app.status_code == 200, app.text[:500]

@@ -24,7 +24,7 @@ from mcq.config import Settings
 from mcq.stack.services.spark import cluster_status
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_slot_active
-from tests.integration.pipeline import Accounts, Proc, Workload, accounts
+from tests.integration.pipeline import Accounts, Proc, Workload, accounts, wait_first_rows
 
 pytestmark = pytest.mark.cluster
 
@@ -99,12 +99,7 @@ def test_a_listeners_target_equals_the_source_with_the_real_time_normaliser_on_t
             wait_slot_active(w.settings, w.slot)
             for p in procs.values():
                 p.start()
-            deadline = time.monotonic() + START_S
-            while not target_state(w.settings, w.target):
-                for p in procs.values():
-                    p.running()
-                assert time.monotonic() < deadline, f"nothing reached {w.target} in {START_S} s"
-                time.sleep(2)
+            wait_first_rows(w, procs.values(), START_S)
             log = procs["normalize"].log.read_text()
             assert re.search(rf"task slots needed, \d+ offered by {re.escape(spark_cluster)}", log), log[-2000:]
             running = [a for a in _apps(settings)["active"] if a.get("name") == "mcq-normalize"]

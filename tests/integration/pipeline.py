@@ -18,7 +18,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,6 +210,19 @@ class Proc:
                 self.proc.wait(90)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def wait_first_rows(w: Accounts, procs: Iterable[Proc], timeout_s: float) -> None:
+    """Until the listener's target holds rows (the snapshot went all the way through), the
+    user's processes running all along."""
+    from mcq.testing.listeners import target_state
+
+    deadline = time.monotonic() + timeout_s
+    while not target_state(w.settings, w.target):
+        for p in procs:
+            p.running()
+        assert time.monotonic() < deadline, f"nothing reached {w.target} in {timeout_s:.0f} s"
+        time.sleep(2)
 
 
 def kill_and_restart(stack: Stack, name: str, report: list[str]) -> None:

@@ -21,7 +21,7 @@ from mcq.registry import Registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_slot_active
-from tests.integration.pipeline import Proc, Workload, accounts, kill_and_restart
+from tests.integration.pipeline import Proc, Workload, accounts, kill_and_restart, wait_first_rows
 
 pytestmark = pytest.mark.faults
 
@@ -78,11 +78,7 @@ def test_the_pipeline_recovers_by_itself_from_killed_connect_broker_and_database
             wait_slot_active(w.settings, w.slot)
             for p in procs.values():
                 p.start()
-            deadline = time.monotonic() + START_S
-            while not target_state(w.settings, w.target):  # the snapshot went all the way through
-                assert_running()
-                assert time.monotonic() < deadline, f"nothing reached {w.target} in {START_S} s"
-                time.sleep(2)
+            wait_first_rows(w, procs.values(), START_S)
             workload = Workload(w.settings, w.schema, seed=41, next_id=ROWS)
             with workload.running():
                 for name in ("connect", "kafka", "postgres"):
