@@ -97,9 +97,9 @@ class StopRequest:
 
 MODES = ("realtime", "microbatch")
 REGISTRY_LOOK_S = 2.0
+"""How often a running normaliser looks for a registry change."""
 SLOTS_WAIT_S = 60.0
 """How long a cluster's executors may take to register the slots the real-time queries need."""
-"""How often a running normaliser looks for a registry change."""
 RegistryChanged = Callable[[], "PlanChange | None"]
 """A new registry whose sources or tables differ from the running plan's (streams/registry_watch.py)."""
 DefinedAt = Callable[["Registry"], dict[str, int]]
