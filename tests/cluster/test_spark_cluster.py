@@ -24,7 +24,7 @@ from mcq.config import Settings
 from mcq.stack.services.spark import cluster_status
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_slot_active
-from tests.integration.pipeline import Accounts, Proc, Workload, accounts, wait_first_rows
+from tests.integration.pipeline import Accounts, Proc, Workload, accounts, start_pipeline
 
 pytestmark = pytest.mark.cluster
 
@@ -95,11 +95,7 @@ def test_a_listeners_target_equals_the_source_with_the_real_time_normaliser_on_t
                            tmp_path / "listen.log"),
         }  # fmt: skip
         try:
-            apply_capture(w.registry, w.settings, report=lambda _: None)
-            wait_slot_active(w.settings, w.slot)
-            for p in procs.values():
-                p.start()
-            wait_first_rows(w, procs.values(), START_S)
+            start_pipeline(w, procs.values(), START_S)
             log = procs["normalize"].log.read_text()
             assert re.search(rf"task slots needed, \d+ offered by {re.escape(spark_cluster)}", log), log[-2000:]
             running = [a for a in _apps(settings)["active"] if a.get("name") == "mcq-normalize"]

@@ -212,6 +212,20 @@ class Proc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+def start_pipeline(w: Accounts, procs: Iterable[Proc], timeout_s: float) -> None:
+    """Capture the world, start the user's processes, and wait until its first rows reach
+    the listener's target (:func:`wait_first_rows`)."""
+    from mcq.capture.apply import apply_capture
+    from mcq.testing.worlds import wait_slot_active
+
+    apply_capture(w.registry, w.settings, report=lambda _: None)
+    wait_slot_active(w.settings, w.slot)
+    procs = list(procs)
+    for p in procs:
+        p.start()
+    wait_first_rows(w, procs, timeout_s)
+
+
 def wait_first_rows(w: Accounts, procs: Iterable[Proc], timeout_s: float) -> None:
     """Until the listener's target holds rows (the snapshot went all the way through), the
     user's processes running all along."""

@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
-from mcq.capture.apply import apply_capture
 from mcq.config import Settings
 from mcq.registry import Registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
-from mcq.testing.worlds import wait_slot_active
-from tests.integration.pipeline import Proc, Workload, accounts, kill_and_restart, wait_first_rows
+from tests.integration.pipeline import Proc, Workload, accounts, kill_and_restart, start_pipeline
 
 pytestmark = pytest.mark.faults
 
@@ -74,11 +72,7 @@ def test_the_pipeline_recovers_by_itself_from_killed_connect_broker_and_database
                 p.running()
 
         try:
-            apply_capture(w.registry, w.settings, report=lambda _: None)
-            wait_slot_active(w.settings, w.slot)
-            for p in procs.values():
-                p.start()
-            wait_first_rows(w, procs.values(), START_S)
+            start_pipeline(w, procs.values(), START_S)
             workload = Workload(w.settings, w.schema, seed=41, next_id=ROWS)
             with workload.running():
                 for name in ("connect", "kafka", "postgres"):
