@@ -53,21 +53,29 @@ def helm() -> Path:
 
 
 @contextmanager
-def _optional_services(settings: Settings, name: str) -> Iterator[Stack]:
-    """Optional services of the local stack (``mcq stack up --with NAME``: a service or a
-    group), up for the rest of the session: started here when they are not running, and
-    stopped after (left running when they were)."""
-    from mcq.stack.services import GROUPS
-
-    st = Stack(settings, only=GROUPS.get(name, (name,)), with_=[name])
+def _up_for_session(st: Stack) -> Iterator[Stack]:
+    """ST's services up for the rest of the session: started here when they are not all
+    running, and then stopped after, also after a failed start (left running when they were)."""
     if st.is_up():
         yield st
         return
     try:
         st.up(report=lambda line: print(f"[stack] {line}"))
         yield st
-    finally:
+    finally:  # also after a failed start: leave no process behind
+        # Kafka clients the tests dropped are closed while the broker is still up: freed
+        # after it stopped, each would print librdkafka's "Connect failed" lines
+        gc.collect()
         st.down(report=lambda line: print(f"[stack] {line}"))
+
+
+@contextmanager
+def _optional_services(settings: Settings, name: str) -> Iterator[Stack]:
+    """Optional services of the local stack (``mcq stack up --with NAME``: a service or a group)."""
+    from mcq.stack.services import GROUPS
+
+    with _up_for_session(Stack(settings, only=GROUPS.get(name, (name,)), with_=[name])) as st:
+        yield st
 
 
 @pytest.fixture(scope="session")
@@ -88,18 +96,8 @@ def settings() -> Settings:
 @pytest.fixture(scope="session")
 def stack(settings: Settings) -> Iterator[Stack]:
     """The real local stack, up and healthy for the whole session."""
-    st = Stack(settings)
-    if st.is_up():
+    with _up_for_session(Stack(settings)) as st:
         yield st
-        return
-    try:
-        st.up(report=lambda line: print(f"[stack] {line}"))
-        yield st
-    finally:  # also after a failed start: leave no process behind
-        # Kafka clients the tests dropped are closed while the broker is still up: freed
-        # after it stopped, each would print librdkafka's "Connect failed" lines
-        gc.collect()
-        st.down(report=lambda line: print(f"[stack] {line}"))
 
 
 @pytest.fixture(scope="session")
