@@ -9,6 +9,7 @@ refused at once, as a :class:`HealthAddressTaken` that names the address (not a 
 from __future__ import annotations
 
 import errno
+import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,9 +35,17 @@ class HealthServer:
     """A small HTTP server in a daemon thread; ``port=0`` picks a free port."""
 
     def __init__(
-        self, host: str, port: int, live: Callable[[], bool], ready: Callable[[], bool], metrics: CollectorRegistry
+        self,
+        host: str,
+        port: int,
+        live: Callable[[], bool],
+        ready: Callable[[], bool],
+        metrics: CollectorRegistry,
+        documents: dict[str, Callable[[], object]] | None = None,
     ) -> None:
+        """``documents``: further paths, each answered with its function's value as JSON."""
         outer = self
+        served = dict(documents or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -48,6 +57,13 @@ class HealthServer:
                     body = generate_latest(metrics)
                     self.send_response(200)
                     self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                elif self.path in served:
+                    body = (json.dumps(served[self.path](), indent=1, default=str) + "\n").encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)

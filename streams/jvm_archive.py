@@ -102,7 +102,7 @@ def _train() -> None:
     jvm = spark._jvm
     assert jvm is not None
     simple = getattr(jvm.org.apache.spark.sql.execution, "SimpleMode$").__getattr__("MODULE$")
-    for _, records in realtime_records(job, spark)[:3]:  # analysis, optimizer, planning (no broker needed)
+    for _, _, records in realtime_records(job, spark)[:3]:  # analysis, optimizer, planning (no broker needed)
         records._jdf.queryExecution().explainString(simple)
     rows = spark.range(200).select(
         F.to_json(F.struct(F.col("id"), F.lit("x").alias("name"))).alias("json"), F.col("id")

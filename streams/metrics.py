@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -38,6 +39,9 @@ def behind(progress: dict[str, Any]) -> int:
 
 class NormalizeMetrics:
     def __init__(self) -> None:
+        self._noted: set[int] = set()
+        self.runs: dict[str, dict[str, str]] = {}
+        """Every query run started, by run id: name, id (kept across restarts), start time."""
         self.registry = CollectorRegistry()
         self.rows = Counter(
             "mcq_normalize_rows", "Records read from raw topics (in) and written (out)", ["query", "direction"],
@@ -55,6 +59,16 @@ class NormalizeMetrics:
         self.batch_seconds = Gauge(
             "mcq_normalize_batch_seconds", "Duration of the last batch", ["query"], registry=self.registry
         )
+
+    def note_runs(self, queries: list[Any]) -> None:
+        """Note the queries (pyspark's StreamingQuery) started since the last call: each run
+        has an id of its own and the time it was first seen here (``/queries``)."""
+        for query in queries:
+            if id(query) not in self._noted:
+                self._noted.add(id(query))
+                started = datetime.now(UTC).isoformat(timespec="milliseconds")
+                run = {"name": str(query.name), "id": str(query.id), "run_id": str(query.runId), "started": started}
+                self.runs[run["run_id"]] = run
 
     def observe(self, progress: dict[str, Any], now: float | None = None) -> None:
         """One finished batch of a query (Spark's progress as JSON)."""

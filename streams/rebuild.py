@@ -46,6 +46,7 @@ from consumers.table.adapter import TableAdapter
 from mcq.change import Change, Position
 from mcq.config import Settings
 from mcq.registry.model import Registry
+from streams import direct
 from streams.laststate import FIELDS, applied_values, last_records, live_changes
 from streams.progress import stage_progress
 from streams.tableview import in_view, with_key_text
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 Report = Callable[[str], None]
 BATCH = 1000
+ENGINE_SAID = {"spark": "in a Spark job", "direct": "directly, without Spark"}
 CHUNK = 1 << 20
 
 
@@ -71,12 +73,13 @@ class RebuildSummary:
     absent: int = 0
     ends: dict[TP, int] = field(default_factory=dict)
     seconds: float = 0.0
+    engine: str = "spark"
 
     def lines(self) -> list[str]:
         records = sum(self.ends.values())
         return [
             f"read the compacted topics up to their ends ({len(self.ends)} partition(s), offsets summing to "
-            f"{records:,}); {self.path}",
+            f"{records:,}) {ENGINE_SAID[self.engine]}; {self.path}",
             f"{self.loaded:,} object(s) loaded, {self.removed:,} removed; applied positions: {self.loaded:,} at the "
             f"target, {self.absent:,} no longer ({self.seconds:.1f} s)",
         ]
@@ -98,9 +101,17 @@ class Rebuild:
         self.tables = registry.tables_of(name)
         self.view = ListenerView(registry, name)
 
-    def run(self, spark: SparkSession, dry_run: bool = False) -> RebuildSummary:
+    def run(
+        self,
+        spark: SparkSession | None = None,
+        dry_run: bool = False,
+        engine: str = "auto",
+        start_spark: Callable[[], SparkSession] | None = None,
+    ) -> RebuildSummary:
+        """Rebuild the target. ``engine``: ``spark``, ``direct`` (``streams/direct.py``) or
+        ``auto``: direct for topics of at most ``DIRECT_MAX_RECORDS`` records. The Spark
+        engine runs on ``spark``, else on the session ``start_spark`` starts when needed."""
         from confluent_kafka import TopicPartition
-        from pyspark.sql import functions as F
 
         started = time.monotonic()
         label = f"rebuild {self.name}"
@@ -114,25 +125,74 @@ class Rebuild:
         tps = [TopicPartition(t, p) for t in topics if t in meta for p in sorted(meta[t].partitions)]
         summary = RebuildSummary(self.name)
         summary.ends = self.groups.offsets(tps, OffsetSpec.latest()) if tps else {}  # type: ignore[no-untyped-call]
+        records = direct.records_to_read(self.settings, summary.ends)
+        summary.engine = direct.choose(engine, records)
         fast = isinstance(self.adapter, TableAdapter)
         summary.path = "bulk COPY into the table" if fast else f"through the {type(self.adapter).kind} adapter"
-        self.report(f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends")
-        with stage_progress(spark, label, self.report):
+        self.report(
+            f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends "
+            f"(at most {records:,} records, {ENGINE_SAID[summary.engine]})"
+        )
+        if summary.engine == "direct":
+            self._run_direct(summary, dry_run)
+        else:
+            if spark is None:
+                if start_spark is None:
+                    raise ValueError("the Spark engine needs a session or a way to start one")
+                spark = start_spark()
+            self._run_spark(spark, summary, dry_run)
+        if summary.ends and not dry_run:
+            self.groups.move(self.groups.topics.group, summary.ends)
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _run_spark(self, spark: SparkSession, summary: RebuildSummary, dry_run: bool) -> None:
+        from pyspark.sql import functions as F
+
+        with stage_progress(spark, f"rebuild {self.name}", self.report):
             live = last_records(spark, self.settings, sorted({t for t, _ in summary.ends}), self.tables, summary.ends)
             live = live.where(F.col("live"))
             if dry_run:
                 summary.loaded = live.count()
                 summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
-                summary.seconds = time.monotonic() - started
-                return summary
-            if fast:
+                return
+            if isinstance(self.adapter, TableAdapter):
                 summary.loaded, summary.absent = self._rebuild_table(spark, live)
             else:
                 summary.loaded, summary.removed, summary.absent = self._rebuild_through_adapter(spark, live)
-        if summary.ends:
-            self.groups.move(self.groups.topics.group, summary.ends)
-        summary.seconds = time.monotonic() - started
-        return summary
+
+    # ------------------------------------------------------------------ small topics: read directly
+
+    def _run_direct(self, summary: RebuildSummary, dry_run: bool) -> None:
+        from mcq.change import ChangeCodec
+        from mcq.contract import registry_client
+
+        begun = time.monotonic()
+        codec = ChangeCodec(registry_client(self.settings))
+        states = direct.last_states(self.settings, codec, summary.ends, self.tables)
+        live = [s.change for s in states if s.change is not None]
+        self.report(f"rebuild {self.name}: {len(live):,} live state(s) of {len(states):,} key(s) read in "
+                    f"{time.monotonic() - begun:.1f} s")  # fmt: skip
+        if dry_run:
+            summary.loaded = len(live)
+            summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
+            return
+        if isinstance(self.adapter, TableAdapter):
+            seen = [state for state in (self.view.see(c, False)[0] for c in live) if state is not None]
+            begun = time.monotonic()
+            try:
+                summary.loaded = self.adapter.load_csv(direct.csv_rows(seen), self.truncate)
+            finally:
+                self.adapter.close()
+            self.report(f"rebuild {self.name}: {summary.loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
+        else:
+            seen, summary.removed = self._through_adapter(iter(live))
+            summary.loaded = len(seen)
+        loaded = {c.key.text(): c.position for c in seen}
+        held = direct.applied_held(self.settings, self.groups.topics.applied, self.tables)
+        writes = direct.applied_diff(loaded, held)
+        direct.write_applied(self.settings, self.groups.topics.applied, writes)
+        summary.absent = sum(1 for text in writes if text not in loaded)
 
     # ------------------------------------------------------------------ a table target: Spark and COPY
 
@@ -233,6 +293,16 @@ class Rebuild:
     # ------------------------------------------------------------------ any other target: its batch path
 
     def _rebuild_through_adapter(self, spark: SparkSession, live: DataFrame) -> tuple[int, int, int]:
+        seen, removed = self._through_adapter(live_changes(live))
+        loaded = spark.createDataFrame(
+            [(c.key.text(), (c.position.last_commit_lsn, c.position.lsn)) for c in seen],
+            "text string, pos struct<c: long, l: long>",
+        )
+        return len(seen), removed, self._write_applied(spark, loaded)
+
+    def _through_adapter(self, live: Iterator[Change]) -> tuple[list[Change], int]:
+        """Every live state the view admits through the adapter's batch path, what the
+        target holds beyond them removed: (the states written, the objects removed)."""
         adapter = self.adapter
         adapter.open()
         seen: list[Change] = []
@@ -240,7 +310,7 @@ class Rebuild:
         dead = self._dead_lettered()
         skipped = 0
         try:
-            for change in live_changes(live):
+            for change in live:
                 state, _ = self.view.see(change, False)
                 if state is None:
                     continue
@@ -261,11 +331,7 @@ class Rebuild:
         if skipped:
             self.report(f"rebuild {self.name}: {skipped} key(s) left out: dead-lettered and unresolved "
                         f"(`mcq dlq list {self.name}`)")  # fmt: skip
-        loaded = spark.createDataFrame(
-            [(c.key.text(), (c.position.last_commit_lsn, c.position.lsn)) for c in seen],
-            "text string, pos struct<c: long, l: long>",
-        )
-        return len(seen), removed, self._write_applied(spark, loaded)
+        return seen, removed
 
     def _dead_lettered(self) -> set[str]:
         """The keys of the listener's unresolved dead letters: what it could not apply (a

@@ -9,6 +9,7 @@ each failure it knows (raw records lost to retention, a fresh start over full to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import signal
@@ -28,6 +29,7 @@ from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, star
 from streams.exceptions import NormalizeError
 from streams.metrics import NormalizeMetrics, behind
 from streams.replan import remember, replay
+from streams.reshape import LiveQueries, apply_in_place
 
 if TYPE_CHECKING:
     from streams.registry_watch import PlanChange
@@ -98,6 +100,9 @@ class StopRequest:
 MODES = ("realtime", "microbatch")
 REGISTRY_LOOK_S = 2.0
 """How often a running normaliser looks for a registry change."""
+SPARE_SLOTS = 4
+"""Local task slots beyond the real-time queries' need: for the queries of raw topics a
+registry change adds while they run (an idle slot costs nothing)."""
 SLOTS_WAIT_S = 60.0
 """How long a cluster's executors may take to register the slots the real-time queries need."""
 RegistryChanged = Callable[[], "PlanChange | None"]
@@ -270,16 +275,21 @@ def _stream(
     def ready() -> bool:
         return bool(queries) and all(q.isActive for q in queries)
 
-    server = HealthServer(*health, live, ready, metrics.registry) if health else None
+    def running() -> list[dict[str, str]]:  # /queries: what runs, each since when
+        runs = [metrics.runs.get(str(q.runId)) for q in list(queries) if q.isActive]
+        return sorted((r for r in runs if r is not None), key=lambda r: r["name"])
+
+    server = HealthServer(*health, live, ready, metrics.registry, {"/queries": running}) if health else None
     if server is not None:
         server.start()
         job.report(f"normalize: health {server.address}")
     try:
         while True:
             queries.clear()
-            replan = _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
-                                  metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
-                                  registry_changed=registry_changed, jit_by_backlog=jit_by_backlog)  # fmt: skip
+            replan, job = _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
+                                       metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
+                                       registry_changed=registry_changed, jit_by_backlog=jit_by_backlog,
+                                       defined_at=defined_at)  # fmt: skip
             if replan is None or stopping.requested:
                 return job
             job = dataclasses.replace(
@@ -313,11 +323,13 @@ def _waiting(job: NormalizeJob) -> int | None:
 def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
-    registry_changed: RegistryChanged | None = None, jit_by_backlog: bool = False,
-) -> Registry | None:  # fmt: skip
+    registry_changed: RegistryChanged | None = None, jit_by_backlog: bool = False, defined_at: DefinedAt | None = None,
+) -> tuple[Registry | None, NormalizeJob]:  # fmt: skip
     """Start the queries and watch them until they end, a stop is requested, or the
-    registry changes what they normalise: then the new registry is returned, the queries
-    stopped."""
+    registry changes what they normalise in a way the running queries cannot take
+    (``streams/reshape.py``: in real time, only the queries a change touches restart):
+    then the new registry is returned, the queries stopped. Returns it (or None) and the
+    job last run."""
     import os
 
     from pyspark.errors import StreamingQueryException
@@ -328,14 +340,15 @@ def _run_queries(
 
     report = job.report
     realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
-    slots = 0
+    slots = shuffle = 0
     if interval:
         shuffle = int(os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
         slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle)
         # no master given, and not under spark-submit (whose --master is the one): local threads,
-        # as many as the real-time tasks need (they mostly wait on Kafka)
+        # as many as the real-time tasks need (they mostly wait on Kafka), and some for raw
+        # topics a registry change adds while they run (streams/reshape.py)
         if not (master or os.environ.get("MCQ_SPARK_MASTER") or os.environ.get("PYSPARK_GATEWAY_PORT")):
-            master = f"local[{max(slots, os.cpu_count() or 1)}]"
+            master = f"local[{max(slots + SPARE_SLOTS, os.cpu_count() or 1)}]"
     short = False
     if once and jit_by_backlog:
         waiting = _waiting(job)
@@ -384,12 +397,12 @@ def _run_queries(
     replan: Registry | None = None
     try:
         if stopping.requested:
-            return None
+            return None, job
         replayed: list[Any] = []
         replay(job, spark, stopping, replayed.append)  # a registry change's window, first
         queries.extend(replayed)  # stopped with the others if it is still running
         if stopping.requested:
-            return None
+            return None, job
         queries[:] = [q for q in queries if all(q is not r for r in replayed)]  # it has ended
         if interval is None:
             queries.append(job.start(spark, once=once, trigger=trigger))
@@ -406,6 +419,7 @@ def _run_queries(
             fresh = spark.newSession()
             fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
             fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
+            fresh.streams.addListener(listener)  # before the queries start: their start is news too
             for topic in rt.ensure_raw_topics(job.settings, realtime_part.raw_topics):
                 report(f"normalize: created raw topic {topic} (no change captured in it yet)")
             catching: list[Any] = []
@@ -413,7 +427,7 @@ def _run_queries(
             offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
             queries.extend(catching)  # stopped with the others if it is still running
             if stopping.requested:
-                return None
+                return None, job
             queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
             caught_up = time.monotonic()
@@ -423,27 +437,36 @@ def _run_queries(
                 f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval} "
                 f"(catch-up {caught_up - begun:.1f} s, queries started in {time.monotonic() - caught_up:.1f} s)"
             )
+        live: LiveQueries | None = None
         if "realtime" in jobs:
-            fresh.streams.addListener(listener)
+            live = LiveQueries(spark, fresh, interval or "", trigger, offered, shuffle, queries, jobs)
         try:
             look_at = time.monotonic() + REGISTRY_LOOK_S
             while not stopping.requested:
                 ticked[0] = time.monotonic()
+                metrics.note_runs(queries)
                 ended = next((q for q in queries if not q.isActive), None)
                 if ended is not None:
                     ended.awaitTermination()  # raises what ended it, if that was an error
                     break
                 if registry_changed is not None and ticked[0] >= look_at:
-                    look_at = ticked[0] + REGISTRY_LOOK_S
                     change = registry_changed()
                     if change is not None:
-                        replan = change.registry
                         remember(job.checkpoint, change)  # before the stop: what it commits is run again
-                        report(
-                            f"normalize: the registry changed what it normalises ({', '.join(change.definitions)}): "
-                            "restarting its queries on the new plan"
-                        )
-                        break
+                        defined = defined_at(change.registry) if defined_at else {}
+                        reshaped = None
+                        if live is not None:
+                            stop_some = functools.partial(_stop_all, stopping=stopping)
+                            reshaped = apply_in_place(live, job, change, defined, stopping, stop_some)
+                        if reshaped is None:
+                            replan = change.registry
+                            report(
+                                f"normalize: the registry changed what it normalises "
+                                f"({', '.join(change.definitions)}): restarting its queries on the new plan"
+                            )
+                            break
+                        job = reshaped
+                    look_at = time.monotonic() + REGISTRY_LOOK_S
                 time.sleep(0.5)
                 if seen_output.is_set() and "realtime" in jobs:
                     seen_output.clear()
@@ -468,7 +491,7 @@ def _run_queries(
             if "realtime" in jobs:
                 fresh.streams.removeListener(listener)
             spark.stop()
-    return replan
+    return replan, job
 
 
 def _stop_all(queries: list[Any], stopping: StopRequest) -> None:

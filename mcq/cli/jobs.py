@@ -246,12 +246,23 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
 @click.option(
     "--truncate", is_flag=True, help="A table target: empty it first (faster; readers wait until it commits)."
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "spark", "direct"]),
+    default="auto",
+    show_default=True,
+    help="Read the topics in a Spark job, or directly in this process (no Spark start); auto: "
+    "directly up to 250,000 records.",
+)
 @FROM_FILE
 @MASTER
 @dry_run("Count the live states that would be loaded")
-def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str | None, dry_run: bool) -> None:
-    """Rebuild stopped listener NAME's target from the compacted logical topics in a Spark
-    job, without consuming them through Kafka: a table target by COPY in one transaction,
+def rebuild(
+    name: str, truncate: bool, engine: str, registry_file: Path | None, master: str | None, dry_run: bool
+) -> None:
+    """Rebuild stopped listener NAME's target from the compacted logical topics, without
+    consuming them through Kafka (a Spark job for big topics, a direct read for small ones:
+    --engine): a table target by COPY in one transaction,
     any other through its adapter (what it holds beyond the states removed where it can be
     read back; the keys of its unresolved dead letters left out, as the listener left
     them). The listener's applied positions follow, and its group moves to the
@@ -271,8 +282,11 @@ def rebuild(name: str, truncate: bool, registry_file: Path | None, master: str |
         job = Rebuild(settings, registry, name, truncate, report=_say)
         job.groups.refuse_while_running("rebuild")
         try:
-            spark = spark_session(settings, f"mcq-rebuild-{name}", master)
-            summary = job.run(spark, dry_run=dry_run)
+            summary = job.run(
+                dry_run=dry_run,
+                engine=engine,
+                start_spark=lambda: spark_session(settings, f"mcq-rebuild-{name}", master),
+            )
         except (SparkSetupError, TargetUnavailable) as exc:
             _stop(f"mcq rebuild: {name}: {exc}")
         except ConsumerError:

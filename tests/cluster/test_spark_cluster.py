@@ -155,7 +155,7 @@ def test_the_micro_batch_normaliser_refresh_rebuild_reconcile_and_report_run_on_
         assert _mcq(listen, w.env).returncode == 0
         assert target_state(w.settings, w.target) == w.source_view()
 
-        rebuild = _mcq(["rebuild", w.listener, "--truncate", *reg, *master], w.env)
+        rebuild = _mcq(["rebuild", w.listener, "--truncate", "--engine", "spark", *reg, *master], w.env)
         assert rebuild.returncode == 0, rebuild.stderr[-3000:]
         assert target_state(w.settings, w.target) == w.source_view()
 

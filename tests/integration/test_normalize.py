@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -29,6 +30,7 @@ from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world, read_topic_to_end
 from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
 from streams.plan import FeedPlan, plan_normalize
+from streams.realtime import QUERY_PREFIX
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
 
@@ -827,16 +829,28 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
     assert "incubator" not in log_path.read_text(), log_path.read_text()[:2000]
 
 
-@pytest.mark.long  # a real-time normaliser followed through a registry change: minutes, in make long
-@pytest.mark.timeout(900)  # its own deadlines add up to 660 s
-def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without_a_restart(
+def _queries(log_path: Path) -> dict[str, dict[str, str]]:
+    """The running normaliser's queries by name (its health endpoint's ``/queries``)."""
+    found = re.search(r"normalize: health (http://\S+)", log_path.read_text())
+    assert found, log_path.read_text()[-3000:]
+    return {q["name"]: q for q in httpx.get(found.group(1) + "/queries", timeout=10).json()}
+
+
+@pytest.mark.long  # a real-time normaliser followed through two registry changes: minutes, in make long
+@pytest.mark.timeout(1200)  # its own deadlines add up to 1,020 s
+def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touches(
     world: Captured, nsettings: Settings, tmp_path: Path
 ) -> None:
-    """`mcq registry apply` adding a column to a feed's watch reaches the running normaliser:
-    it restarts its queries on the new plan, and an update of only that column, which was
-    housekeeping before, now reaches the logical topic (the registry store is followed, as
-    listeners follow it) -- even an update committed the moment the apply returned, which
-    the old plan's queries see before they stop: the change's window is normalised again."""
+    """`mcq registry apply` reaches the running normaliser, which restarts only the queries of
+    the raw topics whose feeds changed: every other query keeps its run (id and start time).
+
+    1. A column added to a feed's watch: that raw topic's query restarts, and an update of
+       only that column, which was housekeeping before, now reaches the logical topic -- even
+       one committed the moment the apply returned, which the old query saw before it
+       stopped: the change's window is normalised again.
+    2. A table removed and two added (CONTACT, fed by two raw topics and so ordered in
+       micro-batches; VOICEMAIL, fed by the outbox): the removed table's query stops, the
+       outbox's restarts, the ordered query starts and CONTACT's topic equals the source."""
     from mcq.registry.store import RegistryStore
 
     s = world.schema
@@ -845,24 +859,36 @@ def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without
     before = parse_registry(world.registry_yaml, "before.yaml")
     watched = world.registry_yaml.replace("watch: [phone_number]", "watch: [phone_number, updated_at]", 1)
     after = parse_registry(watched, "after.yaml")
+    cut = slice(watched.index("  - tname: BUILDINGS"), watched.index("  - tname: DEPARTMENT"))
+    reshaped = (watched[: cut.start] + watched[cut.stop :]).replace(
+        "  - {listener: CMMS, tname: BUILDINGS, subtype: null}\n", ""
+    )
+    reshaped = reshaped.replace("\nlisteners:", CONTACT.format(src=world.source.name, schema=s) + "\nlisteners:", 1)
+    last = parse_registry(reshaped, "reshaped.yaml")
     store = RegistryStore(wsettings)
     store.apply(before)
     log_path = tmp_path / "normalize.log"
     command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
                "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
+    raw = {f.ref: f.raw_topic for f in plan_normalize(before, prefix).feeds}
+    phones_query = QUERY_PREFIX + raw["PERSON/Telephone"]
     with log_path.open("w") as log:
         job = subprocess.Popen(command, env={**os.environ, "MCQ_TOPIC_PREFIX": prefix}, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
 
-            def logged(text: str) -> Callable[[], None]:
+            def logged(text: str, times: int = 1) -> Callable[[], None]:
                 def check() -> None:
                     assert job.poll() is None, log_path.read_text()[-3000:]
-                    assert text in log_path.read_text(), log_path.read_text()[-3000:]
+                    assert log_path.read_text().count(text) >= times, log_path.read_text()[-3000:]
 
                 return check
 
             _until(time.monotonic() + 300, logged("batch 0 of "))  # a real-time query's first batch
+            first = _queries(log_path)
+            assert phones_query in first and len(first) == len(set(raw.values())) + 1, first  # + the outbox's
+
+            # 1. a watch changed: one query restarts
             assert "PERSON/Telephone" in str(store.apply(after).changed)
             with psycopg.connect(nsettings.source.dsn(), autocommit=True) as conn:
                 conn.execute(
@@ -880,6 +906,37 @@ def test_a_running_normaliser_takes_a_registry_change_of_what_it_watches_without
                 assert_topic_equals_source(wsettings, phones)  # updated_at compared too: it is watched
 
             _until(time.monotonic() + 120, arrived)
+            second = _queries(log_path)
+            assert second.keys() == first.keys(), second
+            assert second[phones_query]["run_id"] != first[phones_query]["run_id"]
+            assert second[phones_query]["id"] == first[phones_query]["id"]  # the same query, from its checkpoint
+            untouched = [name for name in first if name != phones_query]
+            assert all(second[n] == first[n] for n in untouched), (first, second)
+
+            # 2. a table removed, two added: the removed one's query stops, the outbox's restarts
+            store.apply(last)
+            _until(time.monotonic() + 60, logged("restarting the queries of ", 2))
+            contact = [f for f in plan_normalize(last, prefix).feeds if f.tname == "CONTACT"]
+
+            def contact_arrived() -> None:  # every key of either table, each with its newest table's row
+                assert job.poll() is None, log_path.read_text()[-3000:]
+                logical = last_state(
+                    [r for r in decode_topic(wsettings, contact[0].topic) if r[0]["tname"] == "CONTACT"]
+                )
+                rows = {f.source_table: (f, db_state(wsettings, f)) for f in contact}
+                assert set(logical) == {k for _, held in rows.values() for k in held}, "CONTACT: keys differ"
+                for key, value in logical.items():
+                    feed, held = rows[value["source"]["table"]]
+                    assert {c: value["after"][c] for c in feed.watch} == {c: held[key][c] for c in feed.watch}, key
+
+            _until(time.monotonic() + 240, contact_arrived)
+            third = _queries(log_path)
+            buildings = QUERY_PREFIX + raw["BUILDINGS"]
+            (outbox,) = {n for n in first if n.removeprefix(QUERY_PREFIX) not in raw.values()}  # no feeds: the outbox
+            assert buildings not in third and "mcq-normalize" in third, third  # the ordered micro-batch query
+            assert third[outbox]["run_id"] != second[outbox]["run_id"]
+            kept = [n for n in second if n not in (outbox, buildings)]
+            assert len(kept) == len(second) - 2 and all(third[n] == second[n] for n in kept), (second, third)
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(60)

@@ -1,11 +1,12 @@
-"""``mcq rebuild``: a stopped listener's target rebuilt from the compacted topics in a
-Spark job: a table by COPY (with or without emptying it first), an LDAP directory through
-its adapter; equal key by key to what the changes sent say (derived here, not by the
-code under test); what is committed during the rebuild is applied by the next run.
-Refused while the listener runs."""
+"""``mcq rebuild``: a stopped listener's target rebuilt from the compacted topics, by either
+engine (a Spark job, or a direct read for small topics: the same result): a table by COPY
+(with or without emptying it first), an LDAP directory through its adapter; equal key by
+key to what the changes sent say (derived here, not by the code under test); what is
+committed during the rebuild is applied by the next run. Refused while the listener runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -29,7 +30,7 @@ from mcq.testing.listeners import (
     target_state,
     wait_for,
 )
-from streams.rebuild import Rebuild
+from streams.rebuild import Rebuild, RebuildSummary
 from streams.session import spark_session
 from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
 from tests.integration.test_reconcile import _people, _reconcile
@@ -42,9 +43,20 @@ def _rebuild(w: World, *args: str) -> Result:
     return mcq(w, "rebuild", *args)
 
 
+ENGINES = pytest.mark.parametrize("engine", ["spark", "direct"])
+
+
+def _run(w: World, truncate: bool, engine: str, report: Callable[[str], None] = lambda _: None) -> RebuildSummary:
+    job = Rebuild(w.settings, w.registry, w.name, truncate, report)
+    summary = job.run(engine=engine, start_spark=lambda: spark_session(w.settings, "test-rebuild"))
+    assert summary.engine == engine
+    return summary
+
+
+@ENGINES
 @pytest.mark.parametrize("truncate", [False, True], ids=["merge", "truncate"])
 def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_meanwhile_follow(
-    stack: Stack, settings: Settings, token: str, tmp_path: Path, truncate: bool
+    stack: Stack, settings: Settings, token: str, tmp_path: Path, truncate: bool, engine: str
 ) -> None:
     w = make_world(settings, token, tmp_path)
     history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(60)]
@@ -72,8 +84,7 @@ def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_mean
         if "to their ends" in line:
             produce(w.settings, w.phone_topic, meanwhile)
 
-    job = Rebuild(w.settings, w.registry, w.name, truncate, report)
-    summary = job.run(spark_session(w.settings, "test-rebuild"))
+    summary = _run(w, truncate, engine, report)
     assert summary.loaded == len(expected_state(history))
     assert target_state(w.settings, w.table) == expected_state(history)  # as of the ends it read
 
@@ -82,8 +93,9 @@ def test_a_table_rebuilt_from_the_topics_equals_the_source_and_changes_made_mean
     assert target_state(w.settings, w.table) == expected_state(history + meanwhile)
 
 
+@ENGINES
 def test_a_table_whose_listener_has_a_content_rule_is_rebuilt_to_exactly_its_view(
-    stack: Stack, settings: Settings, token: str, tmp_path: Path
+    stack: Stack, settings: Settings, token: str, tmp_path: Path, engine: str
 ) -> None:
     """A content rule is judged by the listener's view in Spark's workers, an allow-list in
     the JVM: the rebuilt table holds the rows the rule admits, with the columns allowed."""
@@ -102,23 +114,24 @@ def test_a_table_whose_listener_has_a_content_rule_is_rebuilt_to_exactly_its_vie
 
     with psycopg.connect(w.settings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"DELETE FROM {w.table}")
-    summary = Rebuild(w.settings, w.registry, w.name, True, lambda _: None).run(spark_session(w.settings, "test"))
+    summary = _run(w, True, engine)
     assert summary.path == "bulk COPY into the table" and summary.loaded == len(wanted)
     assert target_state(w.settings, w.table) == wanted
     assert caught_up(w).counters.applied == 0
 
 
+@ENGINES
 def test_a_listener_that_never_ran_is_loaded_by_a_rebuild_and_its_first_run_has_nothing_to_do(
-    stack: Stack, settings: Settings, token: str, tmp_path: Path
+    stack: Stack, settings: Settings, token: str, tmp_path: Path, engine: str
 ) -> None:
     w = make_world(settings, token, tmp_path)
     history = [change("PHONE", pid, f"+1-518-{pid:07d}", "INSERT") for pid in range(25)]
     history += [change("PHONE", 3, None, "DELETE")]
     produce(w.settings, w.phone_topic, history)
-    dry = _rebuild(w, "--dry-run")
+    dry = _rebuild(w, "--dry-run", "--engine", engine)
     assert dry.exit_code == 0 and "24 live state(s), nothing written" in dry.output, dry.output
     assert target_state(w.settings, w.table) == {}
-    done = _rebuild(w)
+    done = _rebuild(w, "--engine", engine)
     assert done.exit_code == 0, done.output
     assert target_state(w.settings, w.table) == expected_state(history)
     run = caught_up(w)
@@ -143,7 +156,8 @@ def test_a_rebuild_is_refused_while_the_listener_runs(
 
 # a minute and more on 2 cores: in make long (make test rebuilds table targets)
 @pytest.mark.long
-def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World) -> None:  # noqa: F811
+@ENGINES
+def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World, engine: str) -> None:  # noqa: F811
     w = world
     _people(w, 5)
     caught_up(w)
@@ -156,7 +170,7 @@ def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World) -> None:
     conn.unbind()
     assert _rebuild(w, "--truncate").exit_code == 2  # not a table
 
-    done = _rebuild(w)
+    done = _rebuild(w, "--engine", engine)
     assert done.exit_code == 0, done.output
     assert "through the ldap adapter" in done.output and "1 removed" in done.output
     for pid in range(1, 6):
