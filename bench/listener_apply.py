@@ -30,6 +30,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import psycopg
@@ -42,6 +43,7 @@ from mcq.testing.worlds import captured_world
 from mcq.topics.read import all_watermarks
 from streams.plan import plan_normalize
 
+from .memory import PeakRss
 from .table import print_table
 from .world import bench_run
 
@@ -100,13 +102,28 @@ def wait_snapshot(settings: Settings, topics: list[str], timeout_s: float = 900)
     raise SystemExit("the connector's snapshot did not finish in time")
 
 
+PEAKS: dict[str, float] = {}
+"""Peak resident MiB of the last run of each command (``mcq``), its child processes included."""
+
+
 def mcq(env: dict[str, str], *args: str) -> tuple[float, str]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "mcq.cli", *args], env=env, capture_output=True, text=True)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        job = subprocess.Popen([sys.executable, "-m", "mcq.cli", *args], env=env, stdout=out, stderr=err)
+        with PeakRss(job.pid) as peak:
+            returncode = job.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"mcq {' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return seconds, done.stdout
+    PEAKS[" ".join(args[:2])] = peak.mib
+    if returncode != 0:
+        raise SystemExit(f"mcq {' '.join(args)} exited {returncode}:\n{stdout[-3000:]}{stderr[-3000:]}")
+    return seconds, stdout
+
+
+def memory_row(what: str, n: int, unit: str, mib: float) -> list[str]:
+    return [what, f"{n:,} {unit}", f"{mib:,.0f}", f"{mib / n * 100_000:,.0f}" if n else "-"]
 
 
 def applied(out: str) -> int:
@@ -151,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for ou in ("people", "groups"):
         ldap.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
     rows: list[str] = []
+    memory: list[list[str]] = []
     try:
         print(f"loading and capturing {args.people:,} people ...", flush=True)
         with captured_world(settings, people=args.people, seed=11) as world:
@@ -172,11 +190,18 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| normaliser `--once`, start to exit | {n_raw:,} raw rows | {seconds:.1f} s | "
                         f"{n_raw / seconds:,.0f} rows/s |")  # fmt: skip
             print(rows[-1], flush=True)
+            memory.append(memory_row("normaliser `--once` (Python and Spark's JVM)", n_raw, "raw rows",
+                                     PEAKS["streams normalize"]))  # fmt: skip
             rows.append(entities_row(env, reg, "initial load"))
+            entities = int(rows[-1].split("|")[2].split()[0].replace(",", ""))
+            memory.append(
+                memory_row("`mcq entities run` (the entity store)", entities, "entities", PEAKS["entities run"])
+            )
             for name, kind in LISTENERS:
                 print(f"listener {name} ({kind}): the initial load ...", flush=True)
                 seconds, out = mcq(env, "listen", name, *reg, "--until-caught-up", "--no-http")
                 n = applied(out)
+                memory.append(memory_row(f"`mcq listen` `{kind}` ({name})", n, "keys", PEAKS[f"listen {name}"]))
                 rows.append(f"| `{kind}` ({name}), initial load | {n:,} changes | {seconds:.1f} s | "
                             f"{n / seconds:,.0f} changes/s |")  # fmt: skip
                 print(rows[-1], flush=True)
@@ -212,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             db.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
     caption = f"{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine"
     print_table(caption, ["measurement", "size", "wall time", "rate"], rows)
+    # after the table, one line: bench.run keeps it as the table's note
+    peaks = "; ".join(f"{what} {mib} MiB at {size} ({per} MiB per 100,000)" for what, size, mib, per in memory)
+    print("\nPeak resident memory of each process of the initial load (sampled from /proc every 0.2 s, its child "
+          f"processes included; per 100,000 with its fixed part): {peaks}.")  # fmt: skip
     return 0
 
 

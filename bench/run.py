@@ -36,6 +36,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
     "normalize_backlog": (["--people", "112000"], None),
     "normalize_start": (["--runs", "3"], None),
     "normalize_cluster": (["--rates", "100,1000", "--seconds", "60", "--people", "20000"], None),
+    "normalize_replan": (["--rate", "50", "--seconds", "30"], None),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
     "peer_jdbc_sink": (
         # a minute of warm-up: a normaliser's JIT compiles for its first minutes (BENCHMARKS.md)
@@ -72,6 +73,7 @@ QUICK_COVERS = {
     "normalize_backlog": "a backlog: listener_apply's initial load (batch 0; --once start to exit)",
     "normalize_start": "a normaliser's start: peer_jdbc_sink's initial load of mcq, start-up included",
     "normalize_cluster": "the normaliser on a Spark cluster: tests/cluster runs it there (make cluster)",
+    "normalize_replan": "a registry change while it runs: make long's test checks the untouched queries' runs",
 }
 """What --quick leaves out, and where its figures show the same thing in a smaller way: each of
 these starts a normaliser of its own (30-45 s of Spark start-up here), the quick run's largest cost."""

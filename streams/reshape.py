@@ -132,7 +132,7 @@ def apply_in_place(
     )
     job.report(
         f"normalize: the registry changed what it normalises ({', '.join(change.definitions)}): restarting the "
-        f"queries of {', '.join(touched) or 'none'} on the new plan; {plan.kept} other real-time quer"
+        f"queries of {touched or 'none'} on the new plan; {plan.kept} other real-time quer"
         f"{'y runs' if plan.kept == 1 else 'ies run'} on"
     )
     stopped = {rt.QUERY_PREFIX + name for name in plan.stop}

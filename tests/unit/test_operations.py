@@ -63,6 +63,23 @@ def test_health_endpoint_on_a_taken_port_names_the_port() -> None:
     assert str(err.value) == f"health endpoint 127.0.0.1:{port}: port {port} is already in use by another process"
 
 
+def test_the_health_endpoint_serves_its_documents_as_json_and_404_for_anything_else() -> None:
+    import httpx
+
+    runs = [{"name": "mcq-normalize-realtime raw.t", "run_id": "r1", "started": "2026-12-02T11:00:00.000+00:00"}]
+    server = HealthServer(
+        "127.0.0.1", 0, lambda: True, lambda: True, ListenerMetrics("T").registry, {"/queries": lambda: runs}
+    )
+    server.start()
+    try:
+        answer = httpx.get(server.address + "/queries", timeout=5)
+        assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+        assert answer.json() == runs
+        assert httpx.get(server.address + "/nothing", timeout=5).status_code == 404
+    finally:
+        server.stop()
+
+
 def test_catch_up_runs_serve_health_only_when_a_port_is_given() -> None:
     assert _health_port(None, no_http=False, one_off=False) == DEFAULT_HTTP_PORT
     assert _health_port(None, no_http=False, one_off=True) is None
