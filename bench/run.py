@@ -61,6 +61,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
         ["--orders", "1000", "--rounds", "5", "--entities", "100000"],
         ["--orders", "1000", "--rounds", "2", "--entities", "20000"],
     ),
+    "memory_growth": (["--keys", "50000,100000,200000"], None),
     "mapped_ldap": (["--people", "10000", "--ad"], ["--people", "1000", "--ad"]),
     "listener_lanes": (
         ["--samples", "1000", "--bulk", "100000", "--burst", "20000"],
@@ -74,6 +75,7 @@ QUICK_COVERS = {
     "normalize_start": "a normaliser's start: peer_jdbc_sink's initial load of mcq, start-up included",
     "normalize_cluster": "the normaliser on a Spark cluster: tests/cluster runs it there (make cluster)",
     "normalize_replan": "a registry change while it runs: make long's test checks the untouched queries' runs",
+    "memory_growth": "memory: listener_apply's note gives each process's peak at one size",
 }
 """What --quick leaves out, and where its figures show the same thing in a smaller way: each of
 these starts a normaliser of its own (30-45 s of Spark start-up here), the quick run's largest cost."""

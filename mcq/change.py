@@ -366,6 +366,22 @@ class ChangeCodec:
         except OSError as exc:  # requests' connection errors are OSErrors
             raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
 
+    def decode_value(self, topic: str, partition: int, offset: int, value: bytes) -> dict[str, Any]:
+        """A change record's value as its writer's schema reads it, its key left undecoded (a
+        caller that has the key already: a batch job's last states). Raises BadChange."""
+        where = f"{topic}[{partition}]@{offset}"
+        try:
+            decoded: dict[str, Any] = self._des(value, SerializationContext(topic, MessageField.VALUE))
+            return decoded
+        except SchemaRegistryError as exc:
+            if exc.http_status_code >= 500:
+                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
+            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
+        except (SerializationError, KeyError, TypeError, ValueError) as exc:
+            raise BadChange(where, f"not a change record: {exc}") from None
+        except OSError as exc:
+            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
+
     def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
         """Key and value bytes of a change for ``topic`` (its subjects must exist)."""
         try:

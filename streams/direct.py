@@ -135,16 +135,14 @@ def last_states(
     now = datetime.now(UTC)
     out = []
     for k, (offset, msg) in newest.items():
-        change = codec.decode(msg.topic() or "", msg.partition() or 0, offset, msg.key(), msg.value())
-        live = change is not None and change.change_type != "DELETE"
-        out.append(
-            LastState(
-                k,
-                Change(k, "UPDATE", change.position, now, k.ref, after=dict(change.after or {}))
-                if live and change is not None
-                else None,
-            )
-        )
+        body = msg.value()
+        value = None if body is None else codec.decode_value(msg.topic() or "", msg.partition() or 0, offset, body)
+        if value is None or value["change_type"] == "DELETE":
+            out.append(LastState(k, None))
+            continue
+        source = value["source"]
+        position = Position(int(source["last_commit_lsn"]), int(source["lsn"]))
+        out.append(LastState(k, Change(k, "UPDATE", position, now, k.ref, after=dict(value.get("after") or {}))))
     return out
 
 

@@ -41,7 +41,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports i
 from consumers.adapter import ReadBack, make_adapter
 from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.groups import TP, ListenerGroups
-from consumers.runtime.view import ListenerView
+from consumers.runtime.view import ListenerView, project
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, Position
 from mcq.config import Settings
@@ -178,7 +178,7 @@ class Rebuild:
             summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
             return
         if isinstance(self.adapter, TableAdapter):
-            seen = [state for state in (self.view.see(c, False)[0] for c in live) if state is not None]
+            seen = self._in_view(live)
             begun = time.monotonic()
             try:
                 summary.loaded = self.adapter.load_csv(direct.csv_rows(seen), self.truncate)
@@ -289,6 +289,22 @@ class Rebuild:
         finally:
             writes.unpersist()
         return counts.get(True, 0)
+
+    def _in_view(self, live: list[Change]) -> list[Change]:
+        """The live states the listener's view admits, with the columns it sees, as its view
+        gives them for a key not at the target (``ListenerView.see``); a table no content
+        rule chooses rows of by its interests' columns alone (the Spark engine's ``in_view``)."""
+        out = []
+        for c in live:
+            verdict = self.view.unruled(c.key.tname, c.key.subtype)
+            if verdict is None:
+                state = self.view.see(c, False)[0]
+                if state is not None:
+                    out.append(state)
+            elif verdict.admitted:
+                after = project(c.after, verdict.columns)
+                out.append(Change(c.key, "INSERT", c.position, c.entry_time, c.source_table, after=after))
+        return out
 
     # ------------------------------------------------------------------ any other target: its batch path
 
