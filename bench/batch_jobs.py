@@ -180,12 +180,12 @@ def main() -> int:
     assert rebuilt.loaded == args.keys, rebuilt
     copy_rate = _copy_ceiling(w)
     process_s, engine = _rebuild_process(w)
-    small = w
-    if args.keys != SMALL:
+    small_s, small_engine, small_copy_s = process_s, engine, args.keys / copy_rate
+    if args.keys != SMALL:  # the quick run's target is the small one already
         small = make_world(settings, uuid.uuid4().hex[:10], Path(tempfile.mkdtemp()))
         _produce(small, SMALL)
-    small_s, small_engine = _rebuild_process(small)
-    small_copy_s = SMALL / _copy_ceiling(small)
+        small_s, small_engine = _rebuild_process(small)
+        small_copy_s = SMALL / _copy_ceiling(small)
 
     drift = Reconcile(w.settings, w.registry, w.name, _say).run(spark)
     assert drift.total == 0 and drift.expected == args.keys, drift.lines()
@@ -213,7 +213,7 @@ def main() -> int:
           f"| {n / rebuild_s:,.0f} | target ≥ 100,000/s |")  # fmt: skip
     print(f"| PostgreSQL COPY alone, same rows, same run | {n:,} | {n / copy_rate:.1f} | {copy_rate:,.0f} | ceiling |")
     ratio = process_s / (n / copy_rate)
-    verdict = "met" if ratio <= 2 else "not met"
+    verdict = ("met" if ratio <= 2 else "not met") if n >= 1_000_000 else "judged at 1,000,000 keys"
     print(f"| `mcq rebuild --truncate` as a process, start to exit ({engine}, chosen by size) | {n:,} "
           f"| {process_s:.1f} | {n / process_s:,.0f} | {ratio:.1f}x COPY's: target <= 2x, {verdict} |")  # fmt: skip
     print(f"| the same, a small target ({small_engine}, chosen by size) | {SMALL:,} | {small_s:.1f} "
