@@ -303,6 +303,22 @@ def avro_reader(schema: Any) -> Callable[[bytes], Any]:
         return lambda body: fastavro.schemaless_reader(io.BytesIO(body), parsed, None)
 
 
+UNREADABLE = (SchemaRegistryError, SerializationError, KeyError, TypeError, ValueError, OSError)
+"""What decoding a record raises when it cannot be read (requests' connection errors are OSErrors)."""
+
+
+def _unreadable(where: str, what: str, exc: Exception) -> McqError:
+    """One of :data:`UNREADABLE` as mcq's error: the schema registry out of reach (retry), or a
+    record that is not a change ``what`` (``key``, ``record``; dead-lettered), naming where."""
+    if isinstance(exc, SchemaRegistryError):
+        if exc.http_status_code >= 500:  # the registry does not know the writer's schema id: 4xx
+            return SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}")
+        return BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})")
+    if isinstance(exc, OSError) and not isinstance(exc, (SerializationError, KeyError, TypeError, ValueError)):
+        return SchemaRegistryUnavailable(f"{where}: schema registry: {exc}")
+    return BadChange(where, f"not a change {what}: {exc}")
+
+
 class ChangeCodec:
     """Change <-> Kafka bytes in Confluent's wire format, through the schema registry."""
 
@@ -337,14 +353,8 @@ class ChangeCodec:
             k = self._des(key, SerializationContext(topic, MessageField.KEY))
             return ChangeKey(k["tname"], k.get("subtype"), k.get("person_id"), k.get("pkey_string"),
                              k.get("pkey_number"), k.get("aux_string"))  # fmt: skip
-        except SchemaRegistryError as exc:
-            if exc.http_status_code >= 500:
-                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
-            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
-        except (SerializationError, KeyError, TypeError, ValueError) as exc:
-            raise BadChange(where, f"not a change key: {exc}") from None
-        except OSError as exc:
-            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
+        except UNREADABLE as exc:
+            raise _unreadable(where, "key", exc) from None
 
     def decode(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
         """The change of a record; None for a tombstone. Raises BadChange naming the record."""
@@ -357,14 +367,8 @@ class ChangeCodec:
             k = self._des(key, SerializationContext(topic, MessageField.KEY))
             v = self._des(value, SerializationContext(topic, MessageField.VALUE))
             return Change.from_record(k, v, topic, partition, offset)
-        except SchemaRegistryError as exc:  # the registry does not know the writer's schema id
-            if exc.http_status_code >= 500:
-                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
-            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
-        except (SerializationError, KeyError, TypeError, ValueError) as exc:
-            raise BadChange(where, f"not a change record: {exc}") from None
-        except OSError as exc:  # requests' connection errors are OSErrors
-            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
+        except UNREADABLE as exc:
+            raise _unreadable(where, "record", exc) from None
 
     def decode_value(self, topic: str, partition: int, offset: int, value: bytes) -> dict[str, Any]:
         """A change record's value as its writer's schema reads it, its key left undecoded (a
@@ -373,14 +377,8 @@ class ChangeCodec:
         try:
             decoded: dict[str, Any] = self._des(value, SerializationContext(topic, MessageField.VALUE))
             return decoded
-        except SchemaRegistryError as exc:
-            if exc.http_status_code >= 500:
-                raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc.error_message}") from None
-            raise BadChange(where, f"schema registry: {exc.error_message} (HTTP {exc.http_status_code})") from None
-        except (SerializationError, KeyError, TypeError, ValueError) as exc:
-            raise BadChange(where, f"not a change record: {exc}") from None
-        except OSError as exc:
-            raise SchemaRegistryUnavailable(f"{where}: schema registry: {exc}") from None
+        except UNREADABLE as exc:
+            raise _unreadable(where, "record", exc) from None
 
     def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
         """Key and value bytes of a change for ``topic`` (its subjects must exist)."""
