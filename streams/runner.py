@@ -395,6 +395,7 @@ def _run_queries(
     listener = Progress()
     spark.streams.addListener(listener)
     replan: Registry | None = None
+    fresh: Any = None  # the real-time queries' session, once made
     try:
         if stopping.requested:
             return None, job
@@ -488,7 +489,7 @@ def _run_queries(
         with _unless_jvm_gone(stopping, report):
             # before Python goes away: the JVM would call back into a closed py4j gateway
             spark.streams.removeListener(listener)
-            if "realtime" in jobs:
+            if fresh is not None:
                 fresh.streams.removeListener(listener)
             spark.stop()
     return replan, job
