@@ -39,7 +39,7 @@ def behind(progress: dict[str, Any]) -> int:
 
 class NormalizeMetrics:
     def __init__(self) -> None:
-        self._noted: set[int] = set()
+        self._noted: dict[int, Any] = {}
         self.runs: dict[str, dict[str, str]] = {}
         """Every query run started, by run id: name, id (kept across restarts), start time."""
         self.registry = CollectorRegistry()
@@ -65,7 +65,7 @@ class NormalizeMetrics:
         has an id of its own and the time it was first seen here (``/queries``)."""
         for query in queries:
             if id(query) not in self._noted:
-                self._noted.add(id(query))
+                self._noted[id(query)] = query  # kept: an id is unique only while its object lives
                 started = datetime.now(UTC).isoformat(timespec="milliseconds")
                 run = {"name": str(query.name), "id": str(query.id), "run_id": str(query.runId), "started": started}
                 self.runs[run["run_id"]] = run
