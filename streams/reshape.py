@@ -19,6 +19,7 @@ running Spark application offers, or micro-batch mode (one query reads every raw
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -155,5 +156,11 @@ def apply_in_place(
         live.jobs["ordered"] = new.part(new_ordered, new.checkpoint / "ordered")
         if plan.ordered:
             live.queries.append(live.jobs["ordered"].start(live.spark, once=False, trigger=live.trigger))
-    live.queries.extend(rt.start_realtime(live.jobs["realtime"], live.fresh, live.interval, only=set(plan.start)))
+    begun = time.monotonic()
+    started = rt.start_realtime(live.jobs["realtime"], live.fresh, live.interval, only=set(plan.start))
+    live.queries.extend(started)
+    job.report(
+        f"normalize: the new plan runs: {len(started)} real-time quer{'y' if len(started) == 1 else 'ies'} "
+        f"started in {time.monotonic() - begun:.1f} s"
+    )
     return new

@@ -837,7 +837,7 @@ def _queries(log_path: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.long  # a real-time normaliser followed through two registry changes: minutes, in make long
-@pytest.mark.timeout(1200)  # its own deadlines add up to 1,020 s
+@pytest.mark.timeout(1500)  # its own deadlines add up to 1,260 s
 def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touches(
     world: Captured, nsettings: Settings, tmp_path: Path
 ) -> None:
@@ -905,7 +905,8 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
                 assert job.poll() is None, log_path.read_text()[-3000:]
                 assert_topic_equals_source(wsettings, phones)  # updated_at compared too: it is watched
 
-            _until(time.monotonic() + 120, arrived)
+            _until(time.monotonic() + 120, arrived)  # the replayed window may arrive before the query starts
+            _until(time.monotonic() + 120, logged("normalize: the new plan runs: "))
             second = _queries(log_path)
             assert second.keys() == first.keys(), second
             assert second[phones_query]["run_id"] != first[phones_query]["run_id"]
@@ -930,6 +931,7 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
                     assert {c: value["after"][c] for c in feed.watch} == {c: held[key][c] for c in feed.watch}, key
 
             _until(time.monotonic() + 240, contact_arrived)
+            _until(time.monotonic() + 120, logged("normalize: the new plan runs: ", 2))
             third = _queries(log_path)
             buildings = QUERY_PREFIX + raw["BUILDINGS"]
             (outbox,) = {n for n in first if n.removeprefix(QUERY_PREFIX) not in raw.values()}  # no feeds: the outbox
