@@ -70,6 +70,10 @@ class NormalizeMetrics:
                 run = {"name": str(query.name), "id": str(query.id), "run_id": str(query.runId), "started": started}
                 self.runs[run["run_id"]] = run
 
+    def started_ms(self) -> dict[str, int]:
+        """Each run's start (as noted), by run id, in milliseconds since the epoch."""
+        return {rid: int(datetime.fromisoformat(r["started"]).timestamp() * 1000) for rid, r in self.runs.items()}
+
     def observe(self, progress: dict[str, Any], now: float | None = None) -> None:
         """One finished batch of a query (Spark's progress as JSON)."""
         query = str(progress.get("name") or progress.get("id") or "?")

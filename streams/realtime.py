@@ -41,9 +41,10 @@ from streams.checkpoint import Offsets
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from mcq.config import Settings
+    from streams.handover import Fences
     from streams.normalize import NormalizeJob
 
 
@@ -136,13 +137,19 @@ def group_name(group: tuple[str, ...]) -> str:
 
 
 def realtime_records(
-    job: NormalizeJob, spark: SparkSession, offsets: Offsets | None = None, only: set[str] | None = None
+    job: NormalizeJob,
+    spark: SparkSession,
+    offsets: Offsets | None = None,
+    only: set[str] | None = None,
+    fences: Fences | None = None,
 ) -> list[tuple[int, str, DataFrame]]:
     """(index, raw topic, its query's records: topic, key, value, headers) for every raw topic
     (the outbox topics together, named ``outbox``), each from a Kafka source of its own;
-    ``only``: for those names only (the index stays the one among all)."""
+    ``only``: for those names only (the index stays the one among all); ``fences``: less
+    what an instance handing over wrote already (``streams/handover.py``)."""
     from pyspark.sql import functions as F
 
+    from streams.handover import fenced
     from streams.normalize import position_headers
 
     key_bytes, value_bytes = job._wire_columns()
@@ -150,12 +157,17 @@ def realtime_records(
     groups = [
         (i, topics[0] if len(topics) == 1 else "outbox", topics) for i, topics in enumerate(job.projection_groups())
     ]
+
+    def kept(topics: tuple[str, ...]) -> Column:
+        written = fenced(fences or {}, list(topics), key_bytes)
+        return F.col("r").isNotNull() if written is None else F.col("r").isNotNull() & ~written
+
     return [
         (
             i,
             name,
             job.project(job.parse(_source(job, spark, list(topics), offsets)), topics)
-            .where(F.col("r").isNotNull())
+            .where(kept(topics))
             .select(
                 F.col("r.topic").alias("topic"),
                 key_bytes.alias("key"),
@@ -178,7 +190,12 @@ analyses (0.2-2 s) took longer side by side than one after the other (17.1 s aga
 
 
 def start_realtime(
-    job: NormalizeJob, spark: SparkSession, interval: str, offsets: Offsets | None = None, only: set[str] | None = None
+    job: NormalizeJob,
+    spark: SparkSession,
+    interval: str,
+    offsets: Offsets | None = None,
+    only: set[str] | None = None,
+    fences: Fences | None = None,
 ) -> list[Any]:
     """Start one real-time query per raw topic (returns pyspark's StreamingQuery objects);
     ``only``: the queries of those raw topics (``outbox``: the outbox's) only.
@@ -207,7 +224,7 @@ def start_realtime(
         out._jwrite = out._jwrite.trigger(realtime_trigger(spark, base + stagger))
         return out
 
-    writers = [writer(i, raw, records) for i, raw, records in realtime_records(job, spark, offsets, only)]
+    writers = [writer(i, raw, records) for i, raw, records in realtime_records(job, spark, offsets, only, fences)]
     with ThreadPoolExecutor(START_THREADS, thread_name_prefix="start-realtime") as pool:
         return list(pool.map(lambda w: w.start(), writers))
 

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, started
 from streams.exceptions import NormalizeError
+from streams.handover import HandOver, asked
 from streams.metrics import NormalizeMetrics, behind
 from streams.replan import remember, replay
 from streams.reshape import LiveQueries, apply_in_place
@@ -170,6 +172,7 @@ def run_normalize(
     registry_changed: RegistryChanged | None = None,
     defined_at: DefinedAt | None = None,
     jit_by_backlog: bool = False,
+    after_handover: str = "exit",
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -190,9 +193,14 @@ def run_normalize(
     ``jit_by_backlog``: a ``--once`` run with few raw records waiting (``SHORT_RUN_RECORDS``)
     starts its JVM with C1 only. Only for a process of its own (the CLI): a caller that
     goes on using the JVM (a test session) would keep C1 for all it runs later.
+    A run until stopped started beside another of the same checkpoint takes over from it
+    (``streams/handover.py``); one asked to hand over ends then (``after_handover``
+    ``exit``), or stays up, not ready, until stopped (``idle``: a pod of a rolling update).
     Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
+    if after_handover not in ("exit", "idle"):
+        raise ValueError(f"after_handover {after_handover!r}: exit or idle")
     job = NormalizeJob(
         settings,
         registry,
@@ -215,9 +223,9 @@ def run_normalize(
 
     with stopping.on_signals(), _following(follower, once):
         job.prepare()
-        torn = clear_torn_writes(job.checkpoint)
-        if torn:
-            report(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
+        handover = None if once else HandOver(job.checkpoint, idle=after_handover == "idle")
+        if handover is None or handover.taking_over is None:  # else: once the other has stopped
+            _clear_torn(job.checkpoint, report)
         run_mode = "realtime" if mode == "realtime" and not once else "microbatch"
         if not started(job.checkpoint, run_mode):
             line = fresh_start_line(job, run_mode)
@@ -229,8 +237,12 @@ def run_normalize(
                           interval=checkpoint_interval if realtime else None, health=health,
                           catch_up_above=catch_up_above, defined_at=defined_at,
                           registry_changed=None if once else registry_changed,
-                          jit_by_backlog=jit_by_backlog)  # fmt: skip
-        if stopping.requested:
+                          jit_by_backlog=jit_by_backlog, handover=handover)  # fmt: skip
+        if handover is not None:
+            handover.lease.release()
+        if handover is not None and handover.handed_to is not None:
+            pass  # it said so
+        elif stopping.requested:
             if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
                 report(
                     f"normalize: stopped before its first real-time checkpoint (one every {checkpoint_interval}): "
@@ -239,6 +251,12 @@ def run_normalize(
             else:
                 report("normalize: stopped; a restart resumes after the last finished batch")
     return job
+
+
+def _clear_torn(checkpoint: Path, report: Report) -> None:
+    torn = clear_torn_writes(checkpoint)
+    if torn:
+        report(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
 
 
 def logical_topics(registry: Registry, prefix: str) -> list[str]:
@@ -260,9 +278,10 @@ def _stream(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     health: tuple[str, int] | None = None, catch_up_above: int = CATCH_UP_ABOVE,
     registry_changed: RegistryChanged | None = None, defined_at: DefinedAt | None = None,
-    jit_by_backlog: bool = False,
+    jit_by_backlog: bool = False, handover: HandOver | None = None,
 ) -> NormalizeJob:  # fmt: skip
-    """Run the queries until they end or a stop is requested; ``interval`` set: real time.
+    """Run the queries until they end, a stop is requested or another instance takes over
+    (``handover``); ``interval`` set: real time.
     A registry change stops them and starts them again on its plan, the health endpoint
     answering throughout (not ready meanwhile). Returns the job last run."""
     metrics = NormalizeMetrics()
@@ -289,7 +308,11 @@ def _stream(
             replan, job = _run_queries(job, stopping, once=once, trigger=trigger, master=master, interval=interval,
                                        metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
                                        registry_changed=registry_changed, jit_by_backlog=jit_by_backlog,
-                                       defined_at=defined_at)  # fmt: skip
+                                       defined_at=defined_at, handover=handover)  # fmt: skip
+            if handover is not None and handover.handed_to is not None and handover.idle:
+                while not stopping.requested:  # live, not ready: a rolling update stops this pod
+                    ticked[0] = time.monotonic()
+                    time.sleep(0.5)
             if replan is None or stopping.requested:
                 return job
             job = dataclasses.replace(
@@ -324,6 +347,7 @@ def _run_queries(
     job: NormalizeJob, stopping: StopRequest, *, once: bool, trigger: str, master: str | None, interval: str | None,
     metrics: NormalizeMetrics, queries: list[Any], ticked: list[float], catch_up_above: int,
     registry_changed: RegistryChanged | None = None, jit_by_backlog: bool = False, defined_at: DefinedAt | None = None,
+    handover: HandOver | None = None,
 ) -> tuple[Registry | None, NormalizeJob]:  # fmt: skip
     """Start the queries and watch them until they end, a stop is requested, or the
     registry changes what they normalise in a way the running queries cannot take
@@ -399,6 +423,16 @@ def _run_queries(
     try:
         if stopping.requested:
             return None, job
+        if handover is not None:  # the lease, from another instance if one runs (it stops first)
+            took = handover.taking_over is not None
+            written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
+            handover.take_over(job.settings, written, report, lambda: stopping.requested)
+            if stopping.requested:
+                return None, job
+            if took:
+                _clear_torn(job.checkpoint, report)
+            if handover.fences is not None:  # a catch-up's micro-batches would write past them
+                catch_up_above = sys.maxsize
         replayed: list[Any] = []
         replay(job, spark, stopping, replayed.append)  # a registry change's window, first
         queries.extend(replayed)  # stopped with the others if it is still running
@@ -432,7 +466,11 @@ def _run_queries(
             queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
             now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
             caught_up = time.monotonic()
-            started = rt.start_realtime(now, fresh, interval, offsets)
+            started = rt.start_realtime(
+                now, fresh, interval, offsets, fences=None if handover is None else handover.fences
+            )
+            if handover is not None:
+                handover.fences = None  # what starts later reads its own checkpoints
             queries.extend(started)
             report(
                 f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval} "
@@ -446,6 +484,16 @@ def _run_queries(
             while not stopping.requested:
                 ticked[0] = time.monotonic()
                 metrics.note_runs(queries)
+                to = asked(job.checkpoint, handover.me) if handover is not None else None
+                if handover is not None and to is not None:
+                    if interval:
+                        silence_jvm_log(spark)  # the real-time tasks log their aborted writes
+                    handover.give_over(
+                        to, spark, queries, lambda q: str(q.name).startswith(rt.QUERY_PREFIX),
+                        functools.partial(_stop_all, stopping=stopping), report, metrics.started_ms(),
+                        rt.interval_ms(interval or "1 minute") * 2,
+                    )  # fmt: skip
+                    return None, job
                 ended = next((q for q in queries if not q.isActive), None)
                 if ended is not None:
                     ended.awaitTermination()  # raises what ended it, if that was an error
@@ -468,7 +516,7 @@ def _run_queries(
                             break
                         job = reshaped
                     look_at = time.monotonic() + REGISTRY_LOOK_S
-                time.sleep(0.5)
+                time.sleep(0.2)
                 if seen_output.is_set() and "realtime" in jobs:
                     seen_output.clear()
                     if jobs["realtime"]._unseen_refs():

@@ -75,6 +75,14 @@ def streams() -> None:
     help="Go on past raw records deleted (retention) before they were read; only after refreshing the "
     "listeners from the source, as the error naming them says.",
 )
+@click.option(
+    "--after-handover",
+    type=click.Choice(["exit", "idle"]),
+    default="exit",
+    show_default=True,
+    help="When another normaliser of this checkpoint takes over: end, or stay up, not ready, until stopped "
+    "(a pod of a rolling update, which its Deployment would otherwise restart).",
+)
 @health_options(NORMALIZE_HTTP_PORT, "A --once run")
 def streams_normalize(
     registry_file: Path | None,
@@ -87,11 +95,15 @@ def streams_normalize(
     master: str | None,
     max_offsets_per_trigger: int | None,
     accept_lost_raw: bool,
+    after_handover: str,
     http_host: str,
     http_port: int | None,
     no_http: bool,
 ) -> None:
     """Normalise raw Debezium topics into the compacted logical topics of the registry.
+
+    Started beside a running normaliser of the same checkpoint, it starts Spark, then
+    takes over from it: the other stops, and no record is missing or written twice.
 
     Exit 0 when stopped (SIGTERM/SIGINT) or, with --once, caught up; 1 when the stream
     failed (raw records deleted before they were read included: the line says how to
@@ -129,6 +141,7 @@ def streams_normalize(
             registry_changed=None if watch is None or once else watch.changed,
             defined_at=None if watch is None else watch.defined_at,
             jit_by_backlog=True,  # this process ends with the run
+            after_handover=after_handover,
         )
     except HealthAddressTaken as exc:
         _stop(

@@ -351,17 +351,48 @@ def test_strimzi_mode_makes_a_kafkaconnector_per_source_and_the_hook_only_prepar
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][:3] == ["connect", "apply", "--prepare-only"]
 
 
-def test_the_normaliser_is_one_recreated_pod_on_a_kept_checkpoint_claim(render: Render) -> None:
-    docs = render()
+def _normalizer(docs: list[dict[str, Any]]) -> dict[str, Any]:
     [deployment] = [
         d for d in _of(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == "normalizer"
     ]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+    return deployment
+
+
+def test_the_normaliser_is_one_pod_a_rolling_update_hands_over_on_a_kept_checkpoint_claim(render: Render) -> None:
+    docs = render()
+    deployment = _normalizer(docs)
+    assert deployment["spec"]["replicas"] == 1
+    # the new pod starts beside the old one, which stops only once the new one is ready
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}
+    }  # fmt: skip
     [claim] = _of(docs, "PersistentVolumeClaim")
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    pod = deployment["spec"]["template"]["spec"]
+    # a ReadWriteOnce checkpoint: the new pod runs on the old one's node
+    [term] = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= pod_labels(deployment).items()
+    container = pod["containers"][0]
     assert container["args"][:2] == ["streams", "normalize"]
+    assert container["args"][-2:] == ["--after-handover", "idle"]  # else its Deployment would restart it
     assert {"name": "checkpoint", "mountPath": "/var/lib/mcq-checkpoint"} in container["volumeMounts"]
+
+    shared = _normalizer(render(sets=("normalizer.checkpoint.accessMode=ReadWriteMany",)))
+    assert "affinity" not in shared["spec"]["template"]["spec"]  # any node
+
+
+def test_a_recreate_update_stops_the_old_normaliser_pod_first(render: Render) -> None:
+    deployment = _normalizer(render(sets=("normalizer.update=recreate",)))
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert "affinity" not in pod and "--after-handover" not in pod["containers"][0]["args"]
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    return dict(deployment["spec"]["template"]["metadata"]["labels"])
 
 
 def test_a_registry_with_entities_gets_one_recreated_entities_writer(render: Render, tmp_path: Path) -> None:
