@@ -37,6 +37,7 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
     "normalize_start": (["--runs", "3"], None),
     "normalize_cluster": (["--rates", "100,1000", "--seconds", "60", "--people", "20000"], None),
     "normalize_replan": (["--rate", "50", "--seconds", "30"], None),
+    "normalize_handover": (["--rate", "50", "--seconds", "30"], None),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
     "peer_jdbc_sink": (
         # a minute of warm-up: a normaliser's JIT compiles for its first minutes (BENCHMARKS.md)
@@ -75,6 +76,7 @@ QUICK_COVERS = {
     "normalize_start": "a normaliser's start: peer_jdbc_sink's initial load of mcq, start-up included",
     "normalize_cluster": "the normaliser on a Spark cluster: tests/cluster runs it there (make cluster)",
     "normalize_replan": "a registry change while it runs: make long's test checks the untouched queries' runs",
+    "normalize_handover": "a hand-over and a crash restart: make long's test checks the hand-over's correctness",
     "memory_growth": "memory: listener_apply's note gives each process's peak at one size",
 }
 """What --quick leaves out, and where its figures show the same thing in a smaller way: each of

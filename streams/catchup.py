@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams.checkpoint import Offsets, batch_offsets, planned
+from streams.checkpoint import Offsets, batch_offsets, planned, realtime_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +47,7 @@ pipeline test took 2:53 minutes, against 6:50 before (``BENCHMARKS.md``)."""
 
 def realtime_started(checkpoint: Path) -> bool:
     """Whether a real-time query planned a batch under the normaliser's ``checkpoint``."""
-    return planned(checkpoint / "realtime")
+    return planned(realtime_dir(checkpoint))
 
 
 def _batch_ids(log: Path) -> list[int]:

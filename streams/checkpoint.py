@@ -62,13 +62,27 @@ def topics_read(location: Path, batch: int) -> set[str] | None:
     return {t for t, parts in end.items() if any(start.get(t, {}).get(p) != o for p, o in parts.items())}
 
 
+REALTIME_POINTER = "realtime.current"
+
+
+def realtime_dir(location: Path) -> Path:
+    """Where the real-time queries of the normaliser's checkpoint ``location`` keep theirs:
+    ``realtime/``, or the copy a take-over made and named in ``realtime.current``
+    (``streams/handover.py``)."""
+    try:
+        name = (location / REALTIME_POINTER).read_text().strip()
+    except OSError:
+        return location / "realtime"
+    return location / name if name.startswith("realtime") and "/" not in name else location / "realtime"
+
+
 def started(location: Path, mode: str) -> bool:
     """Whether a query of ``mode`` ever planned a batch under ``location`` (an offset log
     entry exists). A micro-batch run keeps its log at the top (``offsets/``), a real-time
     run below ``realtime/`` and ``ordered/``: each mode starts fresh once."""
     if mode == "microbatch":
         return _has_entry(location / "offsets")
-    return planned(location / "realtime") or planned(location / "ordered")
+    return planned(realtime_dir(location)) or planned(location / "ordered")
 
 
 def planned(root: Path) -> bool:

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 LEASE_S = 10.0
 """A lease not beaten for this long is a crashed instance's."""
 BEAT_S = 1.0
+ASK_POLL_S = 0.05
 TAIL_MARGIN_MS = 30_000
 """Read the output topics' tails from this long before the old instance's oldest batch
 in flight began (clocks of two hosts, a record's create time)."""
@@ -144,10 +146,14 @@ def asked(checkpoint: Path, me: dict[str, Any]) -> dict[str, Any] | None:
     return request if request is not None and request.get("id") != me["id"] else None
 
 
-def answer(checkpoint: Path, me: dict[str, Any], to: dict[str, Any], since_ms: int, flushed: bool) -> None:
-    """The running instance has stopped its queries for ``to``; what they wrote after their
-    last checkpoints was written after ``since_ms``."""
-    _write(_dir(checkpoint) / "done.json", {"from": me, "to": to["id"], "since_ms": since_ms, "flushed": flushed})
+def answer(
+    checkpoint: Path, me: dict[str, Any], to: dict[str, Any], since_ms: int, flushed: bool, fences: str | None = None
+) -> None:
+    """The running instance has stopped writing for ``to``; what its queries wrote after
+    their last checkpoints was written after ``since_ms``; ``fences``: what it wrote, as
+    its gate counted (``fence_lines``' format), when Kafka acknowledged all of it."""
+    done = {"from": me, "to": to["id"], "since_ms": since_ms, "flushed": flushed, "fences": fences}
+    _write(_dir(checkpoint) / "done.json", done)
     with contextlib.suppress(OSError):
         (_dir(checkpoint) / "request.json").unlink()
 
@@ -158,10 +164,11 @@ def wait_answer(
     """The old instance's answer to ``me``; None when it died first (its lease went stale)
     or ``stopped`` says this instance is stopping."""
     while not stopped():
+        gone = holder(checkpoint, me) is None  # looked at first: an answer comes before the lease goes
         done = _read(_dir(checkpoint) / "done.json")
         if done is not None and done.get("to") == me["id"]:
             return done
-        if holder(checkpoint, me) is None:
+        if gone:
             return None
         time.sleep(poll_s)
     return None
@@ -199,6 +206,7 @@ def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
                 **settings.kafka.client_config(),
                 "group.id": f"_mcq-handover-{uuid.uuid4().hex}",  # never commits
                 "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,  # the tails are there: no waiting for more
                 "enable.partition.eof": True,
             }
         )
@@ -235,27 +243,81 @@ def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
     return {fence: (offset, frozenset(keys)) for fence, (offset, keys) in fences.items()}
 
 
-def fenced(fences: Fences, raw_topics: list[str], key: Column) -> Column | None:
-    """The records (of a query of ``raw_topics``) the old instance already wrote: true for
-    them. Columns: ``raw_topic``, ``raw_partition``, ``raw_offset``, ``r.topic``; ``key``
-    the record's key as written. None: no fence concerns these raw topics."""
+GATE = "mcq.spark.HandOverGate"
+"""jvm/spark-gate: holds the real-time queries' records until the old instance stopped."""
+
+
+def gated(key: Column) -> Column:
+    """False for a record the old instance wrote already; waits while the gate is closed.
+    Columns: ``raw_topic``, ``raw_partition``, ``raw_offset``, ``topic`` (where it is
+    written); ``key`` the record's key as written."""
     from pyspark.sql import functions as F
 
-    out: Column | None = None
-    for (raw_topic, partition, topic), (offset, keys) in sorted(fences.items()):
-        if raw_topic not in raw_topics:
-            continue
-        at = F.col("raw_offset") < F.lit(offset)
-        if keys:
-            at = at | ((F.col("raw_offset") == F.lit(offset)) & key.isin([F.lit(bytearray(k)) for k in sorted(keys)]))
-        one = (
-            (F.col("raw_topic") == F.lit(raw_topic))
-            & (F.col("raw_partition") == F.lit(partition))
-            & (F.col("r.topic") == F.lit(topic))
-            & at
-        )
-        out = one if out is None else out | one
-    return out
+    written = F.reflect(
+        F.lit(GATE), F.lit("written"), F.col("raw_topic"), F.col("raw_partition").cast("int"), F.col("topic"),
+        F.col("raw_offset").cast("long"), F.hex(key),
+    )  # fmt: skip
+    return written != F.lit("true")
+
+
+def _gate(spark: SparkSession) -> Any:
+    jvm: Any = spark._jvm
+    return jvm.mcq.spark.HandOverGate
+
+
+def can_gate(spark: SparkSession) -> bool:
+    """Whether the tasks run in the driver's JVM (a local master), where the gate is."""
+    if not str(spark.sparkContext.master).startswith("local"):
+        return False
+    try:
+        return isinstance(_gate(spark).isOpen(), bool)
+    except Exception:  # py4j: the class is not on the class path
+        return False
+
+
+def fence_lines(fences: Fences) -> str:
+    return "".join(
+        f"{raw}\t{partition}\t{topic}\t{offset}\t{','.join(sorted(k.hex() for k in keys))}\n"
+        for (raw, partition, topic), (offset, keys) in sorted(fences.items())
+    )
+
+
+def copy_checkpoint(checkpoint: Path) -> tuple[Path, int]:
+    """A copy of the real-time queries' checkpoints for a take-over's queries, and when
+    the oldest batch not committed in it began (ms): what was written since may be the
+    old instance's, in a batch the copy does not know as committed."""
+    from streams.checkpoint import clear_torn_writes, realtime_dir
+
+    source = realtime_dir(checkpoint)
+    copy = checkpoint / f"realtime.{uuid.uuid4().hex[:8]}"
+    if source.is_dir():
+        shutil.copytree(source, copy)
+    else:
+        copy.mkdir(parents=True)
+    clear_torn_writes(copy)
+    since = time.time()
+    for query in [p for p in copy.iterdir() if p.is_dir()]:
+        commits = [p for p in (query / "commits").glob("[0-9]*") if p.name.isdigit()]
+        newest = max(commits, key=lambda p: int(p.name)) if commits else query / "metadata"
+        with contextlib.suppress(OSError):
+            since = min(since, newest.stat().st_mtime)
+    return copy, int(since * 1000)
+
+
+def make_current(checkpoint: Path, copy: Path) -> None:
+    """The take-over's copy is the real-time checkpoint from now on; the old one goes."""
+    from streams.checkpoint import REALTIME_POINTER, realtime_dir
+
+    before = realtime_dir(checkpoint)
+    _write_text(checkpoint / REALTIME_POINTER, copy.name)
+    if before != copy:
+        shutil.rmtree(before, ignore_errors=True)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 @dataclasses.dataclass
@@ -270,7 +332,14 @@ class HandOver:
     lease: Lease = dataclasses.field(init=False)
     taking_over: dict[str, Any] | None = None
     """The running instance found at start, until it answered."""
-    fences: Fences | None = None
+    answered: threading.Event = dataclasses.field(default_factory=threading.Event)
+    """Set once ``watch`` answered an ask: the queries, held at the gate, are to stop."""
+    asked_by: dict[str, Any] | None = None
+    """An ask ``watch`` left to the driver's loop (``give_over``)."""
+    _unwatch: threading.Event | None = None
+    copy: Path | None = None
+    """The checkpoint copy the take-over's queries run on (``hold``)."""
+    copy_since_ms: int = 0
     handed_to: str | None = None
 
     def __post_init__(self) -> None:
@@ -280,12 +349,21 @@ class HandOver:
     def who(self, instance: dict[str, Any]) -> str:
         return f"{instance.get('id')} (pid {instance.get('pid')} on {instance.get('host')})"
 
+    def hold(self, spark: SparkSession) -> Path:
+        """Before the take-over: close the gate and copy the checkpoint the queries then
+        start from, held at the gate (returns the copy's directory)."""
+        _gate(spark).close()
+        self.copy, self.copy_since_ms = copy_checkpoint(self.checkpoint)
+        return self.copy
+
     def take_over(
         self, settings: Settings, topics: list[str], report: Callable[[str], None], stopped: Callable[[], bool],
+        spark: SparkSession | None = None,
     ) -> None:  # fmt: skip
-        """Ask the running instance to hand over, wait for its answer, hold the lease and
-        read the fences (``topics``: every topic the queries write). Nothing runs on the
-        checkpoint meanwhile."""
+        """Ask the running instance to hand over, wait for its answer and hold the lease.
+        ``spark``: the queries started from ``hold``'s copy wait at the gate, which opens
+        with the fences of what the old instance wrote (``topics``: every topic they
+        write). Without: nothing runs on the checkpoint yet."""
         old = self.taking_over
         if old is None:
             self.lease.hold()
@@ -296,34 +374,50 @@ class HandOver:
         done = wait_answer(self.checkpoint, self.me, old, stopped)
         self.taking_over = None
         if stopped():
+            if self.copy is not None:
+                shutil.rmtree(self.copy, ignore_errors=True)
             return
         self.lease.hold()
+        waited = time.monotonic() - began
+        fences = ""
         if done is None:
             report(f"normalize: {self.who(old)} stopped beating its lease: resuming from the checkpoint")
-            return
-        waited = time.monotonic() - began
-        if not done.get("flushed"):
+        elif spark is None or self.copy is None or not done.get("flushed"):
             report(
-                f"normalize: took over from {self.who(old)} after {waited:.1f} s; its executors were its own, so "
-                "its last records may be written again"
+                f"normalize: took over from {self.who(old)} after {waited:.1f} s; it may have written its last "
+                "records before its checkpoint: they may come again"
             )
-            return
-        self.fences = read_fences(settings, topics, int(done["since_ms"]) - TAIL_MARGIN_MS)
-        report(
-            f"normalize: took over from {self.who(old)} after {waited:.1f} s; what it wrote after its last "
-            f"checkpoint is not written again ({len(self.fences)} raw partition/topic fences, read in "
-            f"{time.monotonic() - began - waited:.1f} s)"
-        )
+        elif done.get("fences") is not None:  # its gate counted what it wrote
+            fences = str(done["fences"])
+            report(
+                f"normalize: took over from {self.who(old)} after {waited:.2f} s; what it wrote after its last "
+                f"checkpoint is not written again ({fences.count(chr(10))} raw partition/topic fences, its gate's)"
+            )
+        else:
+            since = min(int(done["since_ms"]), self.copy_since_ms) - TAIL_MARGIN_MS
+            fences = fence_lines(read_fences(settings, topics, since))
+            report(
+                f"normalize: took over from {self.who(old)} after {waited:.2f} s; what it wrote after its last "
+                f"checkpoint is not written again ({fences.count(chr(10))} raw partition/topic fences, read from "
+                f"the topics in {time.monotonic() - began - waited:.1f} s)"
+            )
+        if spark is not None and self.copy is not None:
+            make_current(self.checkpoint, self.copy)
+            _gate(spark).open(fences)
 
     def give_over(
         self, to: dict[str, Any], spark: SparkSession, queries: list[Any], realtime: Callable[[Any], bool],
         stop_all: Callable[[list[Any]], None], report: Callable[[str], None], started: dict[str, int],
-        fallback_ms: int,
+        fallback_ms: int, gate: bool,
     ) -> None:  # fmt: skip
-        """Stop ``queries`` for ``to``: a micro-batch query between two batches (a batch it
-        wrote is then committed), the real-time ones at once; close the producers, then answer
-        with the moment the oldest batch in flight began (``started``: each run's start, by run
-        id, in ms; ``fallback_ms``: how long a batch may last, for a run not known there)."""
+        """Stop writing for ``to``, then answer: a micro-batch query stops between two
+        batches (a batch it wrote is then committed); the real-time ones' gate closes for
+        good and Kafka acknowledges the records that passed it (``gate``; else, or when
+        they are not within a second, the queries stop and the producers close, sending
+        what they hold).
+        The answer says when the oldest batch in flight began (``started``: each run's
+        start, by run id, in ms; ``fallback_ms``: how long a batch may last, for a run not
+        known there). The real-time queries stop after it."""
         began = time.monotonic()
         report(f"normalize: handing over to {self.who(to)}")
         for query in [q for q in queries if not realtime(q)]:
@@ -333,8 +427,14 @@ class HandOver:
             query.stop()
         running = [q for q in queries if realtime(q)]
         progress = {str(q.runId): q.lastProgress for q in running}
-        stop_all(running)
-        queries.clear()
+        closed, fences = False, None
+        if gate:
+            _gate(spark).close()
+            closed = bool(_gate(spark).awaitSent(1000))
+            if closed and int(_gate(spark).failed()) == 0:  # all it let through is in Kafka
+                fences = str(_gate(spark).passed())
+        if not closed:
+            stop_all(running)
         flushed = flush_producers(spark)
         stopped_ms = int(time.time() * 1000)
         since_ms = stopped_ms - fallback_ms
@@ -343,7 +443,55 @@ class HandOver:
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 begun = int(datetime.fromisoformat(last["timestamp"]).timestamp() * 1000)
             since_ms = since_ms if begun is None else min(since_ms, begun)
+        answer(self.checkpoint, self.me, to, since_ms, flushed, fences)  # then the lease: no gap for a crash to show in
         self.lease.release()
-        answer(self.checkpoint, self.me, to, since_ms, flushed)
         self.handed_to = str(to.get("id"))
-        report(f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.1f} s")
+        how = (
+            "its gate closed, every record it let through acknowledged"
+            if closed
+            else f"its queries stopped{'' if not gate else f'; {_gate(spark).passing()} records unacknowledged'}"
+        )
+        report(f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.2f} s ({how})")
+        if closed:
+            stop_all(running)  # held at the gate: nothing they do is written any more
+        queries.clear()
+
+    def watch(self, spark: SparkSession | None, ordered: Callable[[], bool], report: Callable[[str], None]) -> None:
+        """Look for an ask every ``ASK_POLL_S`` in a thread of its own. With the gate
+        (``spark``) and no micro-batch query (``ordered``), answer it there: close the gate
+        for good, wait until Kafka acknowledged what passed it, answer with what that was
+        (``answered``). Otherwise, or when that does not hold within a second, leave it to
+        the driver's loop (``asked_by``: ``give_over``)."""
+
+        stop = self._unwatch = threading.Event()
+
+        def run() -> None:
+            while self.handed_to is None and not stop.is_set():
+                to = asked(self.checkpoint, self.me)
+                if to is None:
+                    stop.wait(ASK_POLL_S)
+                    continue
+                began = time.monotonic()
+                if spark is not None and not ordered():
+                    report(f"normalize: handing over to {self.who(to)}")
+                    gate = _gate(spark)
+                    gate.close()
+                    if bool(gate.awaitSent(1000)) and int(gate.failed()) == 0:
+                        answer(self.checkpoint, self.me, to, int(time.time() * 1000), True, str(gate.passed()))
+                        self.lease.release()
+                        self.handed_to = str(to.get("id"))
+                        report(
+                            f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.2f} s (its "
+                            "gate closed, every record it let through acknowledged)"
+                        )
+                        self.answered.set()
+                        return
+                self.asked_by = to
+                return
+
+        threading.Thread(target=run, name="mcq-normalize-handover", daemon=True).start()
+
+    def unwatch(self) -> None:
+        """Stop ``watch``'s thread (the queries it watched for are stopping)."""
+        if self._unwatch is not None:
+            self._unwatch.set()

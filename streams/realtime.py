@@ -41,10 +41,9 @@ from streams.checkpoint import Offsets
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from mcq.config import Settings
-    from streams.handover import Fences
     from streams.normalize import NormalizeJob
 
 
@@ -141,15 +140,15 @@ def realtime_records(
     spark: SparkSession,
     offsets: Offsets | None = None,
     only: set[str] | None = None,
-    fences: Fences | None = None,
+    gate: bool = False,
 ) -> list[tuple[int, str, DataFrame]]:
     """(index, raw topic, its query's records: topic, key, value, headers) for every raw topic
     (the outbox topics together, named ``outbox``), each from a Kafka source of its own;
-    ``only``: for those names only (the index stays the one among all); ``fences``: less
-    what an instance handing over wrote already (``streams/handover.py``)."""
+    ``only``: for those names only (the index stays the one among all); ``gate``: held at
+    the hand-over gate, less what the instance handing over wrote (``streams/handover.py``)."""
     from pyspark.sql import functions as F
 
-    from streams.handover import fenced
+    from streams.handover import gated
     from streams.normalize import position_headers
 
     key_bytes, value_bytes = job._wire_columns()
@@ -158,23 +157,26 @@ def realtime_records(
         (i, topics[0] if len(topics) == 1 else "outbox", topics) for i, topics in enumerate(job.projection_groups())
     ]
 
-    def kept(topics: tuple[str, ...]) -> Column:
-        written = fenced(fences or {}, list(topics), key_bytes)
-        return F.col("r").isNotNull() if written is None else F.col("r").isNotNull() & ~written
+    wire = ["topic", "key", "value", "headers"]
 
-    return [
-        (
-            i,
-            name,
+    def records(topics: tuple[str, ...]) -> DataFrame:
+        out = (
             job.project(job.parse(_source(job, spark, list(topics), offsets)), topics)
-            .where(kept(topics))
+            .where(F.col("r").isNotNull())
             .select(
                 F.col("r.topic").alias("topic"),
                 key_bytes.alias("key"),
                 value_bytes.alias("value"),
                 headers.alias("headers"),
-            ),
+                *(["raw_topic", "raw_partition", "raw_offset"] if gate else []),
+            )
         )
+        # the gate sees each record as written (its key's bytes): the last filter, so that a
+        # record it lets through is written
+        return out.where(gated(F.col("key"))).select(*wire) if gate else out
+
+    return [
+        (i, name, records(topics))
         # the projections: SQL text, one parse per raw topic (streams/sqltext.py)
         for i, name, topics in groups
         if only is None or name in only
@@ -182,6 +184,7 @@ def realtime_records(
 
 
 QUERY_PREFIX = "mcq-normalize-realtime "
+GATE_SENT = "mcq.spark.HandOverGate$Sent"
 START_THREADS = 4
 """Queries started at once: a start waits for its query's thread to come up, which
 overlaps well (the 17 campus queries: ~4.5 s of starts -> 1.5 s). Building them does not:
@@ -195,7 +198,7 @@ def start_realtime(
     interval: str,
     offsets: Offsets | None = None,
     only: set[str] | None = None,
-    fences: Fences | None = None,
+    gate: bool = False,
 ) -> list[Any]:
     """Start one real-time query per raw topic (returns pyspark's StreamingQuery objects);
     ``only``: the queries of those raw topics (``outbox``: the outbox's) only.
@@ -220,11 +223,13 @@ def start_realtime(
             .option("checkpointLocation", str(job.checkpoint / re.sub(r"[^A-Za-z0-9._-]", "_", raw)))
             .outputMode("update")
         )
+        if gate:  # counts the records that passed the gate out (streams/handover.py)
+            out = out.option("kafka.interceptor.classes", GATE_SENT)
         stagger = i * min(5_000, base // 20)
         out._jwrite = out._jwrite.trigger(realtime_trigger(spark, base + stagger))
         return out
 
-    writers = [writer(i, raw, records) for i, raw, records in realtime_records(job, spark, offsets, only, fences)]
+    writers = [writer(i, raw, records) for i, raw, records in realtime_records(job, spark, offsets, only, gate)]
     with ThreadPoolExecutor(START_THREADS, thread_name_prefix="start-realtime") as pool:
         return list(pool.map(lambda w: w.start(), writers))
 

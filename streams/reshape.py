@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streams import realtime as rt
+from streams.checkpoint import realtime_dir
 from streams.plan import NormalizePlan
 
 if TYPE_CHECKING:
@@ -100,6 +101,8 @@ class LiveQueries:
     queries: list[Any]
     jobs: dict[str, NormalizeJob]
     """``realtime`` (and ``ordered``): the parts of the plan running."""
+    gate: bool = False
+    """The real-time queries pass the hand-over gate (``streams/handover.py``)."""
 
 
 def apply_in_place(
@@ -140,7 +143,7 @@ def apply_in_place(
     doomed = [q for q in live.queries if q.name in stopped or (plan.ordered and q.name == ORDERED_QUERY)]
     stop_all(doomed)
     live.queries[:] = [q for q in live.queries if all(q is not d for d in doomed)]
-    live.jobs["realtime"] = new.part(new_rt, new.checkpoint / "realtime")
+    live.jobs["realtime"] = new.part(new_rt, realtime_dir(new.checkpoint))
     live.jobs.pop("ordered", None)
     outbox = rt.group_name(new_rt.outbox_topics) if new_rt.outbox_topics else None
     starting = [t for t in new_rt.raw_topics if t in plan.start or (outbox in plan.start and t in new_rt.outbox_topics)]
@@ -157,7 +160,7 @@ def apply_in_place(
         if plan.ordered:
             live.queries.append(live.jobs["ordered"].start(live.spark, once=False, trigger=live.trigger))
     begun = time.monotonic()
-    started = rt.start_realtime(live.jobs["realtime"], live.fresh, live.interval, only=set(plan.start))
+    started = rt.start_realtime(live.jobs["realtime"], live.fresh, live.interval, only=set(plan.start), gate=live.gate)
     live.queries.extend(started)
     job.report(
         f"normalize: the new plan runs: {len(started)} real-time quer{'y' if len(started) == 1 else 'ies'} "

@@ -13,7 +13,6 @@ import functools
 import json
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,14 +25,15 @@ from mcq.health import HealthServer
 from mcq.history.follower import CaptureFollower
 from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
-from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, started
+from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
-from streams.handover import HandOver, asked
+from streams.handover import HandOver, can_gate
 from streams.metrics import NormalizeMetrics, behind
 from streams.replan import remember, replay
-from streams.reshape import LiveQueries, apply_in_place
+from streams.reshape import ORDERED_QUERY, LiveQueries, apply_in_place
 
 if TYPE_CHECKING:
+    from streams.plan import NormalizePlan
     from streams.registry_watch import PlanChange
 
 from streams.normalize import NormalizeJob, Report
@@ -132,7 +132,7 @@ def fresh_start_line(job: NormalizeJob, mode: str) -> str | None:
     if not held:
         return None
     why = "a checkpoint deleted or moved, another --checkpoint, or a switch of mode"
-    if mode == "realtime" and any((job.checkpoint / "realtime").glob("*/metadata")):
+    if mode == "realtime" and any(realtime_dir(job.checkpoint).glob("*/metadata")):
         why = "the last run stopped before its first real-time checkpoint"
     return (
         f"normalize: no {mode} checkpoint at {job.checkpoint}, but the logical topics already hold {held} records "
@@ -243,7 +243,7 @@ def run_normalize(
         if handover is not None and handover.handed_to is not None:
             pass  # it said so
         elif stopping.requested:
-            if run_mode == "realtime" and not planned(job.checkpoint / "realtime"):
+            if run_mode == "realtime" and not planned(realtime_dir(job.checkpoint)):
                 report(
                     f"normalize: stopped before its first real-time checkpoint (one every {checkpoint_interval}): "
                     "a restart reads again what this run read in real time"
@@ -418,21 +418,29 @@ def _run_queries(
 
     listener = Progress()
     spark.streams.addListener(listener)
+    provenance: list[threading.Thread] = []  # the first-seen reader, while it reads
     replan: Registry | None = None
     fresh: Any = None  # the real-time queries' session, once made
     try:
         if stopping.requested:
             return None, job
+        gate = bool(interval) and can_gate(spark)  # the real-time queries' hand-over gate (local masters)
+        held: list[Any] = []  # real-time queries started before a take-over, held at its gate
+        if handover is not None and handover.taking_over is not None and gate and interval:
+            fresh = _realtime_session(spark, listener, job, realtime_part)
+            begun = time.monotonic()
+            now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
+            held = rt.start_realtime(now, fresh, interval, gate=True)
+            queries.extend(held)
+            report(f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held")
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
             written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-            handover.take_over(job.settings, written, report, lambda: stopping.requested)
+            handover.take_over(job.settings, written, report, lambda: stopping.requested, spark if held else None)
             if stopping.requested:
                 return None, job
-            if took:
+            if took and not held:
                 _clear_torn(job.checkpoint, report)
-            if handover.fences is not None:  # a catch-up's micro-batches would write past them
-                catch_up_above = sys.maxsize
         replayed: list[Any] = []
         replay(job, spark, stopping, replayed.append)  # a registry change's window, first
         queries.extend(replayed)  # stopped with the others if it is still running
@@ -449,14 +457,8 @@ def _run_queries(
                     + ", ".join(sorted(job.plan.shared_topics))
                 )
                 queries.append(ordered.start(spark, once=False, trigger=trigger))
-            # the real-time query reads Kafka through the V2 source, which Real-Time Mode
-            # needs (streams/session.py keeps micro-batch queries on V1): a session of its own
-            fresh = spark.newSession()
-            fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
-            fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
-            fresh.streams.addListener(listener)  # before the queries start: their start is news too
-            for topic in rt.ensure_raw_topics(job.settings, realtime_part.raw_topics):
-                report(f"normalize: created raw topic {topic} (no change captured in it yet)")
+        if interval and not held:
+            fresh = _realtime_session(spark, listener, job, realtime_part)
             catching: list[Any] = []
             begun = time.monotonic()
             offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
@@ -464,34 +466,37 @@ def _run_queries(
             if stopping.requested:
                 return None, job
             queries[:] = [q for q in queries if all(q is not c for c in catching)]  # it has ended
-            now = jobs["realtime"] = job.part(realtime_part, job.checkpoint / "realtime")
+            now = jobs["realtime"] = job.part(realtime_part, realtime_dir(job.checkpoint))
             caught_up = time.monotonic()
-            started = rt.start_realtime(
-                now, fresh, interval, offsets, fences=None if handover is None else handover.fences
-            )
-            if handover is not None:
-                handover.fences = None  # what starts later reads its own checkpoints
+            started = rt.start_realtime(now, fresh, interval, offsets, gate=gate)
             queries.extend(started)
             report(
                 f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval} "
                 f"(catch-up {caught_up - begun:.1f} s, queries started in {time.monotonic() - caught_up:.1f} s)"
             )
+        if handover is not None:  # answers a take-over's ask at once when the gate can (its own thread)
+            handover.watch(spark if gate else None, lambda: any(q.name == ORDERED_QUERY for q in list(queries)), report)
         live: LiveQueries | None = None
         if "realtime" in jobs:
-            live = LiveQueries(spark, fresh, interval or "", trigger, offered, shuffle, queries, jobs)
+            live = LiveQueries(spark, fresh, interval or "", trigger, offered, shuffle, queries, jobs, gate)
         try:
             look_at = time.monotonic() + REGISTRY_LOOK_S
             while not stopping.requested:
                 ticked[0] = time.monotonic()
                 metrics.note_runs(queries)
-                to = asked(job.checkpoint, handover.me) if handover is not None else None
+                if handover is not None and handover.answered.is_set():  # by its watch: stop what it held
+                    silence_jvm_log(spark)  # the tasks held at the gate end with an interrupt
+                    _stop_all(queries, stopping)
+                    queries.clear()
+                    return None, job
+                to = handover.asked_by if handover is not None else None
                 if handover is not None and to is not None:
                     if interval:
                         silence_jvm_log(spark)  # the real-time tasks log their aborted writes
                     handover.give_over(
                         to, spark, queries, lambda q: str(q.name).startswith(rt.QUERY_PREFIX),
                         functools.partial(_stop_all, stopping=stopping), report, metrics.started_ms(),
-                        rt.interval_ms(interval or "1 minute") * 2,
+                        rt.interval_ms(interval or "1 minute") * 2, gate,
                     )  # fmt: skip
                     return None, job
                 ended = next((q for q in queries if not q.isActive), None)
@@ -517,10 +522,12 @@ def _run_queries(
                         job = reshaped
                     look_at = time.monotonic() + REGISTRY_LOOK_S
                 time.sleep(0.2)
-                if seen_output.is_set() and "realtime" in jobs:
+                if seen_output.is_set() and "realtime" in jobs and not (provenance and provenance[0].is_alive()):
                     seen_output.clear()
-                    if jobs["realtime"]._unseen_refs():
-                        rt.record_first_seen(jobs["realtime"])
+                    if jobs["realtime"]._unseen_refs():  # seconds of reads: the loop goes on meanwhile
+                        provenance[:] = [threading.Thread(target=rt.record_first_seen, args=(jobs["realtime"],),
+                                                          name="mcq-provenance", daemon=True)]  # fmt: skip
+                        provenance[0].start()
         except StreamingQueryException as exc:
             if not stopping.requested:
                 reason = lost_raw_reason(_message(exc))
@@ -528,6 +535,8 @@ def _run_queries(
                     raise NormalizeError(lost_raw_line(reason)) from None
                 raise
         finally:
+            if handover is not None:
+                handover.unwatch()
             with _unless_jvm_gone(stopping, report):
                 if interval:
                     # interrupted real-time tasks log their aborted writes: expected, not news
@@ -541,6 +550,20 @@ def _run_queries(
                 fresh.streams.removeListener(listener)
             spark.stop()
     return replan, job
+
+
+def _realtime_session(spark: Any, listener: Any, job: NormalizeJob, part: NormalizePlan) -> Any:
+    """The real-time queries' session: they read Kafka through the V2 source, which
+    Real-Time Mode needs (streams/session.py keeps micro-batch queries on V1)."""
+    from streams import realtime as rt
+
+    fresh = spark.newSession()
+    fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
+    fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
+    fresh.streams.addListener(listener)  # before the queries start: their start is news too
+    for topic in rt.ensure_raw_topics(job.settings, part.raw_topics):
+        job.report(f"normalize: created raw topic {topic} (no change captured in it yet)")
+    return fresh
 
 
 def _stop_all(queries: list[Any], stopping: StopRequest) -> None:

@@ -156,7 +156,16 @@ def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no
                 positions.setdefault(key, []).append(position)
                 if str(value["after"]["phone_number"]).startswith("H"):
                     seen.setdefault(key, []).append(value["after"]["phone_number"])
-            assert seen == written  # no gap, no duplicate, in commit order
+            wrong = {
+                key: {
+                    "missing": [n for n in values if n not in seen.get(key, [])],
+                    "twice": sorted({n for n in seen.get(key, []) if seen[key].count(n) > 1}),
+                    "unknown": [n for n in seen.get(key, []) if n not in values],
+                }
+                for key, values in written.items()
+                if seen.get(key) != values
+            }
+            assert not wrong, wrong  # no gap, no duplicate, in commit order
             for key, held in positions.items():
                 assert len(held) == len(set(held)), (key, held)
 

@@ -1,0 +1,177 @@
+"""How long a running real-time normaliser's changes wait while a new instance takes
+over from it (a deploy), and after a crash.
+
+Method: a captured campus world of its own; ``mcq streams normalize`` (real time, its own
+process) runs on a checkpoint. A driver commits one telephone-number update per
+transaction at ``--rate`` throughout, and a consumer of the logical PERSON/Telephone
+topic notes when each arrives (latency = arrival - commit). After ``--seconds`` of warm-up
+and ``--seconds`` of steady state, a second ``mcq streams normalize`` of the same
+checkpoint starts beside it: it starts Spark and its queries, held, then asks the first
+to hand over (``streams/handover.py``). The hand-over begins at that ask. Then the second
+is killed (SIGKILL) and, 2 s later, a third starts from the checkpoint: the crash.
+
+Targets: a change committed during the hand-over arrives no later than 1 s after the
+ask plus its normal latency (the steady max); after the crash, none arrives later than
+10 s after the new process started plus its normal latency.
+
+    .venv/bin/python -m bench.normalize_handover --rate 50 --seconds 30
+
+Needs the local stack up (``mcq stack up``). Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import Consumer
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from mcq.config import load_settings
+from mcq.contract import registry_client
+from mcq.registry import parse_registry
+from mcq.registry.store import RegistryStore
+from mcq.testing.worlds import captured_world
+
+from .stats import percentile
+from .table import print_table
+
+
+def _when(path: Path, text: str, job: subprocess.Popen[bytes], deadline_s: float = 300) -> float:
+    """When ``text`` first appeared in the log at ``path`` (polled every 50 ms)."""
+    deadline = time.time() + deadline_s
+    while text not in path.read_text():
+        assert job.poll() is None and time.time() < deadline, path.read_text()[-3000:]
+        time.sleep(0.05)
+    return time.time()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", type=int, default=50, help="telephone updates per second, throughout")
+    ap.add_argument("--seconds", type=float, default=30.0, help="the steady phase, and each change's phase")
+    ap.add_argument("--people", type=int, default=500)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the captured world is removed
+    settings = load_settings().model_copy(update={"topic_prefix": f"bench{uuid.uuid4().hex[:6]}"})
+    rows: list[str] = []
+    with captured_world(settings, people=args.people) as world:
+        store = RegistryStore(settings)
+        store.apply(parse_registry(world.registry_yaml, "campus.yaml"))
+        env = {**os.environ, "MCQ_TOPIC_PREFIX": settings.topic_prefix}
+        checkpoint = f"/tmp/{settings.topic_prefix}-ckpt"
+        command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+                   "--checkpoint", checkpoint, "--checkpoint-interval", "30 seconds"]  # fmt: skip
+        logs = [Path(f"/tmp/{settings.topic_prefix}-normalize-{i}.log") for i in range(3)]
+        jobs: list[subprocess.Popen[bytes]] = []
+
+        def start(i: int) -> float:
+            jobs.append(subprocess.Popen(command, env=env, stdout=logs[i].open("wb"), stderr=subprocess.STDOUT))
+            return time.time()
+
+        start(0)
+        phones_table = world.registry.table("PERSON", "Telephone")
+        assert phones_table is not None
+        topic = phones_table.topic(settings.topic_prefix)
+        arrived: dict[str, float] = {}
+        committed: dict[str, float] = {}
+        stop, stop_driving = threading.Event(), threading.Event()
+
+        def consume() -> None:
+            des = AvroDeserializer(registry_client(settings))
+            c = Consumer({**settings.kafka.client_config(), "group.id": f"bench-{uuid.uuid4().hex}",
+                          "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
+            c.subscribe([topic])
+            while not stop.is_set():
+                msg = c.poll(0.2)
+                if msg is None or msg.error() or msg.value() is None:
+                    continue
+                number = (des(msg.value(), SerializationContext(topic, MessageField.VALUE)).get("after") or {}).get(
+                    "phone_number"
+                )
+                if number and number.startswith("R-"):
+                    arrived.setdefault(number, time.time())
+            c.close()
+
+        def drive() -> None:
+            with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
+                phones = conn.execute(
+                    f"SELECT person_id, tele_type FROM {world.schema}.directory_telephone ORDER BY 1, 2"
+                ).fetchall()
+                start, i = time.time(), 0
+                while not stop_driving.is_set():
+                    if (wait := start + i / args.rate - time.time()) > 0:
+                        time.sleep(wait)
+                    number = f"R-{i}"
+                    update = f"UPDATE {world.schema}.directory_telephone SET phone_number = %s WHERE person_id = %s"
+                    conn.execute(update + " AND tele_type = %s", (number, *phones[i % len(phones)]))
+                    committed[number] = time.time()
+                    i += 1
+
+        threading.Thread(target=consume, daemon=True).start()
+        try:
+            _when(logs[0], "normalize: real time, ", jobs[0])  # queries started
+            driver = threading.Thread(target=drive, daemon=True)
+            driver.start()
+            time.sleep(args.seconds)  # warm-up: the JIT's first minute is not the steady state
+            marks = [("steady (no hand-over)", time.time())]
+            time.sleep(args.seconds)
+            start(1)
+            asked = _when(logs[1], "asking it to hand over", jobs[1])
+            marks.append(("planned hand-over (from the ask)", asked))
+            _when(logs[1], "normalize: took over from ", jobs[1])
+            time.sleep(args.seconds)
+            jobs[1].kill()
+            marks.append(("crash: SIGKILL, a new process 2 s later", time.time()))
+            time.sleep(2)
+            restarted = start(2)
+            _when(logs[2], "normalize: real time, ", jobs[2])
+            time.sleep(args.seconds)
+            marks.append(("end", time.time()))
+            stop_driving.set()
+            driver.join(10)
+            time.sleep(10)  # the last updates' way through
+            steady_max = 0.0
+            for (what, begun), (_, ended) in itertools.pairwise(marks):
+                numbers = [n for n, t in list(committed.items()) if begun <= t < ended]
+                lat = [arrived[n] - committed[n] for n in numbers if n in arrived]
+                missing = len(numbers) - len(lat)
+                if what.startswith("steady"):
+                    steady_max = max(lat)
+                    verdict = ""
+                elif what.startswith("planned"):  # arrived by the ask + 1 s + the normal latency
+                    late = max(arrived[n] - max(committed[n], begun) for n in numbers if n in arrived) - steady_max
+                    verdict = f"{late:+.2f} s after the ask: {'met' if late <= 1.0 else 'not met'} (<= 1 s)"
+                else:  # arrived by the new process's start + 10 s + the normal latency
+                    late = max(arrived[n] - max(committed[n], restarted) for n in numbers if n in arrived) - steady_max
+                    verdict = f"{late:+.2f} s after its start: {'met' if late <= 10.0 else 'not met'} (<= 10 s)"
+                rows.append(f"| {what} | {len(numbers)} | {percentile(lat, 50):.2f} | {percentile(lat, 99):.2f} | "
+                            f"{max(lat):.2f} | {missing} | {verdict} |")  # fmt: skip
+                print(rows[-1], flush=True)
+            for i, path in enumerate(logs):
+                for line in path.read_text().splitlines():
+                    if any(w in line for w in ("held", "took over", "handed over", "real time, ")):
+                        print(f"{i}: {line.split('normalize: ', 1)[-1][:240]}", flush=True)
+        finally:
+            stop.set()
+            for job in jobs:
+                job.terminate()
+                job.wait(60)
+    columns = ["phase (PERSON/Telephone updates)", "updates", "p50 s", "p99 s", "max s", "missing",
+               "latest arrival beyond the steady max"]  # fmt: skip
+    print_table(f"real time, {args.rate} telephone updates/s throughout, {os.cpu_count()} cores", columns, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

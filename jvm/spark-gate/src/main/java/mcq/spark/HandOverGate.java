@@ -1,0 +1,209 @@
+package mcq.spark;
+
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.ProducerInterceptor;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+
+/**
+ * The hand-over gate of a normaliser that takes over from a running one
+ * (streams/handover.py). Its real-time queries start with the gate closed: each record
+ * waits in {@link #written} until {@link #open} gives the fences of what the old
+ * instance wrote, then is dropped if the old instance wrote it already. Called by
+ * Spark SQL's {@code java_method} in the tasks, which share the driver's JVM under a
+ * local master (the only one the gate serves). Open until closed: a query of a run that
+ * never takes over passes every record at once.
+ *
+ * <p>The instance that hands over closes its gate for good ({@link #close}) and waits
+ * until Kafka acknowledged every record that passed it ({@link #awaitSent}: {@link Sent},
+ * the real-time writers' producer interceptor, counts them out): nothing it writes can
+ * follow.
+ */
+public final class HandOverGate {
+    private static final Object LOCK = new Object();
+    private static volatile boolean open = true;
+    /** "rawTopic\0partition\0topic" -> the highest raw offset the old instance wrote there. */
+    private static Map<String, Long> offsets = Map.of();
+    /** The same key -> the keys (hex) it wrote at that offset. */
+    private static Map<String, Set<String>> keysAt = Map.of();
+    /** Records that passed the gate and were not yet acknowledged by Kafka. */
+    private static final AtomicLong PASSING = new AtomicLong();
+    /** Records whose write failed (an acknowledgement with an error). */
+    private static final AtomicLong FAILED = new AtomicLong();
+    /**
+     * What this instance wrote, per raw partition and output topic: the fences it opened
+     * with, raised by every record that passed since. Once it closed for good and Kafka
+     * acknowledged all of them without an error, these are the next instance's fences.
+     */
+    private static final ConcurrentHashMap<String, Fence> PASSED = new ConcurrentHashMap<>();
+
+    private record Fence(long offset, Set<String> keys) {
+        Fence raise(long at, String key) {
+            if (at > offset) {
+                return new Fence(at, Set.of(key));
+            }
+            if (at < offset || keys.contains(key)) {
+                return this;
+            }
+            Set<String> more = new HashSet<>(keys);
+            more.add(key);
+            return new Fence(offset, Set.copyOf(more));
+        }
+    }
+
+    private HandOverGate() {}
+
+    /** Hold every record until {@link #open}. */
+    public static void close() {
+        synchronized (LOCK) {
+            open = false;
+            offsets = Map.of();
+            keysAt = Map.of();
+        }
+    }
+
+    /**
+     * Let the records through, less the fenced ones. {@code fences}: one line per raw
+     * partition and output topic, tab-separated: raw topic, partition, output topic,
+     * highest raw offset written, the keys written at it (hex, comma-separated).
+     */
+    public static void open(String fences) {
+        Map<String, Long> newOffsets = new HashMap<>();
+        Map<String, Set<String>> newKeys = new HashMap<>();
+        for (String line : fences.split("\n")) {
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] f = line.split("\t", -1);
+            if (f.length != 5) {
+                throw new IllegalArgumentException("a fence line has 5 fields: " + line);
+            }
+            String at = f[0] + '\0' + f[1] + '\0' + f[2];
+            newOffsets.put(at, Long.parseLong(f[3]));
+            Set<String> keys = new HashSet<>();
+            for (String key : f[4].split(",")) {
+                if (!key.isEmpty()) {
+                    keys.add(key.toLowerCase());
+                }
+            }
+            newKeys.put(at, keys);
+            Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
+            PASSED.merge(at, fence, (mine, theirs) -> mine.offset() >= theirs.offset() ? mine : theirs);
+        }
+        synchronized (LOCK) {
+            offsets = newOffsets;
+            keysAt = newKeys;
+            open = true;
+            LOCK.notifyAll();
+        }
+    }
+
+    public static boolean isOpen() {
+        return open;
+    }
+
+    /**
+     * Whether the old instance wrote this record already: waits while the gate is
+     * closed (a stop of the query interrupts the wait).
+     */
+    public static boolean written(String rawTopic, int partition, String topic, long offset, String hexKey) {
+        while (true) {
+            PASSING.incrementAndGet(); // before the look at open: a close then waits for this record
+            if (open) {
+                break;
+            }
+            PASSING.decrementAndGet();
+            synchronized (LOCK) {
+                while (!open) {
+                    try {
+                        LOCK.wait();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        throw new IllegalStateException("stopped while held at the hand-over gate", e);
+                    }
+                }
+            }
+        }
+        String at = rawTopic + '\0' + partition + '\0' + topic;
+        Long fence = offsets.get(at);
+        boolean written = fence != null && offset <= fence;
+        if (written && offset == fence) {
+            Set<String> keys = keysAt.get(at);
+            written = keys != null && hexKey != null && keys.contains(hexKey.toLowerCase());
+        }
+        if (written) {
+            PASSING.decrementAndGet(); // not sent: dropped here
+        } else {
+            String key = hexKey == null ? "" : hexKey.toLowerCase();
+            PASSED.compute(at, (k, f) -> f == null ? new Fence(offset, Set.of(key)) : f.raise(offset, key));
+        }
+        return written;
+    }
+
+    /**
+     * Wait (at most {@code timeoutMs}) until Kafka acknowledged every record that passed
+     * the gate; false if some were not (or a task ended between the two): then only
+     * stopping the queries makes sure.
+     */
+    public static boolean awaitSent(long timeoutMs) throws InterruptedException {
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        while (PASSING.get() > 0) {
+            if (System.currentTimeMillis() > deadline) {
+                return false;
+            }
+            Thread.sleep(1);
+        }
+        return true;
+    }
+
+    /** Records that passed the gate and were not acknowledged yet. */
+    public static long passing() {
+        return PASSING.get();
+    }
+
+    /** Writes that failed since this JVM started (then {@link #passed} is not what landed). */
+    public static long failed() {
+        return FAILED.get();
+    }
+
+    /** What this instance wrote, in {@link #open}'s format (see {@link #PASSED}). */
+    public static String passed() {
+        StringBuilder out = new StringBuilder();
+        for (Map.Entry<String, Fence> e : new TreeMap<>(PASSED).entrySet()) {
+            String[] at = e.getKey().split("\0", -1);
+            out.append(at[0]).append('\t').append(at[1]).append('\t').append(at[2]).append('\t')
+                    .append(e.getValue().offset()).append('\t')
+                    .append(String.join(",", new java.util.TreeSet<>(e.getValue().keys()))).append('\n');
+        }
+        return out.toString();
+    }
+
+    /** The real-time writers' producer interceptor: a record acknowledged. */
+    public static final class Sent implements ProducerInterceptor<Object, Object> {
+        @Override
+        public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
+            return record;
+        }
+
+        /** Once per record: written (acknowledged), or failed (the task then fails). */
+        @Override
+        public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
+            if (exception != null) {
+                FAILED.incrementAndGet();
+            }
+            PASSING.decrementAndGet();
+        }
+
+        @Override
+        public void close() {}
+
+        @Override
+        public void configure(Map<String, ?> configs) {}
+    }
+}
