@@ -132,6 +132,7 @@ def main() -> int:
             _when(logs[1], "normalize: took over from ", jobs[1])
             time.sleep(args.seconds)
             jobs[1].kill()
+            jobs[1].wait()  # gone, as a crashed pod's process is
             marks.append(("crash: SIGKILL, a new process 2 s later", time.time()))
             time.sleep(2)
             restarted = start(2)

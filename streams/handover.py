@@ -88,14 +88,23 @@ def holder(checkpoint: Path, me: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if time.time() - float(owner.get("beat", 0)) > LEASE_S:
         return None
-    if owner.get("host") == me["host"]:
-        try:
-            os.kill(int(owner["pid"]), 0)
-        except ProcessLookupError:
-            return None  # gone: a crash on this host
-        except (PermissionError, OSError, ValueError):
-            pass
+    if owner.get("host") == me["host"] and not _alive(owner.get("pid")):
+        return None  # gone: a crash on this host
     return owner
+
+
+def _alive(pid: object) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        os.kill(int(str(pid)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, ValueError):
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class Lease:

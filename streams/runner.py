@@ -291,7 +291,9 @@ def _stream(
     def live() -> bool:  # the driver's loop goes round every half second once the queries run
         return time.monotonic() - ticked[0] < 60
 
-    def ready() -> bool:
+    def ready() -> bool:  # not while its queries are held for a take-over, nor once it handed over
+        if handover is not None and (handover.taking_over is not None or handover.handed_to is not None):
+            return False
         return bool(queries) and all(q.isActive for q in queries)
 
     def running() -> list[dict[str, str]]:  # /queries: what runs, each since when
@@ -441,6 +443,11 @@ def _run_queries(
                 return None, job
             if took and not held:
                 _clear_torn(job.checkpoint, report)
+            if held:
+                report(
+                    f"normalize: real time, {len(held)} queries, {slots} task slots, checkpoint every {interval} "
+                    "(taken over)"
+                )
         replayed: list[Any] = []
         replay(job, spark, stopping, replayed.append)  # a registry change's window, first
         queries.extend(replayed)  # stopped with the others if it is still running

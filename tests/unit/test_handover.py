@@ -96,3 +96,20 @@ def test_a_take_over_runs_on_a_copy_that_becomes_the_real_time_checkpoint(tmp_pa
     assert realtime_dir(tmp_path) == tmp_path / "realtime"  # not before the old instance stopped
     make_current(tmp_path, copy)
     assert realtime_dir(tmp_path) == copy and not (tmp_path / "realtime").exists()
+
+
+def test_a_killed_process_not_yet_reaped_holds_no_lease(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    me = new_instance()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":  # exited, not reaped
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        _owner(tmp_path, id="old", pid=child.pid, host=me["host"], beat=time.time())
+        assert holder(tmp_path, me) is None
+    finally:
+        child.wait()
