@@ -284,6 +284,22 @@ def can_gate(spark: SparkSession) -> bool:
         return False
 
 
+def await_tasks(spark: SparkSession, expected: int, stopped: Callable[[], bool], timeout_s: float = 180) -> int:
+    """Wait until ``expected`` tasks run (the held queries' real-time tasks, one per raw
+    partition: then a record waits at the gate, not for a query's first batch to be
+    planned); returns how many ran when it stopped waiting."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    running = 0
+    while not stopped() and time.monotonic() < deadline:
+        stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+        running = sum(stage.numActiveTasks for stage in stages if stage is not None)
+        if running >= expected:
+            break
+        time.sleep(0.1)
+    return running
+
+
 def fence_lines(fences: Fences) -> str:
     return "".join(
         f"{raw}\t{partition}\t{topic}\t{offset}\t{','.join(sorted(k.hex() for k in keys))}\n"

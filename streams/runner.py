@@ -27,7 +27,7 @@ from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
-from streams.handover import HandOver, can_gate
+from streams.handover import HandOver, await_tasks, can_gate
 from streams.metrics import NormalizeMetrics, behind
 from streams.replan import remember, replay
 from streams.reshape import ORDERED_QUERY, LiveQueries, apply_in_place
@@ -434,7 +434,12 @@ def _run_queries(
             now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
             held = rt.start_realtime(now, fresh, interval, gate=True)
             queries.extend(held)
-            report(f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held")
+            tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics)
+            running = await_tasks(spark, tasks, lambda: stopping.requested)
+            report(
+                f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held at the "
+                f"gate ({running} of {tasks} tasks running)"
+            )
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
             written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
