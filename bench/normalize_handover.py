@@ -28,22 +28,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
-import psycopg
-from confluent_kafka import Consumer
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
-
 from mcq.config import load_settings
-from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.testing.worlds import captured_world
 
+from .phone_load import PhoneLoad
 from .stats import percentile
 from .table import print_table
 
@@ -81,49 +75,11 @@ def main() -> int:
             return time.time()
 
         start(0)
-        phones_table = world.registry.table("PERSON", "Telephone")
-        assert phones_table is not None
-        topic = phones_table.topic(settings.topic_prefix)
-        arrived: dict[str, float] = {}
-        committed: dict[str, float] = {}
-        stop, stop_driving = threading.Event(), threading.Event()
-
-        def consume() -> None:
-            des = AvroDeserializer(registry_client(settings))
-            c = Consumer({**settings.kafka.client_config(), "group.id": f"bench-{uuid.uuid4().hex}",
-                          "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
-            c.subscribe([topic])
-            while not stop.is_set():
-                msg = c.poll(0.2)
-                if msg is None or msg.error() or msg.value() is None:
-                    continue
-                number = (des(msg.value(), SerializationContext(topic, MessageField.VALUE)).get("after") or {}).get(
-                    "phone_number"
-                )
-                if number and number.startswith("R-"):
-                    arrived.setdefault(number, time.time())
-            c.close()
-
-        def drive() -> None:
-            with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-                phones = conn.execute(
-                    f"SELECT person_id, tele_type FROM {world.schema}.directory_telephone ORDER BY 1, 2"
-                ).fetchall()
-                start, i = time.time(), 0
-                while not stop_driving.is_set():
-                    if (wait := start + i / args.rate - time.time()) > 0:
-                        time.sleep(wait)
-                    number = f"R-{i}"
-                    update = f"UPDATE {world.schema}.directory_telephone SET phone_number = %s WHERE person_id = %s"
-                    conn.execute(update + " AND tele_type = %s", (number, *phones[i % len(phones)]))
-                    committed[number] = time.time()
-                    i += 1
-
-        threading.Thread(target=consume, daemon=True).start()
+        load = PhoneLoad(settings, world, args.rate)
+        load.consume()
         try:
             _when(logs[0], "normalize: real time, ", jobs[0])  # queries started
-            driver = threading.Thread(target=drive, daemon=True)
-            driver.start()
+            load.drive()
             time.sleep(args.seconds)  # warm-up: the JIT's first minute is not the steady state
             marks = [("steady (no hand-over)", time.time())]
             time.sleep(args.seconds)
@@ -140,13 +96,11 @@ def main() -> int:
             _when(logs[2], "normalize: real time, ", jobs[2])
             time.sleep(args.seconds)
             marks.append(("end", time.time()))
-            stop_driving.set()
-            driver.join(10)
+            load.stop_driving()
             time.sleep(10)  # the last updates' way through
             steady_max = 0.0
             for (what, begun), (_, ended) in itertools.pairwise(marks):
-                numbers = [n for n, t in list(committed.items()) if begun <= t < ended]
-                lat = [arrived[n] - committed[n] for n in numbers if n in arrived]
+                numbers, lat = load.latencies(begun, ended)
                 missing = len(numbers) - len(lat)
                 if what.startswith("steady"):
                     steady_max = max(lat)
@@ -154,10 +108,16 @@ def main() -> int:
                 elif what.startswith("a second"):  # two JVMs on the same cores: what a start beside costs
                     verdict = f"{max(lat) - steady_max:+.2f} s (reported)"
                 elif what.startswith("planned"):  # arrived by the ask + 1 s + the normal latency
-                    late = max(arrived[n] - max(committed[n], begun) for n in numbers if n in arrived) - steady_max
+                    late = (
+                        max(load.arrived[n] - max(load.committed[n], begun) for n in numbers if n in load.arrived)
+                        - steady_max
+                    )
                     verdict = f"{late:+.2f} s after the ask: {'met' if late <= 1.0 else 'not met'} (<= 1 s)"
                 else:  # arrived by the new process's start + 10 s + the normal latency
-                    late = max(arrived[n] - max(committed[n], restarted) for n in numbers if n in arrived) - steady_max
+                    late = (
+                        max(load.arrived[n] - max(load.committed[n], restarted) for n in numbers if n in load.arrived)
+                        - steady_max
+                    )
                     verdict = f"{late:+.2f} s after its start: {'met' if late <= 10.0 else 'not met'} (<= 10 s)"
                 rows.append(f"| {what} | {len(numbers)} | {percentile(lat, 50):.2f} | {percentile(lat, 99):.2f} | "
                             f"{max(lat):.2f} | {missing} | {verdict} |")  # fmt: skip
@@ -167,7 +127,7 @@ def main() -> int:
                     if any(w in line for w in ("held", "took over", "handed over", "real time, ")):
                         print(f"{i}: {line.split('normalize: ', 1)[-1][:240]}", flush=True)
         finally:
-            stop.set()
+            load.stop()
             for job in jobs:
                 job.terminate()
                 job.wait(60)

@@ -24,22 +24,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
-import psycopg
-from confluent_kafka import Consumer
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
-
 from mcq.config import load_settings
-from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.testing.worlds import captured_world
 
+from .phone_load import PhoneLoad
 from .stats import percentile
 from .table import print_table
 
@@ -79,52 +73,14 @@ def main() -> int:
              "--checkpoint", f"/tmp/{settings.topic_prefix}-ckpt"],
             env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        phones_table = world.registry.table("PERSON", "Telephone")
-        assert phones_table is not None
-        topic = phones_table.topic(settings.topic_prefix)
-        arrived: dict[str, float] = {}
-        committed: dict[str, float] = {}
-        stop, stop_driving = threading.Event(), threading.Event()
-
-        def consume() -> None:
-            des = AvroDeserializer(registry_client(settings))
-            c = Consumer({**settings.kafka.client_config(), "group.id": f"bench-{uuid.uuid4().hex}",
-                          "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
-            c.subscribe([topic])
-            while not stop.is_set():
-                msg = c.poll(0.2)
-                if msg is None or msg.error() or msg.value() is None:
-                    continue
-                number = (des(msg.value(), SerializationContext(topic, MessageField.VALUE)).get("after") or {}).get(
-                    "phone_number"
-                )
-                if number and number.startswith("R-"):
-                    arrived.setdefault(number, time.time())
-            c.close()
-
-        def drive() -> None:
-            with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
-                phones = conn.execute(
-                    f"SELECT person_id, tele_type FROM {world.schema}.directory_telephone ORDER BY 1, 2"
-                ).fetchall()
-                start, i = time.time(), 0
-                while not stop_driving.is_set():
-                    if (wait := start + i / args.rate - time.time()) > 0:
-                        time.sleep(wait)
-                    number = f"R-{i}"
-                    update = f"UPDATE {world.schema}.directory_telephone SET phone_number = %s WHERE person_id = %s"
-                    conn.execute(update + " AND tele_type = %s", (number, *phones[i % len(phones)]))
-                    committed[number] = time.time()
-                    i += 1
-
-        threading.Thread(target=consume, daemon=True).start()
+        load = PhoneLoad(settings, world, args.rate)
+        load.consume()
         try:
             deadline = time.time() + 300
             while "normalize: real time, " not in log_path.read_text() and time.time() < deadline:  # queries started
                 assert job.poll() is None, log_path.read_text()[-3000:]
                 time.sleep(0.5)
-            driver = threading.Thread(target=drive, daemon=True)
-            driver.start()
+            load.drive()
             time.sleep(args.seconds)  # warm-up: the JIT's first minute is not the steady state
             marks = [("steady (no change)", time.time())]
             time.sleep(args.seconds)
@@ -133,13 +89,11 @@ def main() -> int:
                 store.apply(parse_registry(text, "campus.yaml"))
                 time.sleep(args.seconds)
             marks.append(("end", time.time()))
-            stop_driving.set()
-            driver.join(10)
+            load.stop_driving()
             time.sleep(10)  # the last updates' way through
             steady_max = 0.0
             for (what, begun), (_, ended) in itertools.pairwise(marks):
-                numbers = [n for n, t in list(committed.items()) if begun <= t < ended]
-                lat = [arrived[n] - committed[n] for n in numbers if n in arrived]
+                numbers, lat = load.latencies(begun, ended)
                 missing = len(numbers) - len(lat)
                 if what.startswith("steady"):
                     steady_max = max(lat)
@@ -152,7 +106,7 @@ def main() -> int:
             for line in restarted:
                 print(line.split("normalize: ", 1)[-1][:240], flush=True)
         finally:
-            stop.set()
+            load.stop()
             job.terminate()
             job.wait(60)
     columns = ["phase (untouched: PERSON/Telephone)", "updates", "p50 s", "p99 s", "max s", "missing",

@@ -29,6 +29,7 @@ from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world
 from streams.plan import plan_normalize
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -48,34 +49,27 @@ def _records(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, -2) for p in parts])
-        pending, out = set(parts), []
+        pending = set(parts)
+        out: list[tuple[dict[str, Any], dict[str, Any] | None, bytes]] = []
         deadline = time.monotonic() + 120
         while pending and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                pending.discard(msg.partition())
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                pending.discard(msg.partition() or 0)
                 continue
             key = des(msg.key(), SerializationContext(topic, MessageField.KEY))
             value = None if msg.value() is None else des(msg.value(), SerializationContext(topic, MessageField.VALUE))
-            out.append((key, value, dict(msg.headers() or [])[POSITION_HEADER]))
+            position = dict(msg.headers() or [])[POSITION_HEADER]
+            assert isinstance(position, bytes), position
+            out.append((key, value, position))
         assert not pending, f"{topic}: not read to its end"
         return out
     finally:
         consumer.close()
-
-
-def _until(deadline: float, check: Callable[[], None]) -> None:
-    while True:
-        try:
-            check()
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
 
 
 @pytest.mark.long  # two normalisers, one after the other, under load: minutes, in make long
@@ -130,10 +124,10 @@ def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no
                 jobs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=True))  # fmt: skip
             if which == 0:
-                _until(time.monotonic() + 300, logged(0, "batch 0 of "))  # real time, its first batch ended
+                until(time.monotonic() + 300, logged(0, "batch 0 of "))  # real time, its first batch ended
                 loader.start()
                 time.sleep(5)
-        _until(time.monotonic() + 300, logged(1, "normalize: took over from "))
+        until(time.monotonic() + 300, logged(1, "normalize: took over from "))
         assert jobs[0].wait(120) == 0, logs[0].read_text()[-3000:]
         assert "normalize: handed over to " in logs[0].read_text()
         assert "what it wrote after its last checkpoint is not written again" in logs[1].read_text()
@@ -169,7 +163,7 @@ def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no
             for key, held in positions.items():
                 assert len(held) == len(set(held)), (key, held)
 
-        _until(time.monotonic() + 180, arrived)
+        until(time.monotonic() + 180, arrived)
         assert sum(len(v) for v in written.values()) > 200
     finally:
         stop_load.set()

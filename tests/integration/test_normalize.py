@@ -33,6 +33,7 @@ from streams.plan import FeedPlan, plan_normalize
 from streams.realtime import QUERY_PREFIX
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
+from tests.support.waiting import until
 
 # changes the kill test makes at most (about 25/s): it must outlast a few micro-batches
 LIMIT = 3_000
@@ -660,18 +661,6 @@ def decode_or_skip_roll(settings: Settings, topic: str) -> list[tuple[KeyT, dict
     return out
 
 
-def _until(deadline: float, check: Callable[[], None]) -> None:
-    """``check`` passes before ``deadline`` (monotonic), or its last failure is raised."""
-    while True:
-        try:
-            check()
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
-
-
 @pytest.mark.faults  # the normaliser SIGKILLed mid-stream: minutes, in make faults
 def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_their_order(
     world: Captured, registry: Registry, nsettings: Settings, tmp_path: Path
@@ -764,7 +753,7 @@ def test_in_real_time_a_kill_mid_stream_loses_nothing_and_two_table_keys_keep_th
                     assert last[key]["source"]["table"] == f"{s}.{table}", (key, last[key]["source"])
                     assert last[key]["after"][column] == value, (key, last[key]["after"])
 
-            _until(time.monotonic() + 240, converged)
+            until(time.monotonic() + 240, converged)
             job.send_signal(signal.SIGTERM)  # to the process, as Kubernetes stops a pod
             assert job.wait(60) == 0, log_path.read_text()[-3000:]
         finally:
@@ -821,7 +810,7 @@ def test_a_first_real_time_start_catches_up_in_micro_batches_then_hands_over_exa
                 assert job.poll() is None, log_path.read_text()[-3000:]
                 assert_topic_equals_source(csettings, phones)
 
-            _until(time.monotonic() + 60, arrived)
+            until(time.monotonic() + 60, arrived)
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(60)
@@ -884,7 +873,7 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
 
                 return check
 
-            _until(time.monotonic() + 300, logged("batch 0 of "))  # a real-time query's first batch
+            until(time.monotonic() + 300, logged("batch 0 of "))  # a real-time query's first batch
             first = _queries(log_path)
             assert phones_query in first and len(first) == len(set(raw.values())) + 1, first  # + the outbox's
 
@@ -896,8 +885,8 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
                     f"WHERE (person_id, tele_type) = (SELECT person_id, tele_type FROM {s}.directory_telephone "
                     "ORDER BY 1, 2 LIMIT 1)"
                 )
-            _until(time.monotonic() + 60, logged("the registry changed what it normalises (table/PERSON/Telephone)"))
-            _until(time.monotonic() + 180, logged("normalised again in "))
+            until(time.monotonic() + 60, logged("the registry changed what it normalises (table/PERSON/Telephone)"))
+            until(time.monotonic() + 180, logged("normalised again in "))
             phones = next(f for f in plan_normalize(after, prefix).feeds if f.ref == "PERSON/Telephone")
             assert "updated_at" in phones.watch
 
@@ -905,8 +894,8 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
                 assert job.poll() is None, log_path.read_text()[-3000:]
                 assert_topic_equals_source(wsettings, phones)  # updated_at compared too: it is watched
 
-            _until(time.monotonic() + 120, arrived)  # the replayed window may arrive before the query starts
-            _until(time.monotonic() + 120, logged("normalize: the new plan runs: "))
+            until(time.monotonic() + 120, arrived)  # the replayed window may arrive before the query starts
+            until(time.monotonic() + 120, logged("normalize: the new plan runs: "))
             second = _queries(log_path)
             assert second.keys() == first.keys(), second
             assert second[phones_query]["run_id"] != first[phones_query]["run_id"]
@@ -916,7 +905,7 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
 
             # 2. a table removed, two added: the removed one's query stops, the outbox's restarts
             store.apply(last)
-            _until(time.monotonic() + 60, logged("restarting the queries of ", 2))
+            until(time.monotonic() + 60, logged("restarting the queries of ", 2))
             contact = [f for f in plan_normalize(last, prefix).feeds if f.tname == "CONTACT"]
 
             def contact_arrived() -> None:  # every key of either table, each with its newest table's row
@@ -930,8 +919,8 @@ def test_a_running_normaliser_restarts_only_the_queries_a_registry_change_touche
                     feed, held = rows[value["source"]["table"]]
                     assert {c: value["after"][c] for c in feed.watch} == {c: held[key][c] for c in feed.watch}, key
 
-            _until(time.monotonic() + 240, contact_arrived)
-            _until(time.monotonic() + 120, logged("normalize: the new plan runs: ", 2))
+            until(time.monotonic() + 240, contact_arrived)
+            until(time.monotonic() + 120, logged("normalize: the new plan runs: ", 2))
             third = _queries(log_path)
             buildings = QUERY_PREFIX + raw["BUILDINGS"]
             (outbox,) = {n for n in first if n.removeprefix(QUERY_PREFIX) not in raw.values()}  # no feeds: the outbox
