@@ -68,8 +68,12 @@ def _dir(checkpoint: Path) -> Path:
 
 def _write(path: Path, content: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_text(path, json.dumps(content))
+
+
+def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(content))
+    tmp.write_text(text)
     tmp.replace(path)  # whole or not at all: another instance reads it
 
 
@@ -300,6 +304,16 @@ def await_tasks(spark: SparkSession, expected: int, stopped: Callable[[], bool],
     return running
 
 
+def close_for_good(spark: SparkSession) -> tuple[bool, str | None]:
+    """Close this instance's gate for good; whether Kafka acknowledged every record that
+    passed it within a second, and then, if none failed, what it wrote (the next
+    instance's fences, ``fence_lines``' format)."""
+    gate = _gate(spark)
+    gate.close()
+    acknowledged = bool(gate.awaitSent(1000))
+    return acknowledged, str(gate.passed()) if acknowledged and int(gate.failed()) == 0 else None
+
+
 def fence_lines(fences: Fences) -> str:
     return "".join(
         f"{raw}\t{partition}\t{topic}\t{offset}\t{','.join(sorted(k.hex() for k in keys))}\n"
@@ -337,12 +351,6 @@ def make_current(checkpoint: Path, copy: Path) -> None:
     _write_text(checkpoint / REALTIME_POINTER, copy.name)
     if before != copy:
         shutil.rmtree(before, ignore_errors=True)
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 @dataclasses.dataclass
@@ -452,12 +460,7 @@ class HandOver:
             query.stop()
         running = [q for q in queries if realtime(q)]
         progress = {str(q.runId): q.lastProgress for q in running}
-        closed, fences = False, None
-        if gate:
-            _gate(spark).close()
-            closed = bool(_gate(spark).awaitSent(1000))
-            if closed and int(_gate(spark).failed()) == 0:  # all it let through is in Kafka
-                fences = str(_gate(spark).passed())
+        closed, fences = close_for_good(spark) if gate else (False, None)
         if not closed:
             stop_all(running)
         flushed = flush_producers(spark)
@@ -499,10 +502,9 @@ class HandOver:
                 began = time.monotonic()
                 if spark is not None and not ordered():
                     report(f"normalize: handing over to {self.who(to)}")
-                    gate = _gate(spark)
-                    gate.close()
-                    if bool(gate.awaitSent(1000)) and int(gate.failed()) == 0:
-                        answer(self.checkpoint, self.me, to, int(time.time() * 1000), True, str(gate.passed()))
+                    _, fences = close_for_good(spark)
+                    if fences is not None:  # all it let through is in Kafka
+                        answer(self.checkpoint, self.me, to, int(time.time() * 1000), True, fences)
                         self.lease.release()
                         self.handed_to = str(to.get("id"))
                         report(
