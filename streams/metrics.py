@@ -14,6 +14,7 @@ Pure bookkeeping over the progress JSON: no Spark here."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,7 @@ def behind(progress: dict[str, Any]) -> int:
 class NormalizeMetrics:
     def __init__(self) -> None:
         self._noted: dict[int, Any] = {}
+        self._noting = threading.Lock()  # the driver's loop and the health endpoint's thread both note
         self.runs: dict[str, dict[str, str]] = {}
         """Every query run started, by run id: name, id (kept across restarts), start time."""
         self.registry = CollectorRegistry()
@@ -63,6 +65,10 @@ class NormalizeMetrics:
     def note_runs(self, queries: list[Any]) -> None:
         """Note the queries (pyspark's StreamingQuery) started since the last call: each run
         has an id of its own and the time it was first seen here (``/queries``)."""
+        with self._noting:
+            self._note(queries)
+
+    def _note(self, queries: list[Any]) -> None:
         for query in queries:
             if id(query) not in self._noted:
                 self._noted[id(query)] = query  # kept: an id is unique only while its object lives

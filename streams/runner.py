@@ -297,6 +297,7 @@ def _stream(
         return bool(queries) and all(q.isActive for q in queries)
 
     def running() -> list[dict[str, str]]:  # /queries: what runs, each since when
+        metrics.note_runs(list(queries))  # a query started since the loop last went round is listed too
         runs = [metrics.runs.get(str(q.runId)) for q in list(queries) if q.isActive]
         return sorted((r for r in runs if r is not None), key=lambda r: r["name"])
 
