@@ -26,12 +26,14 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import psycopg
 from ldap3 import Connection, Server
 
+from mcq.config import Settings
 from mcq.demo.checks import check_ldap
-from mcq.registry import parse_registry
+from mcq.registry import Registry, parse_registry
 from mcq.stack.services.ad import BASE_DN as AD_BASE
 from mcq.stack.services.ad import ad_directory
 from mcq.testing.worlds import captured_world
@@ -56,6 +58,14 @@ def _count(conn: Connection, base: str) -> int:
     return sum(1 for e in found if e.get("type") == "searchResEntry") - 1  # not the container
 
 
+def _wipe_below(conn: Connection, base: str) -> None:
+    """Every entry below ``base``, deleted; ``base`` stays."""
+    found = conn.extend.standard.paged_search(base, "(objectClass=*)", attributes=["1.1"], paged_size=1000,
+                                              generator=False, search_scope="LEVEL")  # fmt: skip
+    for dn in sorted((e["dn"] for e in found if e.get("type") == "searchResEntry"), key=lambda d: -d.count(",")):
+        _wipe(conn, dn)
+
+
 def _wipe(conn: Connection, base: str, tree_delete: bool = False) -> None:
     if tree_delete:
         conn.delete(base, controls=[("1.2.840.113556.1.4.805", True, None)])
@@ -64,6 +74,64 @@ def _wipe(conn: Connection, base: str, tree_delete: bool = False) -> None:
                                               generator=False)  # fmt: skip
     for dn in sorted((e["dn"] for e in found if e.get("type") == "searchResEntry"), key=lambda d: -d.count(",")):
         conn.delete(dn)
+
+
+def _ldapsearch_ldif(url: str, user: str, password: str, base: str) -> str:
+    """The subtree under ``base`` as LDIF (user attributes only), as an administrator exports it."""
+    import subprocess
+
+    command = ["ldapsearch", "-x", "-LLL", "-o", "ldif-wrap=no", "-H", url, "-D", user, "-w", password, "-b", base]
+    return subprocess.run([*command, "(objectClass=*)"], capture_output=True, text=True, check=True).stdout
+
+
+def _ldapadd_seconds(url: str, user: str, password: str, ldif: Path) -> float:
+    """``ldapadd`` of ``ldif`` (OpenLDAP's client over the same TCP connection kind as the
+    listener's ldap3): its seconds, start to exit."""
+    import subprocess
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run(["ldapadd", "-x", "-H", url, "-D", user, "-w", password, "-f", str(ldif)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"ldapadd exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds
+
+
+def _rebuild_beside_ldapadd(env: dict[str, str], reg: tuple[str, ...], settings: Settings, registry: Registry,
+                            base: str, work: Path) -> list[str]:  # fmt: skip
+    """``mcq rebuild LDAP`` into emptied containers, checked against the source, then
+    ``ldapadd`` of the same entries (the rebuilt directory exported as LDIF) into an
+    emptied tree: both timed start to exit, as an operator runs them. Table rows."""
+    s = settings.ldap
+    ldap = _ldap(s.url, s.bind_dn, s.password.get_secret_value())
+    containers = [f"ou=people,{base}", f"ou=groups,{base}"]
+    for ou in containers:
+        _wipe_below(ldap, ou)
+    seconds, out = mcq(env, "rebuild", "LDAP", *reg)
+    print(out, flush=True)  # its phases, timed
+    engine = "read directly" if "directly, without Spark" in out else "a Spark job"
+    n = _count(ldap, base) - 2
+    check = check_ldap(settings, registry, containers[0], containers[1])
+    print(f"check LDAP after the rebuild: {'ok' if check.ok else 'WRONG'} ({check.checked:,} checked)", flush=True)
+    if not check.ok:
+        raise SystemExit(f"LDAP: the rebuilt directory is not the source's state: {check.problems[:5]}")
+    ldif = work / "rebuilt.ldif"
+    ldif.write_text(_ldapsearch_ldif(s.url, s.bind_dn, s.password.get_secret_value(), base))
+    exported = ldif.read_text().count("\ndn: ") + ldif.read_text().startswith("dn: ")
+    _wipe(ldap, base)
+    ldapadd_s = _ldapadd_seconds(s.url, s.bind_dn, s.password.get_secret_value(), ldif)
+    if _count(ldap, base) - 2 != n or exported != n + 3:
+        raise SystemExit(f"ldapadd: {_count(ldap, base) - 2} entries for the {n} rebuilt ({exported} exported)")
+    ldap.unbind()
+    ratio = seconds / ldapadd_s
+    return [
+        f"| `mcq rebuild LDAP` into emptied OUs ({engine}), start to exit | {n:,} entries | {seconds:.1f} s | "
+        f"{n / seconds:,.0f} entries/s; {ratio:.1f}x ldapadd's time |",
+        f"| `ldapadd` of the same entries (the rebuilt OU as LDIF), same run | {n + 3:,} entries | {ldapadd_s:.1f} s | "
+        f"{(n + 3) / ldapadd_s:,.0f} entries/s (peer) |",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"check LDAP: {'ok' if check.ok else 'WRONG'} ({check.checked:,} checked)", flush=True)
             if not check.ok:
                 raise SystemExit(f"LDAP: the directory is not the source's state: {check.problems[:5]}")
+            rows.extend(_rebuild_beside_ldapadd(env, reg, settings, registry, base, work))
+            print(*rows[-2:], sep="\n", flush=True)
             if ad is not None:
                 seconds, _ = mcq(env, "listen", "ADSI", *reg, "--until-caught-up", "--no-http")
                 users = _count(ad, f"OU=people,{ad_base}")

@@ -6,9 +6,10 @@ at 1,340/s (700 µs of that is ldap3's BER encoding in Python either way).
 
 An entry is made with no read before the write, in up to three rounds:
 
-- round 1 tries the write the previous batch found right: a modify while the entries
-  written were there (the steady state), an add once most were missing (an initial load,
-  a new OU);
+- round 1 tries the write the caller knows is right (``there``: the entries it holds, read
+  when it opened, are modified, the others added), or else the write the previous batch
+  found right: a modify while the entries written were there (the steady state), an add
+  once most were missing (an initial load, a new OU);
 - a modify refused with noSuchObject becomes an add in the next round, an add refused with
   entryAlreadyExists (another instance made it) a modify; a delete of an entry already
   gone is done;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -71,18 +73,28 @@ class Pipeline:
         entries: Mapping[str, Entry | None],
         controls: Mapping[str, list[Any]] | None = None,
         new: frozenset[str] | set[str] = frozenset(),
+        there: AbstractSet[str] | None = None,
     ) -> dict[str, tuple[int, str]]:
         """Make the directory hold each entry at its dn (None: nothing there), a modify or a
         delete of a dn sent with its ``controls``; a dn in ``new`` is only added (an entry
-        already there is refused with ALREADY_EXISTS, never modified). The dn's the server
-        refused, each with the result code and its reason."""
+        already there is refused with ALREADY_EXISTS, never modified). ``there``: the dn's
+        believed to hold an entry, modified first, every other one added first (a wrong
+        belief costs a second round, never a wrong entry); None: the last batch's guess. The
+        dn's the server refused, each with the result code and its reason."""
         failed: dict[str, tuple[int, str]] = {}
         first: Op = "add" if self.adding else "modify"
         guards = controls or {}
-        todo = [
-            _Write(dn, entry, "delete" if entry is None else "add" if dn in new else first, guards.get(dn))
-            for dn, entry in entries.items()
-        ]
+
+        def op(dn: str, entry: Entry | None) -> Op:
+            if entry is None:
+                return "delete"
+            if dn in new:
+                return "add"
+            if there is not None:
+                return "modify" if dn in there else "add"
+            return first
+
+        todo = [_Write(dn, entry, op(dn, entry), guards.get(dn)) for dn, entry in entries.items()]
         for round_ in range(ROUNDS):
             if not todo:
                 break
@@ -100,7 +112,7 @@ class Pipeline:
                         again.append(_Write(write.dn, write.entry, other, write.controls))
                         continue
                 failed[write.dn] = (code, reason)
-            if round_ == 0 and refused:  # most of what round 1 tried was the wrong write: switch
+            if round_ == 0 and refused and there is None:  # most of what round 1 tried was the wrong write: switch
                 self.adding = (first == "modify") == (refused > done)
             todo = again
         return failed

@@ -160,9 +160,9 @@ def test_people_accounts_groups_and_memberships_reach_the_directory(world: World
 
 
 def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world: World) -> None:
-    """The adapter's writes (``Pipeline.make_all``) go without reading first and guess
-    which write to try from the last batch (modify while entries exist, add once most were
-    missing): every order of new and existing entries must still end with exactly the
+    """The adapter's writes (``Pipeline.make_all``) go without reading first and try the
+    write it believes right (what it holds), or guess it from the last batch (modify while
+    entries exist, add once most were missing): every belief and every order of new and existing entries must still end with exactly the
     entries asked for."""
     from consumers.ldap.adapter import LdapAdapter
     from consumers.ldap.entry import Entry
@@ -192,8 +192,10 @@ def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world:
             assert adapter._pipeline().make_all({e.dn: e}) == {}
         assert adapter._pipeline().make_all({f"uid=gone,{people}": None}) == {}  # a delete of what is not there
         # one pipelined call, more entries than are in flight at once: existing and missing
-        # entries interleaved, deletes of entries there and not there, in both first-write modes
-        for mode, sn in ((False, "Batch"), (True, "Again")):
+        # entries interleaved, deletes of entries there and not there, in both first-write
+        # modes, and with a belief of what is there that is right for some and wrong for others
+        believed = {f"uid=b{i},{people}" for i in range(0, 300, 3)} | {f"uid=never{i},{people}" for i in range(5)}
+        for mode, sn, there in ((False, "Batch", None), (True, "Again", None), (False, "Third", believed)):
             assert adapter._writer is not None
             adapter._writer.adding = mode
             batch: dict[str, Entry | None] = {}
@@ -204,7 +206,7 @@ def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world:
             batch |= {f"uid=never{i},{people}": None for i in range(5)}
             if mode:
                 batch |= {f"uid=b{i},{people}": person(f"b{i}", sn, [str(i)]) for i in range(0, 300, 14)}
-            assert adapter._writer.make_all(batch) == {}
+            assert adapter._writer.make_all(batch, there=there) == {}
             held = _held(world.settings, people)
             assert {
                 dn.lower(): (e.attributes["sn"], e.attributes["telephoneNumber"]) for dn, e in batch.items() if e
