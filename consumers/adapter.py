@@ -158,6 +158,13 @@ class ReadBack(ABC):
     def keys_of(self, obj: str) -> list[ChangeKey]:
         """The keys whose refresh makes the adapter write ``obj`` again (or delete it)."""
 
+    def objects_held(self) -> set[str] | None:
+        """The objects of this listener the target holds, as this open adapter knows them
+        without reading the target again: what it read when it opened, with what it wrote
+        and deleted since (the names :meth:`read_back` gives). None: it keeps no such record,
+        and a rebuild reads the target back to find what to remove."""
+        return None
+
 
 class KeyedBatch:
     """A batch's changes by key (an adapter that writes each key's last state once): the

@@ -379,8 +379,12 @@ class Rebuild:
         """What the target holds beyond the rebuilt states, deleted (adapters that read back)."""
         if not isinstance(self.adapter, ReadBack):
             return 0
-        expected = set(self.adapter.expected(self.view, seen))
-        extra = [obj for obj in self.adapter.read_back() if obj not in expected]
+        held = self.adapter.objects_held()  # what it read when it opened, as the writes left it
+        if held is not None:  # every state it was given is written (a refusal fails the rebuild)
+            extra = sorted(held - {str(c.key) for c in seen})
+        else:
+            expected = set(self.adapter.expected(self.view, seen))
+            extra = [obj for obj in self.adapter.read_back() if obj not in expected]
         newest = max((c.position for c in seen), default=Position(0, 0))
         now = datetime.now(UTC)
         deletes = [

@@ -420,6 +420,12 @@ class LdapAdapter(Adapter, ReadBack):
             )
         return out
 
+    def objects_held(self) -> set[str] | None:
+        if self._held_dns is None:  # not open, or its connection was lost: read back
+            return None
+        keys = (ChangeKey.from_text(key) for key in self._held_dns.held_keys())
+        return {str(k) for k in keys if k.ref in self.mapping.entries}
+
     def _compare(
         self, mapping: EntryMapping, dn: str, classes: Iterable[str], attributes: dict[str, list[str]]
     ) -> dict[str, Any]:

@@ -32,6 +32,9 @@ class Held:
         for key, dn in found.items():
             self.hold(key, dn)
 
+    def held_keys(self) -> list[str]:
+        return list(self._dn)
+
     def dn_of(self, key: str) -> str | None:
         return self._dn.get(key)
 
