@@ -188,7 +188,7 @@ class LdapAdapter(Adapter, ReadBack):
             root.search("", "(objectClass=*)", BASE, attributes=["supportedControl"])
             supported = root.entries[0].entry_attributes_as_dict.get("supportedControl", []) if root.entries else []
             self._asserts = ASSERTION_OID in {str(c) for c in supported}
-            self._held_dns = Held({key: dn for key, (dn, _) in self._held().items()})
+            self._held_dns = Held({key: dn for key, (dn, _) in self._held(names_only=True).items()})
 
     def close(self) -> None:
         if self._conn is not None:
@@ -336,12 +336,15 @@ class LdapAdapter(Adapter, ReadBack):
 
     # ------------------------------------------------------------------ read back
 
-    def _held(self) -> dict[str, tuple[str, dict[str, Any]]]:
+    def _held(self, names_only: bool = False) -> dict[str, tuple[str, dict[str, Any]]]:
         """Key text -> (DN, attributes) of every entry this listener holds: those with its
-        marker, or (``owns_containers``) every entry of its containers that names a key."""
+        marker, or (``owns_containers``) every entry of its containers that names a key.
+        ``names_only``: no attribute but the marker is read (the holdings, not the contents)."""
         conn = self._connection()
         prefix = f"mcq:{self.listener.name} "
         wanted = sorted({"objectClass", self.marker, *(a for m in self.mapping.entries.values() for a in _owned(m))})
+        if names_only:
+            wanted = ["1.1"] if self.owns_containers else [self.marker]  # 1.1: no attribute (RFC 4511)
         out: dict[str, tuple[str, dict[str, Any]]] = {}
         for container in sorted({t.container for t in self.templates.values()}):
             search = "(objectClass=*)" if self.owns_containers else f"({self.marker}={escape_filter_chars(prefix)}*)"
