@@ -73,6 +73,7 @@ lint: python
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 unit: python helm
 	$(BIN)/pytest -m 'not integration'

@@ -9,7 +9,7 @@ The layers, bottom up::
         ▲                          ▲
     mcq.cli, mcq.console, mcq.demo (shells: they wire the layers to a terminal or browser)
 
-The core imports nothing above it (``tests/unit/test_layers.py``).
+The core imports nothing above it: import-linter's contracts in pyproject.toml (``make lint``).
 """
 
 import logging

@@ -8,5 +8,5 @@
 
 Like :mod:`mcq.cli` and :mod:`mcq.console`, this package wires the layers (``streams``,
 ``consumers``, Spark, ldap3); the core of ``mcq`` never imports it
-(``tests/unit/test_layers.py``).
+(import-linter's contracts in pyproject.toml).
 """

@@ -6,6 +6,6 @@
   changes produced straight to them, a runtime in a thread or a ``mcq listen`` process.
 
 Like the shells (:mod:`mcq.cli`, :mod:`mcq.demo`), it wires every layer; the core of
-``mcq`` never imports it (``tests/unit/test_layers.py``). The benchmarks use it, so that
+``mcq`` never imports it (import-linter's contracts in pyproject.toml). The benchmarks use it, so that
 ``bench/`` imports nothing of ``tests/``.
 """

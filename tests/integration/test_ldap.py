@@ -162,8 +162,8 @@ def test_people_accounts_groups_and_memberships_reach_the_directory(world: World
 def test_an_entry_is_made_exactly_whichever_write_the_adapter_tries_first(world: World) -> None:
     """The adapter's writes (``Pipeline.make_all``) go without reading first and try the
     write it believes right (what it holds), or guess it from the last batch (modify while
-    entries exist, add once most were missing): every belief and every order of new and existing entries must still end with exactly the
-    entries asked for."""
+    entries exist, add once most were missing): every belief and every order of new and
+    existing entries must still end with exactly the entries asked for."""
     from consumers.ldap.adapter import LdapAdapter
     from consumers.ldap.entry import Entry
 
