@@ -148,7 +148,7 @@ def realtime_records(
     the hand-over gate, less what the instance handing over wrote (``streams/handover.py``)."""
     from pyspark.sql import functions as F
 
-    from streams.handover import gated
+    from streams.handover_gate import gated
     from streams.normalize import position_headers
 
     key_bytes, value_bytes = job._wire_columns()

@@ -102,7 +102,7 @@ class LiveQueries:
     jobs: dict[str, NormalizeJob]
     """``realtime`` (and ``ordered``): the parts of the plan running."""
     gate: bool = False
-    """The real-time queries pass the hand-over gate (``streams/handover.py``)."""
+    """The real-time queries pass the hand-over gate (``streams/handover_gate.py``)."""
 
 
 def apply_in_place(

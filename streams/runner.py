@@ -27,7 +27,8 @@ from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
-from streams.handover import HandOver, await_tasks, can_gate
+from streams.handover import HandOver
+from streams.handover_gate import await_tasks, can_gate
 from streams.metrics import NormalizeMetrics, behind
 from streams.replan import remember, replay
 from streams.reshape import ORDERED_QUERY, LiveQueries, apply_in_place

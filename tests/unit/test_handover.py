@@ -1,4 +1,5 @@
-"""The hand-over's bookkeeping in the checkpoint directory (streams/handover.py)."""
+"""The hand-over's bookkeeping in the checkpoint directory (streams/handover_lease.py)
+and its fences (streams/handover_gate.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import time
 from pathlib import Path
 
 from streams.checkpoint import realtime_dir
-from streams.handover import (
+from streams.handover_gate import fence_lines
+from streams.handover_lease import (
     LEASE_S,
     Lease,
     answer,
     ask,
     asked,
     copy_checkpoint,
-    fence_lines,
     holder,
     make_current,
     new_instance,

@@ -1,0 +1,157 @@
+"""The Spark side of a hand-over (``streams/handover.py``): the gate every real-time
+record passes (jvm/spark-gate's ``HandOverGate``), which holds a new instance's records
+until the old one stopped and counts what the old one's producers had acknowledged; the
+fences that say what the old one wrote; Spark's pooled producers, closed to send what they
+hold; the tasks a held query runs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mcq.change import RAW_HEADER
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+    from mcq.config import Settings
+
+Fences = dict[tuple[str, int, str], tuple[int, frozenset[bytes]]]
+"""(raw topic, raw partition, output topic) -> (the highest raw offset the old instance
+wrote there, the keys it wrote at that offset)."""
+
+
+def flush_producers(spark: SparkSession) -> bool:
+    """Close the driver JVM's pooled Kafka producers (Spark's Kafka sink), which sends what
+    they hold. True when the tasks ran in the driver (a local master), so nothing else
+    holds records."""
+    if not str(spark.sparkContext.master).startswith("local"):
+        return False
+    jvm: Any = spark._jvm
+    pool = jvm.org.apache.spark.util.Utils.classForName(
+        "org.apache.spark.sql.kafka010.producer.InternalKafkaProducerPool$", True, False
+    )
+    pool.getField("MODULE$").get(None).reset()
+    return True
+
+
+def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
+    """What the old instance wrote to ``topics`` since ``since_ms``, by raw partition."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from mcq.topics.read import offsets_since
+
+    spans = offsets_since(settings, topics, since_ms)
+    wanted = [
+        TopicPartition(t, p, first) for t, parts in spans.items() for p, (first, end) in parts.items() if first < end
+    ]
+    ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
+    fences: dict[tuple[str, int, str], tuple[int, set[bytes]]] = {}
+    if wanted:
+        consumer = Consumer(
+            {
+                **settings.kafka.client_config(),
+                "group.id": f"_mcq-handover-{uuid.uuid4().hex}",  # never commits
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,  # the tails are there: no waiting for more
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            consumer.assign(wanted)
+            todo = {(tp.topic, tp.partition) for tp in wanted}
+            deadline = time.monotonic() + 120
+            while todo and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    where = (msg.topic() or "", msg.partition() or 0)
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            todo.discard(where)
+                            continue
+                        raise RuntimeError(f"reading {where[0]}[{where[1]}]: {err}")
+                    if (msg.offset() or 0) + 1 >= ends[where]:
+                        todo.discard(where)
+                    raw = dict(msg.headers() or []).get(RAW_HEADER)
+                    if not isinstance(raw, bytes):
+                        continue
+                    raw_topic, _, rest = raw.decode().rpartition("[")
+                    partition, _, offset = rest.partition("]@")
+                    fence = (raw_topic, int(partition), where[0])
+                    seen, keys = fences.get(fence, (-1, set()))
+                    if int(offset) > seen:
+                        fences[fence] = (int(offset), {msg.key() or b""})
+                    elif int(offset) == seen:
+                        keys.add(msg.key() or b"")
+            if todo:
+                raise RuntimeError(f"reading the output topics' tails: {sorted(todo)} not at their end after 120 s")
+        finally:
+            consumer.close()
+    return {fence: (offset, frozenset(keys)) for fence, (offset, keys) in fences.items()}
+
+
+GATE = "mcq.spark.HandOverGate"
+"""jvm/spark-gate: holds the real-time queries' records until the old instance stopped."""
+
+
+def gated(key: Column) -> Column:
+    """False for a record the old instance wrote already; waits while the gate is closed.
+    Columns: ``raw_topic``, ``raw_partition``, ``raw_offset``, ``topic`` (where it is
+    written); ``key`` the record's key as written."""
+    from pyspark.sql import functions as F
+
+    written = F.reflect(
+        F.lit(GATE), F.lit("written"), F.col("raw_topic"), F.col("raw_partition").cast("int"), F.col("topic"),
+        F.col("raw_offset").cast("long"), F.hex(key),
+    )  # fmt: skip
+    return written != F.lit("true")
+
+
+def gate_of(spark: SparkSession) -> Any:
+    jvm: Any = spark._jvm
+    return jvm.mcq.spark.HandOverGate
+
+
+def can_gate(spark: SparkSession) -> bool:
+    """Whether the tasks run in the driver's JVM (a local master), where the gate is."""
+    if not str(spark.sparkContext.master).startswith("local"):
+        return False
+    try:
+        return isinstance(gate_of(spark).isOpen(), bool)
+    except Exception:  # py4j: the class is not on the class path
+        return False
+
+
+def await_tasks(spark: SparkSession, expected: int, stopped: Callable[[], bool], timeout_s: float = 180) -> int:
+    """Wait until ``expected`` tasks run (the held queries' real-time tasks, one per raw
+    partition: then a record waits at the gate, not for a query's first batch to be
+    planned); returns how many ran when it stopped waiting."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    running = 0
+    while not stopped() and time.monotonic() < deadline:
+        stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+        running = sum(stage.numActiveTasks for stage in stages if stage is not None)
+        if running >= expected:
+            break
+        time.sleep(0.1)
+    return running
+
+
+def close_for_good(spark: SparkSession) -> tuple[bool, str | None]:
+    """Close this instance's gate for good; whether Kafka acknowledged every record that
+    passed it within a second, and then, if none failed, what it wrote (the next
+    instance's fences, ``fence_lines``' format)."""
+    gate = gate_of(spark)
+    gate.close()
+    acknowledged = bool(gate.awaitSent(1000))
+    return acknowledged, str(gate.passed()) if acknowledged and int(gate.failed()) == 0 else None
+
+
+def fence_lines(fences: Fences) -> str:
+    return "".join(
+        f"{raw}\t{partition}\t{topic}\t{offset}\t{','.join(sorted(k.hex() for k in keys))}\n"
+        for (raw, partition, topic), (offset, keys) in sorted(fences.items())
+    )
