@@ -329,7 +329,7 @@ class ChangeCodec:
         self._client = client
         self._readers: dict[int, Callable[[bytes], Any]] = {}  # schema id -> a decoder of the writer's schema
 
-    def _des(self, data: bytes, ctx: SerializationContext) -> Any:
+    def _des(self, data: bytes, field: str) -> Any:
         """Confluent's wire format (magic 0, schema id, Avro body) read with the writer's
         schema, fetched once per id."""
         if len(data) < 5 or data[0] != 0:
@@ -342,19 +342,18 @@ class ChangeCodec:
         try:
             return reader(data[5:])
         except (EOFError, IndexError, struct.error, ValueError, OverflowError, cavro.CavroException) as exc:
-            raise SerializationError(f"{ctx.field} does not match its schema {schema_id}: {exc!r}") from None
+            raise SerializationError(f"{field} does not match its schema {schema_id}: {exc!r}") from None
 
     def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:
         """The logical key of a record (a tombstone's, say). Raises BadChange naming the record."""
-        where = f"{topic}[{partition}]@{offset}"
         if key is None:
-            raise BadChange(where, "a record without a key")
-        try:
-            k = self._des(key, SerializationContext(topic, MessageField.KEY))
+            raise BadChange(f"{topic}[{partition}]@{offset}", "a record without a key")
+        try:  # where it is read is said only when it fails: a batch job decodes a million keys
+            k = self._des(key, MessageField.KEY)
             return ChangeKey(k["tname"], k.get("subtype"), k.get("person_id"), k.get("pkey_string"),
                              k.get("pkey_number"), k.get("aux_string"))  # fmt: skip
         except UNREADABLE as exc:
-            raise _unreadable(where, "key", exc) from None
+            raise _unreadable(f"{topic}[{partition}]@{offset}", "key", exc) from None
 
     def decode(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> Change | None:
         """The change of a record; None for a tombstone. Raises BadChange naming the record."""
@@ -364,8 +363,8 @@ class ChangeCodec:
         if key is None:
             raise BadChange(where, "a change record without a key")
         try:
-            k = self._des(key, SerializationContext(topic, MessageField.KEY))
-            v = self._des(value, SerializationContext(topic, MessageField.VALUE))
+            k = self._des(key, MessageField.KEY)
+            v = self._des(value, MessageField.VALUE)
             return Change.from_record(k, v, topic, partition, offset)
         except UNREADABLE as exc:
             raise _unreadable(where, "record", exc) from None
@@ -373,12 +372,11 @@ class ChangeCodec:
     def decode_value(self, topic: str, partition: int, offset: int, value: bytes) -> dict[str, Any]:
         """A change record's value as its writer's schema reads it, its key left undecoded (a
         caller that has the key already: a batch job's last states). Raises BadChange."""
-        where = f"{topic}[{partition}]@{offset}"
         try:
-            decoded: dict[str, Any] = self._des(value, SerializationContext(topic, MessageField.VALUE))
+            decoded: dict[str, Any] = self._des(value, MessageField.VALUE)
             return decoded
         except UNREADABLE as exc:
-            raise _unreadable(where, "record", exc) from None
+            raise _unreadable(f"{topic}[{partition}]@{offset}", "record", exc) from None
 
     def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
         """Key and value bytes of a change for ``topic`` (its subjects must exist)."""

@@ -34,6 +34,17 @@ parallel read and COPY by file win."""
 
 TP = tuple[str, int]
 
+BULK_FETCH = {
+    "fetch.max.bytes": 100 * 1024 * 1024,
+    "max.partition.fetch.bytes": 10 * 1024 * 1024,
+    "queued.min.messages": 1_000_000,
+    "queued.max.messages.kbytes": 256 * 1024,
+}
+"""A whole topic read at once: big fetches, and librdkafka's queue kept full ahead of the
+Python loop. Measured (300,000 records, 3 partitions, the stack's broker): 1.0-1.1 s to read
+them all against 1.8-2.7 s with librdkafka's defaults, which fetch in 1 MiB steps and keep
+only 100,000 messages queued."""
+
 
 def choose(engine: str, records: int) -> str:
     """``spark`` or ``direct`` for ``engine`` (one of :data:`ENGINES`) and the records to read."""
@@ -69,6 +80,7 @@ def _records(settings: Settings, ends: dict[TP, int], timeout_s: float = 120.0) 
             "group.id": f"_mcq-direct-{uuid.uuid4().hex}",  # never commits
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **BULK_FETCH,
         }
     )
     try:
