@@ -273,7 +273,7 @@ class LdapAdapter(Adapter, ReadBack):
         held = self._held_dns
         assert held is not None
         controls = {dn: guard for dn, key in dn_key.items() if (guard := self._guard(key)) is not None}
-        there = {dn for dn, key in dn_key.items() if (now := held.dn_of(key)) is not None and normal(now) == normal(dn)}
+        there = {dn for dn, key in dn_key.items() if held.dn_of(key) is not None}  # renamed already: held at dn
         refused = self._pipeline().make_all(entries, controls, new, there)
         for dn, entry in entries.items():
             key = dn_key[dn]
