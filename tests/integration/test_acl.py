@@ -5,7 +5,6 @@ listener does its whole job under its own identity."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -44,7 +43,8 @@ from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics, refresh_topic, registry_topic
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.test_normalize import decode_topic
+from tests.support.logical import decode_topic
+from tests.support.refusals import consume_error, produce_error, refusal_of
 
 REGISTRY = """
 sources:
@@ -153,45 +153,6 @@ def secured(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathF
         uncapture(settings, registry, schema)
 
 
-def _refused(conf: dict[str, Any], timeout_s: float = 10.0) -> str:
-    """What a client of CONF is told when it asks for metadata: an error within TIMEOUT_S
-    (a refusal, not a hang), and what the client reported meanwhile."""
-    seen: list[str] = []
-    admin = AdminClient({**conf, "error_cb": lambda err: seen.append(str(err))})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as caught:
-        admin.list_topics(timeout=timeout_s)
-    assert time.monotonic() - started < timeout_s + 5
-    admin.poll(1)  # serves the error callbacks
-    return " | ".join([str(caught.value), *seen])
-
-
-def _consume_error(conf: dict[str, Any], group: str, topic: str, timeout_s: float = 30.0) -> KafkaError:
-    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
-                return msg.error()
-        raise AssertionError(f"no error within {timeout_s:.0f} s reading {topic} in group {group}")
-    finally:
-        consumer.close()
-
-
-def _produce_error(conf: dict[str, Any], topic: str) -> str:
-    errors: list[str] = []
-    producer = Producer({**conf, "message.timeout.ms": 15000})
-    try:
-        producer.produce(topic, key=b"k", value=b"v", on_delivery=lambda err, _: errors.append(str(err)))
-    except KafkaException as exc:
-        return str(exc)
-    producer.flush(20)
-    assert errors and errors[0] != "None", f"a write to {topic} was accepted"
-    return errors[0]
-
-
 def test_the_plan_follows_the_registry_and_apply_leaves_no_drift(secured: Secured) -> None:
     f = str(secured.registry_file)
     plan = secured.mcq("acl", "plan", "--registry", f)
@@ -258,27 +219,27 @@ def test_clients_without_their_rights_are_refused_with_the_reason(secured: Secur
     a = secured.user("A")
     assert secured.mcq("acl", "apply", "--registry", str(secured.registry_file)).exit_code == 0
     # no credentials: TLS without SASL, and plaintext, to the SASL_SSL port
-    assert _refused(secured.sasl(None, protocol="SSL"))
-    assert _refused(secured.sasl(None, protocol="PLAINTEXT"))
+    assert refusal_of(secured.sasl(None, protocol="SSL"))
+    assert refusal_of(secured.sasl(None, protocol="PLAINTEXT"))
     # a wrong password: the broker names the failed authentication
-    wrong = _refused(secured.sasl(a, "not-the-password"))
+    wrong = refusal_of(secured.sasl(a, "not-the-password"))
     assert "Authentication failed" in wrong or "SASL authentication error" in wrong, wrong
     conf = secured.sasl(a)
     topics_b = ListenerTopics(secured.prefix, "B")
     # A reading B's logical topic; A joining B's consumer group (on A's own topic)
-    err = _consume_error(conf, ListenerTopics(secured.prefix, "A").group, secured.topic("ROOM"))
+    err = consume_error(conf, ListenerTopics(secured.prefix, "A").group, secured.topic("ROOM"))
     assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
-    err = _consume_error(conf, topics_b.group, secured.topic("PHONE"))
+    err = consume_error(conf, topics_b.group, secured.topic("PHONE"))
     assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, err
     # A writing a logical topic (even one it may read), a raw CDC topic, B's lane, B's
     # heartbeats (to make a dead B look alive) or the registry store
     raw = raw_topic(secured.registry.sources[0], f"{secured.schema}.phone")
     for topic in (secured.topic("PHONE"), raw, topics_b.bulk, topics_b.heartbeats, registry_topic(secured.prefix)):
-        refused = _produce_error(conf, topic)
+        refused = produce_error(conf, topic)
         assert "TOPIC_AUTHORIZATION_FAILED" in refused or "Topic authorization failed" in refused, (topic, refused)
     # the normaliser may read the registry store, not write it (its provenance has a topic of its own)
     normaliser = f"{secured.prefix}-normaliser"
-    refused = _produce_error(secured.sasl(normaliser, secured.passwords[normaliser]), registry_topic(secured.prefix))
+    refused = produce_error(secured.sasl(normaliser, secured.passwords[normaliser]), registry_topic(secured.prefix))
     assert "TOPIC_AUTHORIZATION_FAILED" in refused or "Topic authorization failed" in refused, refused
 
 

@@ -10,14 +10,13 @@ never taken over, even at the same name, and survives the deletes."""
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
 import pytest
-from ldap3 import LEVEL, MODIFY_REPLACE, Connection, Server, Tls
+from ldap3 import LEVEL, MODIFY_REPLACE
 
 from consumers.adapter import make_adapter
 from consumers.exceptions import ChangeFailed, ChangeRejected
@@ -29,16 +28,11 @@ from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.stack.services.ad import BASE_DN, ad_directory
 from mcq.targets import LdapTarget
+from tests.support.ad import ad
 from tests.unit.people_registry import AD_LISTENER, PEOPLE
 
 _lsn = count(100, 10)
 DISABLED, ENABLED = "514", "512"
-
-
-def ad(settings: Settings) -> Connection:
-    target = ad_directory(settings)
-    tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=target["ca_file"], version=ssl.PROTOCOL_TLS_CLIENT)
-    return Connection(Server(target["url"], tls=tls), target["bind_dn"], target["password"], auto_bind=True)
 
 
 @pytest.fixture

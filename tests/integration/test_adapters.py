@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ from confluent_kafka import Producer
 
 from consumers.adapter import make_adapter
 from consumers.runtime.dlq import DeadLetters
-from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
+from mcq.change import POSITION_HEADER, Change, ChangeCodec
 from mcq.config import Settings
 from mcq.contract import registry_client
 from mcq.stack import Stack
-from mcq.testing.listeners import World, caught_up, registry_world, running, wait_for
-from mcq.topics.listener import ListenerTopics
+from mcq.testing.listeners import World, caught_up, mcq, registry_world, running, wait_for
+from tests.support.changes import ch, entity_records, listener, send_changes
 
 REGISTRY = """
 sources:
@@ -91,18 +90,6 @@ interests:
   - {{listener: Xml, tname: PERSON, subtype: PEOPLE}}
 """
 
-_lsn = [5_000_000]
-
-
-def ch(ref: str, kind: str, after: dict[str, str] | None = None, before: dict[str, str] | None = None, **key: Any
-       ) -> Change:  # fmt: skip
-    _lsn[0] += 10
-    tname, _, subtype = ref.partition("/")
-    return Change(
-        ChangeKey(tname, subtype or None, **key), kind, Position(_lsn[0], _lsn[0]),  # type: ignore[arg-type]
-        datetime.now(UTC), "campus.x", after, before, origin="table campus.x",
-    )  # fmt: skip
-
 
 class Receiver:
     """A real HTTP server that records what it receives and answers as told."""
@@ -152,48 +139,6 @@ def world(stack: Stack, settings: Settings, token: str, tmp_path: Path, receiver
     yield registry_world(s, text, tmp_path / "registry.yaml", "Insite", f"{vendor}.sa_person")
     with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {vendor} CASCADE")
-
-
-def send_changes(w: World, *changes: Change) -> None:
-    codec = ChangeCodec(registry_client(w.settings))
-    producer = Producer(w.settings.kafka.client_config())
-    for c in changes:
-        table = w.registry.table(c.key.tname, c.key.subtype)
-        assert table is not None
-        topic = table.topic(w.settings.topic_prefix)
-        key, value = codec.encode(topic, c)
-        producer.produce(topic, key=key, value=value)
-        if c.change_type == "DELETE":
-            producer.produce(topic, key=key, value=None)
-    assert producer.flush(30) == 0
-    feed_entities(w, changes)
-
-
-def feed_entities(w: World, changes: Iterable[Change]) -> None:
-    """The entities made of the tables of ``changes`` written to their topics, as ``mcq
-    entities run`` writes them (the job itself, until caught up)."""
-    from streams.entities.job import EntityJob
-
-    refs = {c.key.ref for c in changes}
-    names = [t.tname for t in w.registry.entity_tables() if t.entity is not None and refs & set(t.entity.members())]
-    if names:
-        EntityJob(w.settings, w.registry, names, report=lambda line: None).run(until_caught_up=True)
-
-
-def entity_records(w: World, tname: str) -> list[Change]:
-    """Every change record an entity's topic holds now, in order (tombstones left out)."""
-    from mcq.testing.worlds import read_topic_to_end
-
-    table = w.registry.table(tname, None)
-    assert table is not None
-    topic = table.topic(w.settings.topic_prefix)
-    codec = ChangeCodec(registry_client(w.settings))
-    found = [codec.decode(topic, p, o, k, v) for k, v, p, o in read_topic_to_end(w.settings, topic)]
-    return [c for c in found if c is not None]
-
-
-def listener(w: World, name: str) -> World:
-    return World(w.settings, name, w.table, w.registry, w.registry_file, ListenerTopics(w.settings.topic_prefix, name))
 
 
 def sa_person(w: World) -> dict[str, tuple[Any, ...]]:
@@ -274,7 +219,6 @@ def test_drift_in_the_vendor_table_is_reported_exactly_and_repaired(world: World
     the listener's query) against each person's record; a person the vendor keeps as
     Former- for someone gone is no drift; ``--repair`` pushes the drifted people again and
     marks a stray one as gone (the vendor has no delete)."""
-    from tests.integration.test_reconcile import _reconcile
 
     insite = listener(world, "Insite")
     for pid in range(1, 6):
@@ -288,7 +232,7 @@ def test_drift_in_the_vendor_table_is_reported_exactly_and_repaired(world: World
                            person_id=4))  # fmt: skip
     caught_up(insite)
     assert sa_person(world)["4"][2] == "Former-Staff" and sa_person(world)["5"][2] == "No Status"
-    clean = _reconcile(insite)
+    clean = mcq(insite, "reconcile")
     assert clean.exit_code == 0 and "4 object(s) expected, 5 at the target: 0 missing, 0 extra, 0 different" in (
         clean.output
     ), clean.output
@@ -300,18 +244,18 @@ def test_drift_in_the_vendor_table_is_reported_exactly_and_repaired(world: World
             f"INSERT INTO {world.table} (person_number, person_last_name, person_first_name, person_location)"
             " VALUES ('99', 'Stray', 'S', 'Staff')"
         )
-    found = _reconcile(insite)
+    found = mcq(insite, "reconcile")
     assert found.exit_code == 1, found.output
     assert "1 missing, 1 extra, 1 different" in found.output
     assert "missing: INSITE_PERSON 2" in found.output and "extra: INSITE_PERSON 99" in found.output
     assert "different: INSITE_PERSON 3: lastname: expected 'L3', found 'Wrong'" in found.output
 
-    repaired = _reconcile(insite, "--repair")
+    repaired = mcq(insite, "reconcile", "--repair")
     assert repaired.exit_code == 0, repaired.output
     caught_up(insite)
     held = sa_person(world)
     assert held["2"][:3] == ("L2", "F2", "Staff") and held["3"][0] == "L3" and held["99"][2] == "Former-Staff"
-    again = _reconcile(insite)
+    again = mcq(insite, "reconcile")
     assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output
 
 

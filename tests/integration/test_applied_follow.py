@@ -17,7 +17,7 @@ from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import make_world
 from mcq.topics.plan import apply_topics
-from tests.integration.test_applied_snapshot import KEYS, Write, _oracle, _view
+from tests.support.applied import KEYS, Write, oracle, view_of
 
 
 def _write(a: AppliedPositions, rnd: random.Random, n: int, clock: list[int]) -> list[Write]:
@@ -77,9 +77,9 @@ def test_an_instance_passes_over_its_own_writes_and_still_reads_every_write_of_t
         whole = AppliedPositions(w.settings, w.topics.applied, one_out)
         whole.catch_up()
         try:
-            want = _oracle(writes)
-            assert {text: v[:2] for text, v in _view(whole).items() if v[0] is not None} == want
-            assert _view(one) == _view(whole) and _view(other) == _view(whole)
+            want = oracle(writes)
+            assert {text: v[:2] for text, v in view_of(whole).items() if v[0] is not None} == want
+            assert view_of(one) == view_of(whole) and view_of(other) == view_of(whole)
         finally:
             whole.close(save=False)
     finally:

@@ -14,28 +14,13 @@ from confluent_kafka.admin import AdminClient
 from consumers.runtime.acks import ExposureMark
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.listener import ListenerRuntime
-from mcq.change import ChangeKey, Position
+from mcq.change import Position
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import World, change, expected_state, make_world, produce, target_state
 from mcq.topics.plan import apply_topics
 from mcq.topics.read import all_watermarks
-
-Write = tuple[str, ChangeKey, Position, bool]
-KEYS = [ChangeKey("PHONE", None, pid, None, None, tele) for pid in range(120) for tele in ("office", "home")]
-
-
-def _oracle(writes: list[Write]) -> dict[str, tuple[Position, bool]]:
-    """What the writes say per key, worked out here: the newest position wins; at an equal
-    position a change of presence is taken (a tombstone or a refresh of the same state)."""
-    out: dict[str, tuple[Position, bool]] = {}
-    for kind, key, pos, present in writes:
-        if kind != "applied":
-            continue
-        held = out.get(key.text())
-        if held is None or pos > held[0] or (pos == held[0] and present != held[1]):
-            out[key.text()] = (pos, present)
-    return out
+from tests.support.applied import KEYS, Write, oracle, view_of
 
 
 def _write(a: AppliedPositions, rnd: random.Random, n: int, clock: list[int]) -> list[Write]:
@@ -61,10 +46,6 @@ def _write(a: AppliedPositions, rnd: random.Random, n: int, clock: list[int]) ->
                 a.record(key, pos, False)  # at the same position, the key leaves the target
                 done.append(("applied", key, pos, False))
     return done
-
-
-def _view(a: AppliedPositions) -> dict[str, tuple[Position | None, bool, Position | None, bool]]:
-    return {k.text(): (a.get(k), a.present(k), a.parked(k), a.blocked(k)) for k in KEYS}
 
 
 def test_applied_positions_restored_from_a_snapshot_end_equal_to_a_whole_read_of_the_topic(
@@ -104,9 +85,9 @@ def test_applied_positions_restored_from_a_snapshot_end_equal_to_a_whole_read_of
     whole = AppliedPositions(w.settings, w.topics.applied, producer)
     whole.catch_up()
     try:
-        want = _oracle(writes)
-        assert {text: v[:2] for text, v in _view(whole).items() if v[0] is not None} == want
-        assert _view(restored) == _view(whole)  # positions, presence, park marks, blocked keys
+        want = oracle(writes)
+        assert {text: v[:2] for text, v in view_of(whole).items() if v[0] is not None} == want
+        assert view_of(restored) == view_of(whole)  # positions, presence, park marks, blocked keys
         assert restored.exposed() == whole.exposed() == {w.room_topic: kept}  # the other one was cleared
     finally:
         restored.close(save=False)
@@ -143,7 +124,7 @@ def test_a_snapshot_saved_while_another_instance_wrote_in_between_still_holds_it
         admin = AdminClient(w.settings.kafka.client_config())
         marks = all_watermarks(admin, [TopicPartition(w.topics.applied, p) for p in range(3)])
         assert restored.positions() == {p: high for (_, p), (_, high) in marks.items() if high > 0}
-        assert _view(restored) == _view(whole)  # without reading anything more
+        assert view_of(restored) == view_of(whole)  # without reading anything more
     finally:
         restored.close(save=False)
         whole.close(save=False)

@@ -30,8 +30,8 @@ from mcq.stack import Stack
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.runner import run_normalize
-from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import produce_updates, typed_registry_yaml
+from tests.support.logical import decode_topic, last_state
 
 pytestmark = pytest.mark.faults
 

@@ -35,7 +35,7 @@ from mcq.testing.listeners import World, change, make_world, produce, target_sta
 from mcq.testing.worlds import read_topic_to_end
 from tests import PROJECT_ROOT
 from tests.integration.net import free_port
-from tests.integration.test_listener import _reject
+from tests.support.listeners import _reject
 
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = PROJECT_ROOT / "out" / "console-screenshots"

@@ -26,7 +26,7 @@ from mcq.change import Change
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import World, listen_process, make_world, produce, wait_for
-from tests.integration.test_listener import random_stream
+from tests.support.listeners import random_stream
 
 pytestmark = pytest.mark.faults
 

@@ -28,7 +28,7 @@ from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.test_normalize import decode_topic, last_state
+from tests.support.logical import decode_topic, last_state
 
 pytestmark = pytest.mark.faults
 

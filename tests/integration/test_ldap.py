@@ -5,77 +5,17 @@ delivery, read back with ldap3."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from ldap3 import BASE, LEVEL, Connection, Server
+from ldap3 import LEVEL
 
 from consumers.adapter import make_adapter
 from mcq.change import Change
 from mcq.config import Settings
 from mcq.stack import Stack
-from mcq.testing.listeners import World, registry_world, running, wait_for
-from tests import CAMPUS
-from tests.integration.test_adapters import ch, entity_records, send_changes
-
-
-def ldap(settings: Settings) -> Connection:
-    s = settings.ldap
-    return Connection(Server(s.url), user=s.bind_dn, password=s.password.get_secret_value(), auto_bind=True)
-
-
-@pytest.fixture
-def world(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> Iterator[World]:
-    base = f"ou=t{token},{settings.ldap.base_dn}"
-    conn = ldap(settings)
-    conn.add(base, ["organizationalUnit"], {"ou": f"t{token}"})
-    for ou in ("people", "groups"):
-        conn.add(f"ou={ou},{base}", ["organizationalUnit"], {"ou": ou})
-    conn.unbind()
-    text = CAMPUS.read_text()  # the campus's LDAP listener, its containers the test's
-    text = text.replace("ou=people,{base}", f"ou=people,{base}").replace("ou=groups,{base}", f"ou=groups,{base}")
-    prefix = f"tq{token}"
-    s = settings.model_copy(update={"topic_prefix": prefix})
-    yield registry_world(s, text, tmp_path / "campus.yaml", "LDAP", base)
-    # remove the test's subtree, leaves first (a new connection: a test may have restarted the server)
-    conn = ldap(settings)
-    found = conn.extend.standard.paged_search(base, "(objectClass=*)", attributes=["1.1"], paged_size=1000,
-                                              generator=False)  # fmt: skip
-    entries = sorted((e["dn"] for e in found if e.get("type") == "searchResEntry"), key=lambda dn: -dn.count(","))
-    for dn in entries:
-        conn.delete(dn)
-    conn.unbind()
-
-
-def entry(settings: Settings, dn: str) -> dict[str, Any] | None:
-    conn = ldap(settings)
-    try:
-        if not conn.search(dn, "(objectClass=*)", BASE, attributes=["*"]):
-            return None
-        attrs = conn.entries[0].entry_attributes_as_dict
-        return {k: sorted(str(v) for v in vals) for k, vals in attrs.items()}
-    except Exception as exc:  # noSuchObject
-        if "noSuchObject" in type(exc).__name__ or "no such object" in str(exc).lower():
-            return None
-        raise
-    finally:
-        conn.unbind()
-
-
-def snapshot(settings: Settings, base: str) -> dict[str, dict[str, Any]]:
-    conn = ldap(settings)
-    out = {}
-    for ou in ("people", "groups"):
-        conn.search(f"ou={ou},{base}", "(objectClass=*)", LEVEL, attributes=["*"])
-        for e in conn.entries:
-            out[e.entry_dn] = {k: sorted(map(str, v)) for k, v in e.entry_attributes_as_dict.items()}
-    conn.unbind()
-    return out
-
-
-ADA = {"person_id": "1", "first_name": "Ada", "last_name": "Lovelace", "id_number": "660001"}
+from mcq.testing.listeners import World, running, wait_for
+from tests.support.changes import ch, entity_records, send_changes
+from tests.support.ldap_world import ADA, entry, ldap, snapshot, world  # noqa: F401 - the LDAP world fixture
 
 
 def test_people_accounts_groups_and_memberships_reach_the_directory(world: World) -> None:

@@ -18,7 +18,7 @@ from mcq.stack.services.ldap import second_directory
 from mcq.targets import LdapSettings, LdapTarget
 from mcq.testing.listeners import World, registry_world, running, wait_for
 from tests import CAMPUS
-from tests.integration.test_adapters import ch, listener, send_changes
+from tests.support.changes import ch, listener, send_changes
 
 
 def bind(directory: LdapSettings) -> Connection:

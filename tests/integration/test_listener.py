@@ -44,22 +44,7 @@ from mcq.testing.listeners import (
     wait_for,
 )
 from mcq.topics.plan import apply_topics
-
-
-def random_stream(n: int, keys: int, seed: int) -> list:  # type: ignore[type-arg]
-    """n changes over `keys` people: inserts, many updates, some deletes and re-inserts."""
-    rnd = random.Random(seed)
-    live: set[int] = set()
-    out = []
-    for i in range(n):
-        pid = rnd.randrange(keys)
-        if pid in live and rnd.random() < 0.08:
-            out.append(change("PHONE", pid, None, "DELETE"))
-            live.discard(pid)
-        else:
-            out.append(change("PHONE", pid, f"+1-518-{i:07d}", "UPDATE" if pid in live else "INSERT"))
-            live.add(pid)
-    return out
+from tests.support.listeners import _reject, random_stream
 
 
 def test_sigkill_mid_batch_then_restart_converges(stack: Stack, settings: Settings, token: str, tmp_path: Path) -> None:
@@ -149,19 +134,6 @@ def test_a_target_table_of_another_shape_or_dropped_underneath_is_waited_for_nev
         waits = [x for x in rt.lines if "target unavailable" in x]
         assert any(f'relation "{w.table}" does not exist' in x for x in waits), rt.lines[-20:]
         assert rt.counters.parked == 0 and rt.counters.dead_lettered == 0, rt.summary()
-
-
-def _reject(settings: Settings, table: str, value: str) -> None:
-    """The target refuses one phone number (a business rule), until the test drops the rule."""
-    schema = table.split(".")[0]
-    with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        conn.execute(
-            f"""CREATE TABLE {table} (change_key text PRIMARY KEY, tname text NOT NULL, subtype text,
-                person_id bigint, pkey_string text, pkey_number bigint, aux_string text, state jsonb,
-                last_commit_lsn bigint NOT NULL, lsn bigint NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(),
-                CONSTRAINT no_rejects CHECK (state->>'phone' IS DISTINCT FROM '{value}'))"""
-        )
 
 
 def test_always_failing_change_is_dead_lettered_while_others_flow_then_requeued(

@@ -43,7 +43,7 @@ from mcq.targets import LdapTarget
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from streams.entities.job import EntityJob
 from streams.runner import run_normalize
-from tests.integration.test_ad_mapped import ad
+from tests.support.ad import ad
 from tests.unit.people_registry import (
     AD_LISTENER,
     DDL,

@@ -33,12 +33,12 @@ from streams.plan import FeedPlan, plan_normalize
 from streams.realtime import QUERY_PREFIX
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
+from tests.support.logical import KeyT, decode_topic, key_tuple, last_state
 from tests.support.waiting import until
 
 # changes the kill test makes at most (about 25/s): it must outlast a few micro-batches
 LIMIT = 3_000
 PA = 9_100_001  # a person the test inserts: parent of its other rows
-KeyT = tuple[Any, ...]
 
 # A logical table fed by two source tables with the same key: (person, type) from both
 # directory_telephone and addresses ("campus" and "home" exist in both).
@@ -97,31 +97,6 @@ def sql(settings: Settings, *statements: str) -> None:
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
         for stmt in statements:
             conn.execute(stmt)
-
-
-def decode_topic(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(key, value) of every record, in offset order within each partition."""
-    des = AvroDeserializer(registry_client(settings))
-    out = []
-    for key, value, _, _ in read_topic_to_end(settings, topic):
-        k = des(key, SerializationContext(topic, MessageField.KEY))
-        v = des(value, SerializationContext(topic, MessageField.VALUE)) if value is not None else None
-        out.append((k, v))
-    return out
-
-
-def key_tuple(key: dict[str, Any]) -> KeyT:
-    return tuple(key[f] for f in ("tname", "subtype", *KEY_FIELDS))
-
-
-def last_state(records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[KeyT, dict[str, Any]]:
-    state: dict[KeyT, dict[str, Any]] = {}
-    for k, v in records:
-        if v is None or v["change_type"] == "DELETE":
-            state.pop(key_tuple(k), None)
-        else:
-            state[key_tuple(k)] = v
-    return state
 
 
 def db_state(settings: Settings, feed: FeedPlan) -> dict[KeyT, dict[str, Any]]:

@@ -42,7 +42,6 @@ from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import (
     COLUMNS,
     ROWS,
@@ -53,6 +52,7 @@ from tests.integration.typed import (
     typed_world,
 )
 from tests.integration.webhook_server import receiving_webhook, replay
+from tests.support.logical import decode_topic, last_state
 
 
 @pytest.fixture(scope="module")

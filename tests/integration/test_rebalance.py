@@ -38,7 +38,7 @@ from mcq.testing.listeners import (
     target_state,
     wait_for,
 )
-from tests.integration.test_listener import random_stream
+from tests.support.listeners import random_stream
 
 pytestmark = pytest.mark.faults
 

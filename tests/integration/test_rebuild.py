@@ -32,8 +32,7 @@ from mcq.testing.listeners import (
 )
 from streams.rebuild import Rebuild, RebuildSummary
 from streams.session import spark_session
-from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
-from tests.integration.test_reconcile import _people, _reconcile
+from tests.support.ldap_world import entry, ldap, send_people, world  # noqa: F401 - the LDAP world fixture
 
 # keys whose text needs escaping (JSON, CSV): they must land on the rows the listener writes
 ODD = ["höme", 'q"uote', "back\\slash", "comma,semi;colon", "tab\there"]
@@ -157,9 +156,9 @@ def test_a_rebuild_is_refused_while_the_listener_runs(
 # a minute and more on 2 cores: in make long (make test rebuilds table targets)
 @pytest.mark.long
 @ENGINES
-def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World, engine: str) -> None:  # noqa: F811
+def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World, engine: str) -> None:
     w = world
-    _people(w, 5)
+    send_people(w, 5)
     caught_up(w)
     people = f"ou=people,{w.table}"
     conn = ldap(w.settings)
@@ -177,5 +176,5 @@ def test_an_ldap_directory_is_rebuilt_through_its_adapter(world: World, engine: 
         person = entry(w.settings, f"employeeNumber={pid},{people}")
         assert person is not None and person["cn"] == [f"P{pid} L{pid}"], person
     assert entry(w.settings, f"employeeNumber=998,{people}") is None
-    again = _reconcile(w)
+    again = mcq(w, "reconcile")
     assert again.exit_code == 0 and "0 missing, 0 extra, 0 different" in again.output, again.output

@@ -19,8 +19,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import World, caught_up, change, expected_state, make_world, mcq, produce, target_state
-from tests.integration.test_adapters import ch, send_changes
-from tests.integration.test_ldap import entry, ldap, world  # noqa: F401 - the LDAP world fixture
+from tests.support.ldap_world import entry, ldap, send_people, world  # noqa: F401 - the LDAP world fixture
 
 
 def _reconcile(w: World, *args: str) -> Result:
@@ -166,27 +165,11 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
     assert drifts[0].as_json() == drifts[1].as_json()
 
 
-def _people(w: World, n: int) -> None:
-    for pid in range(1, n + 1):
-        send_changes(
-            w,
-            ch("PERSON/PEOPLE", "INSERT", {"person_id": str(pid), "first_name": f"P{pid}", "last_name": f"L{pid}"},
-               person_id=pid),
-            ch("PERSON/Telephone", "INSERT",
-               {"person_id": str(pid), "tele_type": "campus", "phone_number": f"+1 518 276 {pid:04d}"},
-               person_id=pid, aux_string="campus"),
-        )  # fmt: skip
-    send_changes(
-        w,
-        ch("GROUPS", "INSERT", {"group_name": "staff", "gid": "500", "description": "All staff"}, pkey_string="staff"),
-    )
-
-
 # a minute and more on 2 cores: in make long (make test reconciles a table target, test_adapters)
 @pytest.mark.long
-def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: World) -> None:  # noqa: F811
+def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: World) -> None:
     w = world
-    _people(w, 6)
+    send_people(w, 6)
     caught_up(w)
     people = f"ou=people,{w.table}"
     assert entry(w.settings, f"employeeNumber=6,{people}") is not None
@@ -225,7 +208,7 @@ def test_drift_in_an_ldap_directory_is_reported_exactly_and_repaired(world: Worl
 
 
 def test_an_unknown_listener_or_a_target_that_cannot_be_read_back_is_one_line_and_exit_2(
-    world: World,  # noqa: F811
+    world: World,
 ) -> None:
     env = {"MCQ_TOPIC_PREFIX": world.settings.topic_prefix}
     for name, message in {

@@ -31,8 +31,8 @@ from mcq.testing.worlds import read_topic_to_end, wait_raw_records
 from mcq.topics.listener import ListenerTopics
 from streams.runner import run_normalize
 from tests.integration.pgtext import rows_as_text
-from tests.integration.test_normalize import decode_topic, last_state
 from tests.integration.typed import ROWS, TypedWorld, sql, typed_world
+from tests.support.logical import decode_topic, last_state
 
 LISTENERS = """
 listeners:

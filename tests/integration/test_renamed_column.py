@@ -18,8 +18,8 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
-from tests.integration.test_normalize import decode_topic
 from tests.integration.typed import ROWS, sql, typed_listener
+from tests.support.logical import decode_topic
 
 ONE = ChangeKey("TYPED", None, None, None, 1, None).text()  # the row with id 1 (note 'plain', n 42)
 

@@ -39,8 +39,8 @@ from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import registry_topic
 from tests.integration.net import free_port
 from tests.integration.pgtext import rows_as_text
-from tests.integration.test_acl import _consume_error, _produce_error, _refused
 from tests.integration.webhook_server import receiving_webhook, replay
+from tests.support.refusals import consume_error, produce_error, refusal_of
 
 pytestmark = pytest.mark.long  # a stack of its own: minutes on two cores, in make long
 
@@ -145,11 +145,11 @@ def test_the_secure_stack_has_no_port_without_a_login(secure_stack: SecureStack)
         sock.connect(("127.0.0.1", ports.kafka))  # the quick start's plaintext port is not there
     tls_only = {"bootstrap.servers": s.kafka.bootstrap_servers, "security.protocol": "SSL"}
     tls_only["ssl.ca.location"] = str(s.stack.ca_cert)
-    assert _refused(tls_only, 4)  # TLS without a login
-    assert _refused({"bootstrap.servers": s.kafka.bootstrap_servers}, 4)  # plaintext to SASL_SSL
-    assert _refused({"bootstrap.servers": f"127.0.0.1:{ports.kafka_controller}"}, 4)  # the controller's
+    assert refusal_of(tls_only, 4)  # TLS without a login
+    assert refusal_of({"bootstrap.servers": s.kafka.bootstrap_servers}, 4)  # plaintext to SASL_SSL
+    assert refusal_of({"bootstrap.servers": f"127.0.0.1:{ports.kafka_controller}"}, 4)  # the controller's
     wrong = {**s.kafka.client_config(), "sasl.password": "not-the-admin-password"}
-    assert "Authentication failed" in _refused(wrong)
+    assert "Authentication failed" in refusal_of(wrong)
     connectors = f"http://127.0.0.1:{ports.connect}/connectors"
     assert httpx.get(connectors, timeout=10).status_code == 401  # Connect's REST API asks for its login
     assert httpx.get(connectors, auth=s.connect.auth(), timeout=10).status_code == 200
@@ -206,14 +206,14 @@ def test_the_pipeline_runs_with_each_process_as_its_own_principal(secure_stack: 
     a = sec.as_principal("mcq-listener-a")
     room = registry.table("ROOM", None)
     assert room is not None
-    refused = _consume_error(a, "mcq.A", room.topic("mcq"))
+    refused = consume_error(a, "mcq.A", room.topic("mcq"))
     assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
-    refused = _consume_error(a, "mcq.B", ListenerTopics("mcq", "B").bulk)
+    refused = consume_error(a, "mcq.B", ListenerTopics("mcq", "B").bulk)
     assert refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, refused
     phone = registry.table("PHONE", None)
     assert phone is not None
     for who, topic in (("mcq-listener-a", phone.topic("mcq")), ("mcq-normaliser", ListenerTopics("mcq", "A").bulk)):
-        assert "TOPIC_AUTHORIZATION_FAILED" in _produce_error(sec.as_principal(who), topic)
+        assert "TOPIC_AUTHORIZATION_FAILED" in produce_error(sec.as_principal(who), topic)
 
 
 def test_no_secret_value_appears_in_any_output_the_registry_topic_or_the_logs(secure_stack: SecureStack) -> None:

@@ -24,8 +24,8 @@ from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.stack.tls import make_ca, make_server_cert, stack_tls, write_pair
 from mcq.testing.listeners import World, make_world, running, wait_for
-from tests.integration.test_adapters import ch, send_changes
-from tests.integration.test_ldap import ADA, entry, world  # noqa: F401 - the LDAP world fixture
+from tests.support.changes import ch, send_changes
+from tests.support.ldap_world import ADA, entry, world  # noqa: F401 - the LDAP world fixture
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_pipelined_tls_connections_answer_every_request_while_their_thread_reads
     assert not running_on, running_on
 
 
-def test_the_ldap_listener_writes_over_ldaps(world: World, settings: Settings) -> None:  # noqa: F811
+def test_the_ldap_listener_writes_over_ldaps(world: World, settings: Settings) -> None:
     secure = _with(
         world.settings, "ldap", url=f"ldaps://127.0.0.1:{settings.stack.ports.ldaps}",
         ca_file=stack_tls(settings).ca_cert,

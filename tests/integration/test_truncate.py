@@ -20,8 +20,8 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
-from tests.integration.test_normalize import decode_topic
 from tests.integration.typed import ROWS, sql, typed_listener
+from tests.support.logical import decode_topic
 
 pytestmark = pytest.mark.faults
 

@@ -31,8 +31,8 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
-from tests.integration.test_normalize import decode_topic
 from tests.integration.typed import sql
+from tests.support.logical import decode_topic
 
 REGISTRY = """
 sources:

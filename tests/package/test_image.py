@@ -28,7 +28,7 @@ from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
 from tests import PROJECT_ROOT
 from tests.integration.pipeline import Accounts, Workload, accounts
-from tests.package.test_wheel import settle
+from tests.support.capture import settle
 
 pytestmark = pytest.mark.package
 

@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import random
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from mcq.capture.connector import raw_topic
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
 from mcq.testing.worlds import wait_raw_records
-from mcq.topics.read import all_watermarks
 from tests import PROJECT_ROOT
 from tests.integration.pipeline import Accounts, Workload, accounts
 from tests.package.conftest import ok, run, user_env
+from tests.support.capture import raw_events, settle
 
 pytestmark = pytest.mark.package
 
@@ -76,7 +73,7 @@ def test_the_wheel_installed_outside_the_checkout_runs_setup_normaliser_and_list
     workload = Workload(world.settings, world.schema, seed=7, next_id=300)
     rnd = random.Random(11)
     with psycopg.connect(world.settings.source.dsn(), autocommit=True) as conn:
-        before = _raw_events(world.settings, topic)
+        before = raw_events(world.settings, topic)
         for _ in range(200):
             workload._one(conn)
         # a key deleted and inserted again in one go
@@ -91,25 +88,3 @@ def test_the_wheel_installed_outside_the_checkout_runs_setup_normaliser_and_list
     cli("listen", world.listener, "--until-caught-up", "--registry", registry, timeout=600)
 
     assert target_state(world.settings, world.target) == world.source_view()
-
-
-def _raw_events(settings: Settings, topic: str) -> int:
-    """Records written to a raw topic so far (the ends of its partitions)."""
-    admin = AdminClient(settings.kafka.client_config())
-    meta = admin.list_topics(timeout=10).topics[topic]
-    marks = all_watermarks(admin, [TopicPartition(topic, p) for p in meta.partitions])
-    return sum(high for _, high in marks.values())
-
-
-def settle(settings: Settings, topic: str, quiet_s: float = 5.0, timeout_s: float = 180.0) -> None:
-    """Until Debezium has written every change made: the raw topic's end stops moving."""
-    deadline = time.monotonic() + timeout_s
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        now = _raw_events(settings, topic)
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{topic}: still growing after {timeout_s:.0f} s")

@@ -12,40 +12,10 @@ from datetime import UTC, datetime
 import cavro
 import fastavro
 import pytest
-from confluent_kafka.schema_registry import Schema
 
 from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position, avro_reader
 from mcq.contract import schema_text
-
-KEY_ID, VALUE_ID = 7, 8
-
-
-class SchemasById:
-    def __init__(self) -> None:
-        self.asked: list[int] = []
-
-    def get_schema(self, schema_id: int) -> Schema:
-        self.asked.append(schema_id)
-        return Schema(schema_text({KEY_ID: "change_key", VALUE_ID: "change_record"}[schema_id]), "AVRO")
-
-
-def wire(schema_id: int, name: str, record: dict[str, object]) -> bytes:
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(json.loads(schema_text(name))), record)
-    return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
-
-
-CHANGE = Change(
-    key=ChangeKey("PERSON", "Telephone", 42, "Office", None, None),
-    change_type="UPDATE",
-    position=Position(1000, 1010),
-    entry_time=datetime(2026, 11, 23, 12, 0, 1, 500000, tzinfo=UTC),
-    source_table="campus.directory_telephone",
-    after={"person_id": "42", "tele_type": "Office", "phone_number": "+1 518 555 0100"},
-    before={"person_id": "42", "tele_type": "Office", "phone_number": None},
-    txid=77,
-    origin="table campus.directory_telephone",
-)
+from tests.support.wire import CHANGE, KEY_ID, VALUE_ID, SchemasById, wire
 
 
 def codec() -> tuple[ChangeCodec, SchemasById]:

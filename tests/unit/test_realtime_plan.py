@@ -9,34 +9,9 @@ import pytest
 from mcq.registry import parse_registry
 from streams.plan import plan_normalize
 from streams.realtime import batch_line, interval_ms, split_plan
+from tests.support.registries import TWO_FEEDS
 
 CAMPUS = Path(__file__).resolve().parents[2] / "examples" / "campus.yaml"
-
-# one logical key fed by two source tables, beside a table fed by one
-TWO_FEEDS = """
-sources:
-  - name: db
-    schemas: [s]
-tables:
-  - tname: CONTACT
-    feeds:
-      - source: db
-        table: s.phones
-        keys: {person_id: person_id, aux_string: kind}
-        columns: [person_id, kind, number]
-      - source: db
-        table: s.addresses
-        keys: {person_id: person_id, aux_string: kind}
-        columns: [person_id, kind, street]
-  - tname: PERSON
-    feeds:
-      - source: db
-        table: s.people
-        keys: {person_id: person_id}
-        columns: [person_id, name]
-  - tname: NOTE
-listeners: []
-"""
 
 
 def test_a_registry_whose_keys_each_come_from_one_table_runs_wholly_in_real_time() -> None:

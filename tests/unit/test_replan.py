@@ -9,7 +9,7 @@ from mcq.registry import parse_registry
 from streams.plan import plan_normalize
 from streams.registry_watch import PlanChange
 from streams.replan import MARGIN_MS, affected, pending, remember
-from tests.unit.test_realtime_plan import TWO_FEEDS
+from tests.support.registries import TWO_FEEDS
 
 PLAN = plan_normalize(parse_registry(TWO_FEEDS, "two.yaml"), "p")
 REGISTRY = parse_registry(TWO_FEEDS, "two.yaml")

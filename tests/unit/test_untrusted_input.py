@@ -18,7 +18,7 @@ from mcq.console.pages.interests import _raw, validate
 from mcq.contract import schema_text
 from mcq.registry import RegistryError, load_registry, parse_registry
 from tests import PROJECT_ROOT
-from tests.unit.test_change_codec import CHANGE, KEY_ID, VALUE_ID, SchemasById, wire
+from tests.support.wire import CHANGE, KEY_ID, VALUE_ID, SchemasById, wire
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
