@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm jvm-archive helm kube cluster run test long faults scale soak lint unit bench bench-quick stack-up stack-down stack-status clean-stack lock wheelhouse image package
+.PHONY: install system python jvm jvm-archive helm kube cluster run test long faults scale soak lint docs unit bench bench-quick stack-up stack-down stack-status clean-stack lock wheelhouse image package
 
 install: system python jvm jvm-archive helm
 
@@ -74,6 +74,12 @@ lint: python
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
+	@$(MAKE) --no-print-directory docs
+
+# The documentation site (mkdocs.yml) into out/site/, strictly: a broken link or anchor, a page
+# left out of the navigation or a reference the code cannot generate fails the build.
+docs: python
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet
 
 unit: python helm
 	$(BIN)/pytest -m 'not integration'
