@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from mcq.refs import KEY_FIELDS, table_ref
 from mcq.registry.entities import Entity, entity_columns, entity_problems, unwatched_entity_fields
 from mcq.registry.exceptions import RuleSyntaxError
-from mcq.registry.mappings import mapping_problems
+from mcq.registry.mapping_checks import mapping_problems
 from mcq.registry.rules import Rule, parse_rule
 from mcq.registry.templates import template_problems
 from mcq.secrets import literal_secrets
