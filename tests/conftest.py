@@ -78,10 +78,11 @@ def _optional_services(settings: Settings, name: str) -> Iterator[Stack]:
         yield st
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kubernetes(settings: Settings) -> Iterator[Path]:
     """The local stack's Kubernetes API server and its etcd (``--with kubernetes``); the
-    administrator's kubeconfig."""
+    administrator's kubeconfig. Up for the module that uses it, then stopped (when it started
+    them): a session that goes on with other suites carries no idle API server."""
     from mcq.stack.services import KUBERNETES, kubeconfig
 
     with _optional_services(settings, KUBERNETES):
@@ -108,10 +109,11 @@ def active_directory(stack: Stack, settings: Settings) -> Iterator[Stack]:
         yield st
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_cluster(stack: Stack, settings: Settings) -> Iterator[str]:
     """The local stack's standalone Spark cluster (``--with spark``: a master and two
-    workers); its master's URL."""
+    workers); its master's URL. Up for the module that uses it, then stopped (when it started
+    them): a session that goes on with the fault scenarios carries no idle cluster."""
     from mcq.stack.services import SPARK, master_url
 
     with _optional_services(settings, SPARK):
