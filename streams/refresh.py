@@ -49,8 +49,8 @@ from mcq.registry.model import LogicalTable, Registry
 from mcq.topics.listener import ListenerTopics
 from streams.exceptions import RefreshError, SelectionError
 from streams.frames import union_by_name
+from streams.keys import KEY_REPAIR
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
-from streams.normalize import KEY_REPAIR
 from streams.progress import stage_progress
 from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
@@ -194,7 +194,7 @@ class Refresh:
         return summary
 
     def _unkeyed(self, states: DataFrame, summary: RefreshSummary) -> None:
-        """Count and name the source rows without a whole key (``streams.normalize.key_problem``):
+        """Count and name the source rows without a whole key (``streams.keys.key_problem``):
         the normaliser withholds their changes, and a refresh leaves them out, said aloud."""
         from pyspark.sql import functions as F
 

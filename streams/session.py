@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from mcq.config import Settings
 from streams.exceptions import SparkSetupError
-from streams.jvm_archive import java_options
+from streams.jvm_options import java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

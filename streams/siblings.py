@@ -38,8 +38,8 @@ from mcq.config import Settings
 from mcq.pgcatalog import column_types
 from mcq.registry.model import Registry
 from streams.exceptions import SourceReadError
+from streams.keys import KEY_TYPE
 from streams.laststate import FIELDS
-from streams.normalize import KEY_TYPE
 from streams.plan import FeedPlan, NormalizePlan
 from streams.source_state import SESSION_INIT, text_expression
 

@@ -4,7 +4,7 @@ what ``mcq refresh --from source`` sends instead of the compacted topics' last s
 Per feed of a selected table, one read of its source table (only the columns capture
 takes), each column rendered *in PostgreSQL* as the text a change record carries for
 it (the same text Debezium and the normaliser give: ``streams/debezium.py``), mapped to
-its logical key by the normaliser's own key mapping (``streams.normalize.feed_key``).
+its logical key by the normaliser's own key mapping (``streams.keys.feed_key``).
 Large tables are read in block ranges (``ctid``) by parallel Spark tasks.
 
 Every state carries one source position: the database's WAL insert position taken
@@ -36,8 +36,8 @@ from mcq.pgcatalog import column_types
 from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SourceReadError
 from streams.frames import union_by_name
+from streams.keys import feed_key, key_problem
 from streams.laststate import FIELDS
-from streams.normalize import feed_key, key_problem
 from streams.plan import FeedPlan, plan_normalize
 from streams.sqltext import col, to_column
 
@@ -218,7 +218,7 @@ class SourceReader:
     def states(self, spark: SparkSession, position: int, tables: dict[str, SourceTable]) -> DataFrame:
         """One row per key of the feeds' tables: the key fields, ``change_type`` UPDATE, the
         ``after`` state, ``pos`` (``c`` = the position, ``l`` = 0) and ``problem``: why the
-        row has no whole key (``streams.normalize.key_problem``), NULL for every row that has."""
+        row has no whole key (``streams.keys.key_problem``), NULL for every row that has."""
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 

@@ -31,6 +31,7 @@ from mcq.console.audit import AuditLog
 from mcq.console.auth import MAX_NAME, Authenticator, LoginThrottle, User
 from mcq.console.jobs import Jobs
 from mcq.console.metrics import ConsoleMetrics
+from mcq.console.pages import dead_letters, interests, jobs, listener, overview, report, tables, topics, trace
 from mcq.console.state import ConsoleState
 
 HERE = Path(__file__).parent
@@ -110,8 +111,6 @@ class Console:
 
 
 def create_app(settings: Settings, state: ConsoleState | None = None) -> Starlette:
-    from mcq.console.pages import dead_letters, interests, jobs, listener, overview, report, tables, topics, trace
-
     console_settings = settings.console
     audit_path = console_settings.audit_log or settings.stack.home / "logs" / "console-audit.log"
     templates = Jinja2Templates(directory=str(HERE / "templates"))

@@ -11,7 +11,7 @@ import pytest
 
 from mcq.config import Settings
 from streams import sqltext as S
-from streams.normalize import key_number, not_whole
+from streams.keys import key_number, not_whole
 from streams.session import spark_session
 
 ODD = ["it's", "back\\slash", "x`y", "höme", "a.b", "semi;colon -- not a comment"]

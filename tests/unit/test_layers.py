@@ -4,7 +4,8 @@ server: a listener-only install imports it. Which module may import which, a fun
 imports included, is import-linter's contracts' (pyproject.toml, ``make lint``); a function
 may import Spark or ldap3 when it runs, so what importing loads is checked here.
 
-Checked in a fresh interpreter: this test process has long imported everything."""
+Checked in a fresh interpreter: this test process has long imported everything. And no
+import cycle hides inside a function (grimp, import-linter's graph)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,47 @@ def test_the_core_imports_no_layer_above_it() -> None:
     assert len(seen["modules"]) > 30
     above = sorted(set(seen["loaded"]) & set(ABOVE_THE_CORE))
     assert above == [], f"importing the core of mcq loaded {above}"
+
+
+def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in imports.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for module in sorted(imports):
+        if module not in index:
+            visit(module)
+    return out
+
+
+def test_no_module_imports_itself_back_through_others_not_even_inside_a_function() -> None:
+    """No import cycle among mcq's, streams' and consumers' modules, counting the imports a
+    function makes (an import moved into a function hides a cycle; it does not remove it).
+    Imports only for type checking do not count: they never run."""
+    import grimp
+
+    graph = grimp.build_graph("mcq", "streams", "consumers", exclude_type_checking_imports=True)
+    assert _cycles({m: graph.find_modules_directly_imported_by(m) for m in graph.modules}) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_three_modules_and_none_in_a_chain() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -3,6 +3,8 @@ error, requeue to the retry lane, discard with a reason."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -10,7 +12,9 @@ from starlette.routing import Route
 
 from consumers.exceptions import DeadLetterError
 from consumers.runtime.dlq import DeadLetter, DeadLetters
-from mcq.console.app import Console
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 
 def _letters(ctx: Console, name: str) -> DeadLetters:

@@ -5,7 +5,7 @@ which running listeners follow."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from starlette.datastructures import FormData
@@ -14,10 +14,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcq.console.app import Console
 from mcq.registry import Registry, RegistryError
 from mcq.registry.model import Interest
 from mcq.registry.store import definition_key
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 FIELDS = ("listener", "tname", "subtype", "rule", "columns", "delay_s", "expire_after_s", "comment")
 

@@ -4,6 +4,7 @@ started from its page with a confirmation, run as jobs whose page shows their pr
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -11,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from mcq.console.app import Console
+if TYPE_CHECKING:
+    from mcq.console.app import Console
+
 
 ACTIONS = ("refresh", "flush", "replay", "reconcile")
 _TIME = re.compile(r"^[0-9T:.+\-Z ]{4,40}$")

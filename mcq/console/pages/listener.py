@@ -4,6 +4,7 @@ topic and lane, and its recent errors (unresolved dead letters)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -11,8 +12,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.runtime.dlq import DeadLetters
-from mcq.console.app import Console
 from mcq.console.state import verdict
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 
 def routes(ctx: Console) -> list[Route]:

@@ -4,13 +4,16 @@ last heartbeat; each service; refreshed on its own."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mcq.console.app import Console
 from mcq.console.state import verdict
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 
 def routes(ctx: Console) -> list[Route]:

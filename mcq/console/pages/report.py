@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from mcq.console.app import Console
 from streams.report_render import csv_paths, default_report
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 
 def routes(ctx: Console) -> list[Route]:

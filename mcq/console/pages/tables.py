@@ -7,14 +7,17 @@ from __future__ import annotations
 import csv
 import time
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from mcq.config import Settings
-from mcq.console.app import Console
 from streams.report_render import csv_paths, default_report
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 DAYS = 7
 

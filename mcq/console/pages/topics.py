@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from starlette.exceptions import HTTPException
@@ -16,10 +16,12 @@ from starlette.routing import Route
 
 from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
-from mcq.console.app import Console
 from mcq.contract import registry_client
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.read import watermarks
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 PAGE = 50
 SCAN_LIMIT = 20_000

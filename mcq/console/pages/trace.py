@@ -4,13 +4,17 @@ record contents (a target's answer may quote a value)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mcq.console.app import Console
 from mcq.history import trace
 from mcq.history.show import lines, listeners_of, parse_key
+
+if TYPE_CHECKING:
+    from mcq.console.app import Console
 
 MAX_FIELD = 500
 
