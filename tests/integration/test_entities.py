@@ -255,6 +255,8 @@ def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         yield hook
 
 
+# a scenario of a minute and more on two cores: in make long, so make test stays under 25 minutes
+@pytest.mark.long
 def test_entity_listeners_mirror_sql_joins_over_the_source_as_related_rows_move(
     stack: Stack, settings: Settings, tmp_path: Path, webhook: tuple[str, list[dict[str, Any]]]
 ) -> None:

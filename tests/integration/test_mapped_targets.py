@@ -276,6 +276,8 @@ def places(stack: Stack, active_directory: Stack, settings: Settings) -> Iterato
         pg.execute(f"DROP SCHEMA {vendor} CASCADE")  # type: ignore[arg-type]
 
 
+# a scenario of a minute and more on two cores: in make long, so make test stays under 25 minutes
+@pytest.mark.long
 def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_through_mappings_alone(
     settings: Settings, tmp_path: Path, places: tuple[str, str, str]
 ) -> None:

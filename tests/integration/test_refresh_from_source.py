@@ -72,6 +72,8 @@ def _run(settings: Settings, registry: Any, name: str) -> ListenerRuntime:
     return runtime
 
 
+# a scenario of a minute and more on two cores: in make long, so make test stays under 25 minutes
+@pytest.mark.long
 def test_a_refresh_from_the_source_sends_every_row_as_postgresql_renders_it_and_repairs_the_target(
     own_typed: TypedWorld, settings: Settings, tmp_path: Path
 ) -> None:
