@@ -575,8 +575,9 @@ def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
     assert_topic_equals_source(ksettings, feed)  # the last record per key is the source's state
 
 
-# waits for the log cleaner: in make long
+# waits for the log cleaner: in make long; CI runs it when its time budget allows
 @pytest.mark.long
+@pytest.mark.extended
 def test_after_compaction_a_topic_holds_one_record_per_live_key(
     world: Captured, registry: Registry, settings: Settings, tmp_path: Path
 ) -> None:

@@ -428,7 +428,10 @@ def wait_for_line(log: Path, text: str, job: subprocess.Popen[bytes], timeout_s:
 
 
 # SIGTERM (how Kubernetes stops a pod) in make test; SIGINT (Ctrl-C), the same path, in make long
-@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.long)])
+SIGINT_IN_MAKE_LONG = pytest.param(signal.SIGINT, marks=[pytest.mark.long, pytest.mark.extended])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, SIGINT_IN_MAKE_LONG])
 def test_the_normalize_command_exits_0_within_30_s_of_sigterm_or_sigint(
     typed: TypedWorld, settings: Settings, tmp_path: Path, signum: signal.Signals
 ) -> None:

@@ -40,7 +40,8 @@ from mcq.testing.listeners import (
 )
 from tests.support.listeners import random_stream
 
-pytestmark = pytest.mark.faults
+# minutes of waiting inside slow targets: CI runs them when its time budget allows (make extended)
+pytestmark = [pytest.mark.faults, pytest.mark.extended]
 
 TP = tuple[str, int]
 

@@ -42,7 +42,8 @@ from tests.integration.pgtext import rows_as_text
 from tests.integration.webhook_server import receiving_webhook, replay
 from tests.support.refusals import consume_error, produce_error, refusal_of
 
-pytestmark = pytest.mark.long  # a stack of its own: minutes on two cores, in make long
+# a stack of its own: minutes on two cores, in make long; CI runs it when its time budget allows
+pytestmark = [pytest.mark.long, pytest.mark.extended]
 
 MCQ = [sys.executable, "-m", "mcq.cli"]
 SERVICES = "postgres,kafka,registry,connect"

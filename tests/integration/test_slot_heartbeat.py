@@ -23,7 +23,8 @@ from mcq.stack import Stack
 from mcq.testing.worlds import wait_raw_records
 from tests.integration.typed import ROWS, typed_world
 
-pytestmark = pytest.mark.faults
+# minutes of waiting for WAL to pile up: CI runs them when its time budget allows (make extended)
+pytestmark = [pytest.mark.faults, pytest.mark.extended]
 
 
 def _confirmed(settings: Settings, slot: str) -> int:
