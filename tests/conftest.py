@@ -42,21 +42,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-EXTENDED_RESERVE_S = 10 * 60
-"""The longest an ``extended`` scenario takes on two cores (the hand-over, a secure stack of its own)."""
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Under a time budget (``MCQ_TEST_DEADLINE``, epoch seconds: what .ci/run sets), an
-    ``extended`` scenario starts only while it can end before the deadline; otherwise it is
-    skipped, saying so. Every other test always runs."""
+    ``extended`` scenario starts only while it can end before the deadline: its marker says
+    how many minutes it may take on two cores (``extended(minutes=N)``, 10 when unsaid);
+    otherwise it is skipped, saying so. Every other test always runs."""
     deadline = os.environ.get("MCQ_TEST_DEADLINE")
-    if deadline and item.get_closest_marker("extended") is not None:
-        left = float(deadline) - time.time()
-        if left < EXTENDED_RESERVE_S:
+    marker = item.get_closest_marker("extended")
+    if deadline and marker is not None:
+        need = float(marker.kwargs.get("minutes", 10))
+        left = (float(deadline) - time.time()) / 60
+        if left < need:
             pytest.skip(
-                f"CI's time budget: {max(left, 0) / 60:.0f} min left before its deadline, an extended scenario "
-                f"may take {EXTENDED_RESERVE_S / 60:.0f} (make extended runs them all)"
+                f"CI's time budget: {max(left, 0):.0f} min left before its deadline, this extended scenario may "
+                f"take {need:.0f} (make extended runs them all)"
             )
 
 

@@ -73,7 +73,7 @@ def _records(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[
 
 
 @pytest.mark.long  # two normalisers, one after the other, under load: minutes, in make long
-@pytest.mark.extended  # about 6 minutes on two cores: CI runs it when its time budget allows
+@pytest.mark.extended(minutes=9)  # about 6 minutes on two cores: CI runs it when its time budget allows
 @pytest.mark.timeout(1500)  # its own deadlines add up to 1,200 s
 def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no_duplicate(
     world: Captured, settings: Settings, tmp_path: Path

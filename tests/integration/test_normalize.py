@@ -577,7 +577,7 @@ def test_killing_the_job_mid_stream_loses_nothing_and_reorders_nothing(
 
 # waits for the log cleaner: in make long; CI runs it when its time budget allows
 @pytest.mark.long
-@pytest.mark.extended
+@pytest.mark.extended(minutes=2)
 def test_after_compaction_a_topic_holds_one_record_per_live_key(
     world: Captured, registry: Registry, settings: Settings, tmp_path: Path
 ) -> None:

@@ -428,7 +428,7 @@ def wait_for_line(log: Path, text: str, job: subprocess.Popen[bytes], timeout_s:
 
 
 # SIGTERM (how Kubernetes stops a pod) in make test; SIGINT (Ctrl-C), the same path, in make long
-SIGINT_IN_MAKE_LONG = pytest.param(signal.SIGINT, marks=[pytest.mark.long, pytest.mark.extended])
+SIGINT_IN_MAKE_LONG = pytest.param(signal.SIGINT, marks=[pytest.mark.long, pytest.mark.extended(minutes=2)])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, SIGINT_IN_MAKE_LONG])

@@ -134,7 +134,8 @@ def pending(settings: Settings, registry: Registry, listeners: tuple[str, ...]) 
 
 
 @pytest.mark.scale
-@pytest.mark.extended  # about 5 minutes; make run's demo checks the same pipeline at 3,000 people in every CI
+# about 5 minutes; make run's demo checks the same pipeline at 3,000 people in every CI
+@pytest.mark.extended(minutes=8)
 @pytest.mark.timeout(TIMEOUT_S)
 def test_a_world_of_ten_thousand_people_converges_in_ldap_and_the_import_table(
     big_world: Captured, settings: Settings, tmp_path: Path

@@ -41,7 +41,7 @@ from mcq.testing.listeners import (
 from tests.support.listeners import random_stream
 
 # minutes of waiting inside slow targets: CI runs them when its time budget allows (make extended)
-pytestmark = [pytest.mark.faults, pytest.mark.extended]
+pytestmark = [pytest.mark.faults, pytest.mark.extended(minutes=3)]
 
 TP = tuple[str, int]
 

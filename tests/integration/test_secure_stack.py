@@ -43,7 +43,7 @@ from tests.integration.webhook_server import receiving_webhook, replay
 from tests.support.refusals import consume_error, produce_error, refusal_of
 
 # a stack of its own: minutes on two cores, in make long; CI runs it when its time budget allows
-pytestmark = [pytest.mark.long, pytest.mark.extended]
+pytestmark = [pytest.mark.long, pytest.mark.extended(minutes=4)]
 
 MCQ = [sys.executable, "-m", "mcq.cli"]
 SERVICES = "postgres,kafka,registry,connect"

@@ -24,7 +24,7 @@ from mcq.testing.worlds import wait_raw_records
 from tests.integration.typed import ROWS, typed_world
 
 # minutes of waiting for WAL to pile up: CI runs them when its time budget allows (make extended)
-pytestmark = [pytest.mark.faults, pytest.mark.extended]
+pytestmark = [pytest.mark.faults, pytest.mark.extended(minutes=4)]
 
 
 def _confirmed(settings: Settings, slot: str) -> int:
