@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import statistics
 import sys
 import tempfile
@@ -155,7 +156,7 @@ def _refresh_from_source(settings: Settings, spark: SparkSession, keys: int) -> 
     try:
         registry = parse_registry(SOURCE_REGISTRY.format(token=token), "bench-source.yaml")
         started = time.monotonic()
-        sent = Refresh(settings, registry, "Src", Selection(), _say, from_source=True).run(spark)
+        sent = Refresh(settings, registry, "Src", Selection(), from_source=True).run(spark)
         return time.monotonic() - started, sent.total
     finally:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
@@ -169,13 +170,14 @@ def main() -> int:
     # it is the tenth (a sample takes ~5 ms, so the lane moves on for seconds, not minutes)
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the jobs' own lines
     settings = load_settings()
     w = make_world(settings, uuid.uuid4().hex[:10], Path(tempfile.mkdtemp()))
     _produce(w, args.keys)
     spark = spark_session(w.settings, "bench-batch-jobs")
 
     started = time.monotonic()
-    rebuilt = Rebuild(w.settings, w.registry, w.name, True, _say).run(spark, engine="spark")
+    rebuilt = Rebuild(w.settings, w.registry, w.name, True).run(spark, engine="spark")
     rebuild_s = time.monotonic() - started
     assert rebuilt.loaded == args.keys, rebuilt
     copy_rate = _copy_ceiling(w)
@@ -187,7 +189,7 @@ def main() -> int:
         small_s, small_engine = _rebuild_process(small)
         small_copy_s = SMALL / _copy_ceiling(small)
 
-    drift = Reconcile(w.settings, w.registry, w.name, _say).run(spark)
+    drift = Reconcile(w.settings, w.registry, w.name).run(spark)
     assert drift.total == 0 and drift.expected == args.keys, drift.lines()
 
     with listener_process(w, w.registry_file.parent / "listener.log"):
@@ -195,7 +197,7 @@ def main() -> int:
         idle = _latencies(w, args.samples)
         _, before = bulk_pending(w)
         started = time.monotonic()
-        sent = Refresh(w.settings, w.registry, w.name, Selection(), _say).run(spark)
+        sent = Refresh(w.settings, w.registry, w.name, Selection()).run(spark)
         refresh_s = time.monotonic() - started
         wait_bulk_started(w, before)
         depth_before, _ = bulk_pending(w)

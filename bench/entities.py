@@ -107,7 +107,7 @@ def fanout(orders: int, rounds: int) -> list[list[str]]:
     registry = parse_registry(REGISTRY.format(target=target), "bench-entities.yaml")
     prefix = settings.topic_prefix
     customers, orders_topic, items_topic = (f"{prefix}.customer", f"{prefix}.orders", f"{prefix}.item")
-    job = EntityJob(settings, registry, report=lambda _: None)
+    job = EntityJob(settings, registry)
     job.open()  # the topics and schemas
     job.close(save=False)
     client = registry_client(settings)
@@ -123,8 +123,8 @@ def fanout(orders: int, rounds: int) -> list[list[str]]:
         _change("ITEM", i, {"id": str(i), "order_id": str(i // 2), "sku": f"sku{i % 7}", "qty": "1"})
         for i in range(2 * orders)
     ])  # fmt: skip
-    job = EntityJob(settings, registry, report=lambda _: None)
-    runtime = ListenerRuntime(settings, "East", registry=registry, http_port=None, report=lambda _: None)
+    job = EntityJob(settings, registry)
+    runtime = ListenerRuntime(settings, "East", registry=registry, http_port=None)
     threads = [threading.Thread(target=job.run, daemon=True), threading.Thread(target=runtime.run, daemon=True)]
     for t in threads:
         t.start()

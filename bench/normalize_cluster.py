@@ -13,6 +13,7 @@ Prints a Markdown table for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def main() -> int:
     ap.add_argument("--people", default="20000", help="the backlog's world (~8.9 raw rows a person)")
     args = ap.parse_args()
     settings = load_settings()
-    Stack(settings, only=GROUPS[SPARK], with_=[SPARK]).up(report=lambda line: print(line, flush=True))
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the stack's lines as it starts
+    Stack(settings, only=GROUPS[SPARK], with_=[SPARK]).up()
     cluster = master_url(settings)
     rows = []
     for name, master in (("local[*]", []), (f"standalone {cluster}", ["--master", cluster])):

@@ -7,7 +7,10 @@ Every module logs through ``logging.getLogger(__name__)``; nothing below the she
   the whole story, tracebacks included; an unexpected error's one line on the terminal
   names this file;
 - with ``log.format: json`` also stderr, one JSON object per line (time, level, logger,
-  message, exception), as a Kubernetes log collector reads it.
+  message, exception), as a Kubernetes log collector reads it;
+- with ``log.format: text`` and a :class:`TerminalHandler` from the shell, the terminal:
+  each INFO line of ours on stdout, each warning and error on stderr, the message alone.
+  Library code never prints and takes no callback to say something: it logs.
 
 The libraries' own loggers (py4j, urllib3, httpx, the Kafka clients) are kept to their
 warnings, in the file only: no library noise on a user's terminal.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,8 +46,31 @@ def json_formatter() -> logging.Formatter:
     )
 
 
-def configure(log: LogSettings) -> Path | None:
+SHOWN = "mcq_shown"
+"""A record's attribute (``extra={SHOWN: True}``) saying the shell has printed it already."""
+
+
+class TerminalHandler(logging.Handler):
+    """Our INFO lines to ``out``, warnings and errors to ``err``: the message alone, as a
+    person at a terminal reads it (the log file keeps time, level and logger). DEBUG
+    stays in the file whatever ``log.level`` is."""
+
+    def __init__(self, out: Callable[[str], None], err: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self._out, self._err = out, err
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, SHOWN, False):
+            return
+        try:
+            (self._err if record.levelno >= logging.WARNING else self._out)(record.getMessage())
+        except Exception:  # a closed terminal must not end the work
+            self.handleError(record)
+
+
+def configure(log: LogSettings, terminal: logging.Handler | None = None) -> Path | None:
     """Set up this process's log as ``log`` says (again: replace what an earlier call set).
+    ``terminal`` (text format only) shows our lines to the person running the command.
     Returns the log file, or None when there is none (it cannot be created: the line that
     says so goes to stderr once)."""
     for handler in _HANDLERS:
@@ -68,11 +95,12 @@ def configure(log: LogSettings) -> Path | None:
         to_stderr = logging.StreamHandler(sys.stderr)
         to_stderr.setFormatter(json_formatter())
         handlers.append(to_stderr)
+    ours = [*handlers, terminal] if terminal is not None and log.format == "text" else handlers
     for name in OURS:
         logger = logging.getLogger(name)
         logger.setLevel(level)
         logger.propagate = False  # never twice through a root handler someone else set
-        for handler in handlers:
+        for handler in ours:
             logger.addHandler(handler)
     for name in NOISY:
         logger = logging.getLogger(name)
@@ -80,5 +108,5 @@ def configure(log: LogSettings) -> Path | None:
         logger.propagate = False
         for handler in handlers[:1]:  # the file only
             logger.addHandler(handler)
-    _HANDLERS.extend(handlers)
+    _HANDLERS.extend(ours)
     return path

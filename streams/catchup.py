@@ -22,12 +22,15 @@ and no catch-up runs again.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streams.checkpoint import Offsets, batch_offsets, planned, realtime_dir
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,7 +96,7 @@ def catch_up(
     waiting = records_held(job.settings, part.raw_topics)
     if not resumed and waiting <= above:
         return None
-    job.report(
+    log.info(
         f"normalize: {waiting:,} raw records wait and real time has not started here: catching up in "
         f"micro-batches first{' (continuing the catch-up a stop interrupted)' if resumed else ''}"
     )
@@ -105,7 +108,7 @@ def catch_up(
     offsets = committed_offsets(location)
     if offsets is None:  # nothing was there after all: start from the beginning
         return None
-    job.report(f"normalize: caught up in {time.monotonic() - started:.1f} s; real time starts where it ended")
+    log.info(f"normalize: caught up in {time.monotonic() - started:.1f} s; real time starts where it ended")
     return offsets
 
 

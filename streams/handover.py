@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import shutil
 import threading
 import time
@@ -47,6 +48,8 @@ from streams.handover_lease import (
     new_instance,
     wait_answer,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,7 +99,7 @@ class HandOver:
         return self.copy
 
     def take_over(
-        self, settings: Settings, topics: list[str], report: Callable[[str], None], stopped: Callable[[], bool],
+        self, settings: Settings, topics: list[str], stopped: Callable[[], bool],
         spark: SparkSession | None = None,
     ) -> None:  # fmt: skip
         """Ask the running instance to hand over, wait for its answer and hold the lease.
@@ -108,7 +111,7 @@ class HandOver:
             self.lease.hold()
             return
         began = time.monotonic()
-        report(f"normalize: started beside {self.who(old)}: asking it to hand over")
+        log.info(f"normalize: started beside {self.who(old)}: asking it to hand over")
         ask(self.checkpoint, self.me)
         done = wait_answer(self.checkpoint, self.me, old, stopped)
         self.taking_over = None
@@ -120,22 +123,22 @@ class HandOver:
         waited = time.monotonic() - began
         fences = ""
         if done is None:
-            report(f"normalize: {self.who(old)} stopped beating its lease: resuming from the checkpoint")
+            log.warning(f"normalize: {self.who(old)} stopped beating its lease: resuming from the checkpoint")
         elif spark is None or self.copy is None or not done.get("flushed"):
-            report(
+            log.info(
                 f"normalize: took over from {self.who(old)} after {waited:.1f} s; it may have written its last "
                 "records before its checkpoint: they may come again"
             )
         elif done.get("fences") is not None:  # its gate counted what it wrote
             fences = str(done["fences"])
-            report(
+            log.info(
                 f"normalize: took over from {self.who(old)} after {waited:.2f} s; what it wrote after its last "
                 f"checkpoint is not written again ({fences.count(chr(10))} raw partition/topic fences, its gate's)"
             )
         else:
             since = min(int(done["since_ms"]), self.copy_since_ms) - TAIL_MARGIN_MS
             fences = fence_lines(read_fences(settings, topics, since))
-            report(
+            log.info(
                 f"normalize: took over from {self.who(old)} after {waited:.2f} s; what it wrote after its last "
                 f"checkpoint is not written again ({fences.count(chr(10))} raw partition/topic fences, read from "
                 f"the topics in {time.monotonic() - began - waited:.1f} s)"
@@ -146,7 +149,7 @@ class HandOver:
 
     def give_over(
         self, to: dict[str, Any], spark: SparkSession, queries: list[Any], realtime: Callable[[Any], bool],
-        stop_all: Callable[[list[Any]], None], report: Callable[[str], None], started: dict[str, int],
+        stop_all: Callable[[list[Any]], None], started: dict[str, int],
         fallback_ms: int, gate: bool,
     ) -> None:  # fmt: skip
         """Stop writing for ``to``, then answer: a micro-batch query stops between two
@@ -158,7 +161,7 @@ class HandOver:
         start, by run id, in ms; ``fallback_ms``: how long a batch may last, for a run not
         known there). The real-time queries stop after it."""
         began = time.monotonic()
-        report(f"normalize: handing over to {self.who(to)}")
+        log.info(f"normalize: handing over to {self.who(to)}")
         for query in [q for q in queries if not realtime(q)]:
             deadline = time.monotonic() + 60
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
@@ -185,12 +188,12 @@ class HandOver:
             if closed
             else f"its queries stopped{'' if not gate else f'; {gate_of(spark).passing()} records unacknowledged'}"
         )
-        report(f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.2f} s ({how})")
+        log.info(f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.2f} s ({how})")
         if closed:
             stop_all(running)  # held at the gate: nothing they do is written any more
         queries.clear()
 
-    def watch(self, spark: SparkSession | None, ordered: Callable[[], bool], report: Callable[[str], None]) -> None:
+    def watch(self, spark: SparkSession | None, ordered: Callable[[], bool]) -> None:
         """Look for an ask every ``ASK_POLL_S`` in a thread of its own. With the gate
         (``spark``) and no micro-batch query (``ordered``), answer it there: close the gate
         for good, wait until Kafka acknowledged what passed it, answer with what that was
@@ -207,13 +210,13 @@ class HandOver:
                     continue
                 began = time.monotonic()
                 if spark is not None and not ordered():
-                    report(f"normalize: handing over to {self.who(to)}")
+                    log.info(f"normalize: handing over to {self.who(to)}")
                     _, fences = close_for_good(spark)
                     if fences is not None:  # all it let through is in Kafka
                         answer(self.checkpoint, self.me, to, int(time.time() * 1000), True, fences)
                         self.lease.release()
                         self.handed_to = str(to.get("id"))
-                        report(
+                        log.info(
                             f"normalize: handed over to {self.who(to)} in {time.monotonic() - began:.2f} s (its "
                             "gate closed, every record it let through acknowledged)"
                         )

@@ -26,6 +26,7 @@ the JVM is the cluster's.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -37,6 +38,8 @@ from typing import Any
 from mcq.config import Settings, load_settings
 from streams.exceptions import ArchiveError
 from streams.jvm_options import CHECK_ENV, DUMP_ENV, archive_path
+
+log = logging.getLogger(__name__)
 
 
 def _train() -> None:
@@ -154,7 +157,7 @@ def _tail(done: subprocess.CompletedProcess[str]) -> str:
     return " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
 
 
-def build(settings: Settings, report: bool = True) -> Path | None:
+def build(settings: Settings) -> Path | None:
     """Build the archive for this machine unless it is there; returns its path (None without
     java). Raises ``ArchiveError`` when the training run or the check run on its archive fails."""
     from streams.session import connector_jars
@@ -165,8 +168,7 @@ def build(settings: Settings, report: bool = True) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
     started = time.monotonic()
-    if report:
-        print(f"jvm-archive: building {path} (a Spark start that saves its classes: about a minute) ...", flush=True)
+    log.info(f"jvm-archive: building {path} (a Spark start that saves its classes: about a minute) ...")
     try:
         done = _run("--train", DUMP_ENV, partial, 600)
         if done.returncode != 0 or not partial.is_file():
@@ -180,9 +182,8 @@ def build(settings: Settings, report: bool = True) -> Path | None:
     for old in path.parent.glob("spark-*.jsa"):  # archives of another java or class path
         if old != path:
             old.unlink(missing_ok=True)
-    if report:
-        size = path.stat().st_size / 1e6
-        print(f"jvm-archive: {path.name}, {size:.0f} MB, in {time.monotonic() - started:.0f} s", flush=True)
+    size = path.stat().st_size / 1e6
+    log.info(f"jvm-archive: {path.name}, {size:.0f} MB, in {time.monotonic() - started:.0f} s")
     return path
 
 
@@ -196,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.train or args.check:
         (_train if args.train else _check)()
         return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # `make install`'s lines
     try:
         if build(load_settings()) is None:
-            print("jvm-archive: no java found (JAVA_HOME or PATH): Spark starts without an archive", file=sys.stderr)
+            log.warning("jvm-archive: no java found (JAVA_HOME or PATH): Spark starts without an archive")
     except ArchiveError as exc:  # an accelerator: its failure must not stop an install
-        print(f"jvm-archive: {exc}; Spark starts without an archive (seconds slower)", file=sys.stderr)
+        log.warning(f"jvm-archive: {exc}; Spark starts without an archive (seconds slower)")
     return 0
 
 

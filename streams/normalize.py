@@ -79,7 +79,6 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-Report = Callable[[str], None]
 
 GARBLED = ('["[L', ";@")
 """How Debezium's PostgreSQL connector writes a multi-dimensional array (``{{a,b},{c,d}}``):
@@ -197,7 +196,6 @@ class NormalizeJob:
     settings: Settings
     registry: Registry
     checkpoint: Path
-    report: Report = log.info
     max_offsets_per_trigger: int | None = None
     accept_lost_raw: bool = False
     """Go on past raw records deleted before they were read (Spark's failOnDataLoss off):
@@ -227,7 +225,7 @@ class NormalizeJob:
     def part(self, plan: NormalizePlan, checkpoint: Path) -> NormalizeJob:
         """A job for part of this plan, sharing its schema ids and known provenance."""
         job = NormalizeJob(
-            self.settings, self.registry, checkpoint, self.report, self.max_offsets_per_trigger,
+            self.settings, self.registry, checkpoint, self.max_offsets_per_trigger,
             self.accept_lost_raw, only=plan, defined_at=self.defined_at,
         )  # fmt: skip
         job.schema_ids = self.schema_ids
@@ -240,18 +238,18 @@ class NormalizeJob:
         """Create missing output topics, register their schemas, load known provenance."""
         report = apply_topics(self.settings, plan_topics(self.registry, self.settings.topic_prefix))
         for line in report.drift:
-            self.report(f"normalize: topic drift (left as it is): {line}")
+            log.warning(f"normalize: topic drift (left as it is): {line}")
         client = registry_client(self.settings)
         for topic in [*self.plan.logical_topics, self.plan.refresh_topic, self.plan.withheld_topic]:
             self.schema_ids[topic] = register_topic(client, topic)
         store = RegistryStore(self.settings)
         self._known_refs = {p.ref for p in store.provenance()}
-        self.report(f"normalize: reading {len(self.plan.raw_topics)} raw topics: {', '.join(self.plan.raw_topics)}")
-        self.report(
+        log.info(f"normalize: reading {len(self.plan.raw_topics)} raw topics: {', '.join(self.plan.raw_topics)}")
+        log.info(
             f"normalize: writing {len(self.plan.logical_topics)} logical topics: {', '.join(self.plan.logical_topics)}"
             f" (refresh requests to {self.plan.refresh_topic})"
         )
-        self.report(f"normalize: checkpoint {self.checkpoint}")
+        log.info(f"normalize: checkpoint {self.checkpoint}")
 
     # ------------------------------------------------------------------ transformation
 
@@ -768,13 +766,13 @@ class NormalizeJob:
             parsed.unpersist()
             stats.seconds = time.monotonic() - started
             self.history.append(stats)
-            self.report(stats.line())
+            log.info(stats.line())
             return
         records = turned = transformed.persist()
         try:
             lookup = self._once("siblings", lambda: SiblingLookup(self.settings, self.registry, self.plan))
             if lookup.shared:  # a DELETE another source table of its key still holds is no delete
-                records, kept = resolve_deletes(lookup, turned, self.report)
+                records, kept = resolve_deletes(lookup, turned)
                 if kept:
                     records = records.persist()
             delivered = F.col("r").isNotNull() & ~withheld
@@ -820,7 +818,7 @@ class NormalizeJob:
             parsed.unpersist()
         stats.seconds = time.monotonic() - started
         self.history.append(stats)
-        self.report(stats.line())
+        log.info(stats.line())
 
     def _unseen_refs(self) -> bool:
         explicit = (f"{t}/{s}" if s else t for t, s, _ in self.plan.explicit_topics)
@@ -836,7 +834,7 @@ class NormalizeJob:
             return
         for ref, provenance in sorted(RegistryStore(self.settings).record_first_seen_all(origins).items()):
             self._known_refs.add(ref)
-            self.report(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
+            log.info(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
 
     def start(self, spark: SparkSession, once: bool, trigger: str = "1 second", starting: str = "earliest") -> Any:
         """Start the streaming query (returns pyspark's StreamingQuery); ``starting``: its

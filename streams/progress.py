@@ -5,10 +5,13 @@ off: streams/session.py), so a job over a million keys never looks hung: on a te
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,9 +27,7 @@ def show_bars(console: Console | None) -> None:
 
 
 @contextmanager
-def stage_progress(
-    spark: SparkSession, label: str, report: Callable[[str], None], every_s: float = 5.0
-) -> Iterator[None]:
+def stage_progress(spark: SparkSession, label: str, every_s: float = 5.0) -> Iterator[None]:
     """Report ``<label>: stage N: done/total tasks`` while the block runs (bars on a terminal)."""
     tracker = spark.sparkContext.statusTracker()
 
@@ -48,7 +49,7 @@ def stage_progress(
     def line() -> None:
         text = "; ".join(f"stage {stage}: {done}/{total} tasks" for stage, done, total in stages())
         if text and text != last[0]:
-            report(f"{label}: {text}")
+            log.info(f"{label}: {text}")
             last[0] = text
 
     with _every(every_s, line):

@@ -31,6 +31,7 @@ key is still the newest and a listener skips what it already applied.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ from mcq.refs import table_ref
 from streams.catchup import starting_offsets
 from streams.checkpoint import Offsets
 from streams.plan import NormalizePlan
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -302,7 +305,7 @@ def record_first_seen(job: NormalizeJob) -> None:
         return
     for ref, provenance in sorted(RegistryStore(job.settings).record_first_seen_all(found).items()):
         job._known_refs.add(ref)
-        job.report(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
+        log.info(f"provenance: {ref} first seen from {provenance.origin.splitlines()[0]}")
 
 
 def batch_line(progress: dict[str, Any], interval: str) -> str:

@@ -26,6 +26,7 @@ applies again what it had not applied, and no older change overwrites a rebuilt 
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import time
 import uuid
@@ -51,10 +52,11 @@ from streams.laststate import FIELDS, applied_values, last_records, live_changes
 from streams.progress import stage_progress
 from streams.tableview import in_view, with_key_text
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-Report = Callable[[str], None]
 BATCH = 1000
 ENGINE_SAID = {"spark": "in a Spark job", "direct": "directly, without Spark"}
 CHUNK = 1 << 20
@@ -86,7 +88,7 @@ class RebuildSummary:
 
 
 class Rebuild:
-    def __init__(self, settings: Settings, registry: Registry, name: str, truncate: bool, report: Report) -> None:
+    def __init__(self, settings: Settings, registry: Registry, name: str, truncate: bool) -> None:
         self.groups = ListenerGroups(settings, registry, name)  # an unknown listener: ListenerConfigError
         listener = registry.listener(name)
         assert listener is not None
@@ -97,7 +99,7 @@ class Rebuild:
                 f"--truncate empties a table target first; the target of {name} is {listener.adapter.type}, "
                 "whose rebuild writes every state through the adapter"
             )
-        self.settings, self.registry, self.name, self.truncate, self.report = settings, registry, name, truncate, report
+        self.settings, self.registry, self.name, self.truncate = settings, registry, name, truncate
         self.tables = registry.tables_of(name)
         self.view = ListenerView(registry, name)
 
@@ -129,7 +131,7 @@ class Rebuild:
         summary.engine = direct.choose(engine, records)
         fast = isinstance(self.adapter, TableAdapter)
         summary.path = "bulk COPY into the table" if fast else f"through the {type(self.adapter).kind} adapter"
-        self.report(
+        log.info(
             f"{label}: reading {len(tps)} partition(s) of {len(topics)} logical topic(s) to their ends "
             f"(at most {records:,} records, {ENGINE_SAID[summary.engine]})"
         )
@@ -149,7 +151,7 @@ class Rebuild:
     def _run_spark(self, spark: SparkSession, summary: RebuildSummary, dry_run: bool) -> None:
         from pyspark.sql import functions as F
 
-        with stage_progress(spark, f"rebuild {self.name}", self.report):
+        with stage_progress(spark, f"rebuild {self.name}"):
             live = last_records(spark, self.settings, sorted({t for t, _ in summary.ends}), self.tables, summary.ends)
             live = live.where(F.col("live"))
             if dry_run:
@@ -171,7 +173,7 @@ class Rebuild:
         codec = ChangeCodec(registry_client(self.settings))
         states = direct.last_states(self.settings, codec, summary.ends, self.tables)
         live = [s.change for s in states if s.change is not None]
-        self.report(f"rebuild {self.name}: {len(live):,} live state(s) of {len(states):,} key(s) read in "
+        log.info(f"rebuild {self.name}: {len(live):,} live state(s) of {len(states):,} key(s) read in "
                     f"{time.monotonic() - begun:.1f} s")  # fmt: skip
         if dry_run:
             summary.loaded = len(live)
@@ -184,7 +186,7 @@ class Rebuild:
                 summary.loaded = self.adapter.load_csv(direct.csv_rows(seen), self.truncate)
             finally:
                 self.adapter.close()
-            self.report(f"rebuild {self.name}: {summary.loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
+            log.info(f"rebuild {self.name}: {summary.loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
         else:
             seen, summary.removed = self._through_adapter(iter(live))
             summary.loaded = len(seen)
@@ -212,7 +214,7 @@ class Rebuild:
             )
             begun = time.monotonic()
             csv.write.option("escape", '"').option("header", "false").csv(str(staging))
-            self.report(
+            log.info(
                 f"rebuild {self.name}: rows written as CSV in {time.monotonic() - begun:.1f} s; "
                 f"loading into {self.adapter.settings.table}"
             )
@@ -227,11 +229,11 @@ class Rebuild:
                     with contextlib.suppress(Exception):
                         diff.result()[0].unpersist()
                     raise
-                self.report(f"rebuild {self.name}: {loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
+                log.info(f"rebuild {self.name}: {loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
                 changes = diff.result()
             begun = time.monotonic()
             absent = self._write_diff(changes)
-            self.report(f"rebuild {self.name}: applied positions written in {time.monotonic() - begun:.1f} s")
+            log.info(f"rebuild {self.name}: applied positions written in {time.monotonic() - begun:.1f} s")
         finally:
             self.adapter.close()
             shutil.rmtree(staging, ignore_errors=True)
@@ -339,13 +341,13 @@ class Rebuild:
                     self._apply(batch)
                     batch = []
                     if len(seen) % (BATCH * 20) == 0:
-                        self.report(f"rebuild {self.name}: {len(seen):,} state(s) written")
+                        log.info(f"rebuild {self.name}: {len(seen):,} state(s) written")
             self._apply(batch)
             removed = self._remove_extra(seen)
         finally:
             adapter.close()
         if skipped:
-            self.report(f"rebuild {self.name}: {skipped} key(s) left out: dead-lettered and unresolved "
+            log.warning(f"rebuild {self.name}: {skipped} key(s) left out: dead-lettered and unresolved "
                         f"(`mcq dlq list {self.name}`)")  # fmt: skip
         return seen, removed
 

@@ -29,6 +29,7 @@ overwrites a newer state), and is gone from the next reconcile.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,10 +51,11 @@ from streams.refresh import Refresh, RefreshSummary, listener_tables
 from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-Report = Callable[[str], None]
 EXAMPLES = 5
 
 
@@ -126,9 +128,7 @@ def _difference(expected: Any, actual: Any) -> str:
 
 
 class Reconcile:
-    def __init__(
-        self, settings: Settings, registry: Registry, name: str, report: Report, from_source: bool = False
-    ) -> None:
+    def __init__(self, settings: Settings, registry: Registry, name: str, from_source: bool = False) -> None:
         own = listener_tables(registry, name)  # an unknown listener is a SelectionError
         listener = registry.listener(name)
         assert listener is not None
@@ -142,7 +142,7 @@ class Reconcile:
         if why is not None:
             raise SelectionError(f"its {listener.adapter.type} target cannot be read back: {why}")
         adapter.bind(registry)
-        self.settings, self.registry, self.name, self.report = settings, registry, name, report
+        self.settings, self.registry, self.name = settings, registry, name
         self.adapter = adapter
         refs = adapter.state_refs()
         self.tables = own if refs is None else [t for t in registry.tables if t.ref in refs]
@@ -172,11 +172,11 @@ class Reconcile:
             what = (
                 "the source tables" if self.source is not None else f"the last state of {len(topics)} logical topic(s)"
             )
-            self.report(f"{label}: reading {what}")
+            log.info(f"{label}: reading {what}")
             try:
-                with stage_progress(spark, label, self.report):
+                with stage_progress(spark, label):
                     expected = self.adapter.expected(self.view, self._states(spark, topics))
-                self.report(f"{label}: {len(expected):,} object(s) expected; reading the target back")
+                log.info(f"{label}: {len(expected):,} object(s) expected; reading the target back")
                 actual = self.adapter.read_back()
             finally:
                 self.adapter.close()
@@ -190,13 +190,13 @@ class Reconcile:
 
         assert isinstance(self.adapter, TableAdapter) and self.jdbc is not None
         label = f"reconcile {self.name}"
-        self.report(f"{label}: comparing {self._what(topics)} with {self.adapter.settings.table} in Spark")
+        log.info(f"{label}: comparing {self._what(topics)} with {self.adapter.settings.table} in Spark")
         drift = Drift(self.name)
         try:
             live = self._live(spark, topics)
             expected = rt.expected_rows(live, self.view, self.tables)
             actual = rt.target_rows(spark, self.adapter, self.jdbc)
-            with stage_progress(spark, label, self.report):
+            with stage_progress(spark, label):
                 rt.collect_drift(rt.compared(expected, actual), drift, self.adapter.settled)
         finally:
             self.adapter.close()
@@ -233,13 +233,11 @@ class Reconcile:
         if not keys:  # (an empty key list would select every key)
             return None, unkeyed
         chosen = Selection(keys=tuple(sorted(keys, key=ChangeKey.text)))
-        refresh = Refresh(self.settings, self.registry, self.name, chosen, self.report, self.source is not None)
+        refresh = Refresh(self.settings, self.registry, self.name, chosen, self.source is not None)
         return refresh.run(spark), unkeyed
 
 
-def capture_gaps(
-    spark: SparkSession, settings: Settings, registry: Registry, tables: list[LogicalTable], report: Report
-) -> Drift:
+def capture_gaps(spark: SparkSession, settings: Settings, registry: Registry, tables: list[LogicalTable]) -> Drift:
     """The logical topics of ``tables`` (each fed by source tables) against the source now:
     a key the source has and the topics lack or hold differently (**missing**,
     **different**), or one the topics hold live that the source no longer has (**extra**:
@@ -256,10 +254,10 @@ def capture_gaps(
     source = SourceReader(settings, registry, source_feeds(registry, tables, settings.topic_prefix))
     topics = sorted({t.topic(settings.topic_prefix) for t in tables})
     existing = set(AdminClient(settings.kafka.client_config()).list_topics(timeout=30).topics)
-    report(f"capture: comparing {len(topics)} logical topic(s) with their source tables in {settings.source}")
+    log.info(f"capture: comparing {len(topics)} logical topic(s) with their source tables in {settings.source}")
     position, read = source.inspect()
     drift = Drift("capture")
-    with stage_progress(spark, "capture", report):
+    with stage_progress(spark, "capture"):
         rows = source.states(spark, position, read).where(F.col("problem").isNull())
         expected = with_key_text(rows.select(*FIELDS, "after")).select(
             F.col("change_key").alias("obj"), F.col("after").alias("e")

@@ -33,8 +33,8 @@ refresh of a million keys never holds back a password change.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,10 +55,11 @@ from streams.progress import stage_progress
 from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-Report = Callable[[str], None]
 CAUSE_HEADER = "mcq.cause"
 EXAMPLES = 5
 
@@ -108,14 +109,12 @@ class Refresh:
         registry: Registry,
         name: str,
         chosen: Selection,
-        report: Report,
         from_source: bool = False,
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.name = name
         self.chosen = chosen
-        self.report = report
         self.topics = ListenerTopics(settings.topic_prefix, name)
         self.tables: list[LogicalTable] = [t for t in listener_tables(registry, name) if chosen.takes(t)]
         self.source: SourceReader | None = None
@@ -127,7 +126,7 @@ class Refresh:
                     "refresh it --from topics"
                 )
             if logged:
-                self.report(f"refresh {name}: {', '.join(logged)}: logged explicitly, no source table: left out")
+                log.warning(f"refresh {name}: {', '.join(logged)}: logged explicitly, no source table: left out")
             self.tables = [t for t in self.tables if t.feeds]
             self.source = SourceReader(settings, registry, source_feeds(registry, self.tables, settings.topic_prefix))
 
@@ -145,17 +144,17 @@ class Refresh:
         label = f"refresh {self.name}"
         if self.source is not None:
             position, tables = self.source.inspect()
-            self.report(
+            log.info(
                 f"{label}: {self.chosen.describe()}: reading {len(tables)} source table(s) of {self.settings.source} "
                 f"as of WAL position {position}"
             )
         else:
-            self.report(f"{label}: {self.chosen.describe()}: reading {len(logical)} logical topic(s)")
+            log.info(f"{label}: {self.chosen.describe()}: reading {len(logical)} logical topic(s)")
             if not logical and not self.chosen.keys:
                 summary.seconds = time.monotonic() - started
                 return summary
         ids = (0, 0) if dry_run else self._prepare_bulk_topic()
-        with stage_progress(spark, label, self.report):
+        with stage_progress(spark, label):
             if self.source is not None:
                 last = self.source.states(spark, position, tables).persist(StorageLevel.MEMORY_AND_DISK)
                 self._unkeyed(last, summary)
@@ -177,7 +176,7 @@ class Refresh:
                 examples = out.select("kind", "text").limit(EXAMPLES).collect()
                 summary.examples = [f"{r['kind']} {r['text']}" for r in examples]
                 if not dry_run and summary.total:
-                    self.report(f"{label}: writing {summary.total:,} record(s) to {self.topics.bulk}")
+                    log.info(f"{label}: writing {summary.total:,} record(s) to {self.topics.bulk}")
                     (
                         out.select("key", "value", "headers")
                         .write.format("kafka")
@@ -204,7 +203,7 @@ class Refresh:
             summary.unkeyed = unkeyed.count()
             summary.unkeyed_examples = examples
             left = f"LEFT OUT {summary.unkeyed:,} source row(s) with no whole key"
-            self.report(f"refresh {self.name}: {left}: {examples[0]}")
+            log.warning(f"refresh {self.name}: {left}: {examples[0]}")
 
     def _clear_exposures(self, topics: list[str]) -> None:
         """A whole-table refresh repairs the deletes a listener that stayed away longer than

@@ -17,6 +17,7 @@ its next start (the run's own checkpoint, ``replan/``, resumes it)."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from mcq.refs import table_ref
 from streams.catchup import run_to_end
 from streams.plan import NormalizePlan
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,7 +101,7 @@ def replay(job: NormalizeJob, spark: SparkSession, stopping: StopRequest, on_que
             feeds=tuple(f for f in part.feeds if f.raw_topic in since),
             outbox_topics=tuple(t for t in part.outbox_topics if t in since),
         )
-        job.report(
+        log.info(
             f"normalize: normalising again on the new plan the {waiting:,} raw record{'s' if waiting != 1 else ''} of "
             f"{', '.join(window['definitions'])} captured since the registry changed "
             f"(less {MARGIN_MS // 1000} s for clock skew)"
@@ -109,6 +112,6 @@ def replay(job: NormalizeJob, spark: SparkSession, stopping: StopRequest, on_que
         on_query(query)
         if not run_to_end(query, stopping):
             return  # still pending: the next start runs it
-        job.report(f"normalize: normalised again in {time.monotonic() - started:.1f} s")
+        log.info(f"normalize: normalised again in {time.monotonic() - started:.1f} s")
     shutil.rmtree(location, ignore_errors=True)
     (job.checkpoint / PENDING).unlink()

@@ -18,6 +18,7 @@ report says so). Nothing is consumed or committed.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -34,10 +35,11 @@ from streams.exceptions import ReportError
 from streams.frames import union_by_name
 from streams.laststate import read_topics, wire_body
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-Report = Callable[[str], None]
 _SPAN = re.compile(r"^(\d+)([dhm])$")
 
 
@@ -96,7 +98,7 @@ def _existing(settings: Settings, topics: list[str]) -> set[str]:
     return {t for t in topics if t in meta and meta[t].error is None}
 
 
-def compute(spark: SparkSession, settings: Settings, registry: Registry, since: datetime, report: Report) -> Figures:
+def compute(spark: SparkSession, settings: Settings, registry: Registry, since: datetime) -> Figures:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -109,7 +111,7 @@ def compute(spark: SparkSession, settings: Settings, registry: Registry, since: 
     lanes = {n: ListenerTopics(prefix, n) for n in names}
     present = _existing(settings, [t for n in names for t in (lanes[n].applied, lanes[n].bulk, lanes[n].dlq)])
 
-    report(f"report: reading {len(logical)} logical topic(s) and the topics of {len(names)} listener(s)")
+    log.info(f"report: reading {len(logical)} logical topic(s) and the topics of {len(names)} listener(s)")
     positions = None
     if logical:
         records = read_topics(spark, settings, logical).where(F.col("value").isNotNull())

@@ -19,6 +19,7 @@ running Spark application offers, or micro-batch mode (one query reads every raw
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from streams import realtime as rt
 from streams.checkpoint import realtime_dir
 from streams.plan import NormalizePlan
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -123,7 +126,7 @@ def apply_in_place(
     new_rt, new_ordered = rt.split_plan(new.plan)
     needed = rt.slots_needed(new.settings, new_rt, new_ordered, live.shuffle)
     if needed > live.offered:
-        job.report(
+        log.info(
             f"normalize: the new plan needs {needed} task slots, the Spark application offers {live.offered}: "
             "restarting every query"
         )
@@ -134,7 +137,7 @@ def apply_in_place(
     touched = ", ".join(
         [*plan.stop, *(n for n in plan.start if n not in plan.stop)] + (["ordered"] if plan.ordered else [])
     )
-    job.report(
+    log.info(
         f"normalize: the registry changed what it normalises ({', '.join(change.definitions)}): restarting the "
         f"queries of {touched or 'none'} on the new plan; {plan.kept} other real-time quer"
         f"{'y runs' if plan.kept == 1 else 'ies run'} on"
@@ -148,7 +151,7 @@ def apply_in_place(
     outbox = rt.group_name(new_rt.outbox_topics) if new_rt.outbox_topics else None
     starting = [t for t in new_rt.raw_topics if t in plan.start or (outbox in plan.start and t in new_rt.outbox_topics)]
     for topic in rt.ensure_raw_topics(new.settings, starting):
-        job.report(f"normalize: created raw topic {topic} (no change captured in it yet)")
+        log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
     replayed: list[Any] = []
     replay(new, live.spark, stopping, replayed.append)  # the change's window, before the new queries write
     live.queries[:] = [q for q in live.queries if all(q is not r for r in replayed)]
@@ -162,7 +165,7 @@ def apply_in_place(
     begun = time.monotonic()
     started = rt.start_realtime(live.jobs["realtime"], live.fresh, live.interval, only=set(plan.start), gate=live.gate)
     live.queries.extend(started)
-    job.report(
+    log.info(
         f"normalize: the new plan runs: {len(started)} real-time quer{'y' if len(started) == 1 else 'ies'} "
         f"started in {time.monotonic() - begun:.1f} s"
     )

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from streams.plan import NormalizePlan
     from streams.registry_watch import PlanChange
 
-from streams.normalize import NormalizeJob, Report
+from streams.normalize import NormalizeJob
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,13 @@ class StopRequest:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self) -> None:
         self.requested = False
         self.jvm_gone_said = False  # (_unless_jvm_gone, below)
-        self._report = report
 
     def _handle(self, signum: int, frame: object) -> None:
         self.requested = True
-        self._report(f"normalize: {signal.Signals(signum).name} received: stopping the stream")
+        log.info(f"normalize: {signal.Signals(signum).name} received: stopping the stream")
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():  # signals reach only the main thread
@@ -164,7 +163,6 @@ def run_normalize(
     checkpoint: Path | None = None,
     master: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    report: Report = log.info,
     mode: str = "microbatch",
     checkpoint_interval: str = "5 minutes",
     accept_lost_raw: bool = False,
@@ -206,13 +204,12 @@ def run_normalize(
         settings,
         registry,
         checkpoint or settings.stack.home / "checkpoints" / f"normalize-{settings.topic_prefix}",
-        report,
         max_offsets_per_trigger,
         accept_lost_raw,
         defined_at=defined_at(registry) if defined_at else {},
     )
-    stopping = StopRequest(report)
-    follower = CaptureFollower(settings, logical_topics(registry, settings.topic_prefix), report)
+    stopping = StopRequest()
+    follower = CaptureFollower(settings, logical_topics(registry, settings.topic_prefix))
     if registry_changed is not None:
         watched = registry_changed
 
@@ -226,12 +223,12 @@ def run_normalize(
         job.prepare()
         handover = None if once else HandOver(job.checkpoint, idle=after_handover == "idle")
         if handover is None or handover.taking_over is None:  # else: once the other has stopped
-            _clear_torn(job.checkpoint, report)
+            _clear_torn(job.checkpoint)
         run_mode = "realtime" if mode == "realtime" and not once else "microbatch"
         if not started(job.checkpoint, run_mode):
             line = fresh_start_line(job, run_mode)
             if line:
-                report(line)
+                log.info(line)
         if not stopping.requested:
             realtime = mode == "realtime" and not once
             job = _stream(job, stopping, once=once, trigger=trigger, master=master,
@@ -245,19 +242,19 @@ def run_normalize(
             pass  # it said so
         elif stopping.requested:
             if run_mode == "realtime" and not planned(realtime_dir(job.checkpoint)):
-                report(
+                log.info(
                     f"normalize: stopped before its first real-time checkpoint (one every {checkpoint_interval}): "
                     "a restart reads again what this run read in real time"
                 )
             else:
-                report("normalize: stopped; a restart resumes after the last finished batch")
+                log.info("normalize: stopped; a restart resumes after the last finished batch")
     return job
 
 
-def _clear_torn(checkpoint: Path, report: Report) -> None:
+def _clear_torn(checkpoint: Path) -> None:
     torn = clear_torn_writes(checkpoint)
     if torn:
-        report(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
+        log.warning(f"normalize: removed {len(torn)} half-written checkpoint file(s) a killed run left, e.g. {torn[0]}")
 
 
 def logical_topics(registry: Registry, prefix: str) -> list[str]:
@@ -305,7 +302,7 @@ def _stream(
     server = HealthServer(*health, live, ready, metrics.registry, {"/queries": running}) if health else None
     if server is not None:
         server.start()
-        job.report(f"normalize: health {server.address}")
+        log.info(f"normalize: health {server.address}")
     try:
         while True:
             queries.clear()
@@ -366,7 +363,6 @@ def _run_queries(
     from streams import realtime as rt
     from streams.session import silence_jvm_log, spark_session, wait_for_slots
 
-    report = job.report
     realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
     slots = shuffle = 0
     if interval:
@@ -382,7 +378,7 @@ def _run_queries(
         waiting = _waiting(job)
         short = waiting is not None and waiting <= SHORT_RUN_RECORDS
         if waiting is not None:
-            report(f"normalize: {waiting:,} raw records to read")
+            log.info(f"normalize: {waiting:,} raw records to read")
     with stopping.deferred():
         spark = spark_session(job.settings, "mcq-normalize", master, short_run=short)
         stopping.install()
@@ -395,7 +391,7 @@ def _run_queries(
             f"{slots - offered} more executor cores, or run with --mode microbatch"
         )
     if interval:
-        report(f"normalize: {slots} real-time task slots needed, {offered} offered by {spark.sparkContext.master}")
+        log.info(f"normalize: {slots} real-time task slots needed, {offered} offered by {spark.sparkContext.master}")
     jobs: dict[str, NormalizeJob] = {}
     seen_output = threading.Event()
 
@@ -407,12 +403,12 @@ def _run_queries(
             progress = json.loads(event.progress.json)
             metrics.observe(progress)
             if str(progress.get("name")).startswith(rt.QUERY_PREFIX):
-                report(rt.batch_line(progress, interval or ""))
+                log.info(rt.batch_line(progress, interval or ""))
                 if (progress.get("sink") or {}).get("numOutputRows"):
                     seen_output.set()
             line = lag_line(progress)
             if line:
-                report(line)
+                log.info(line)
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -438,20 +434,20 @@ def _run_queries(
             queries.extend(held)
             tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics)
             running = await_tasks(spark, tasks, lambda: stopping.requested)
-            report(
+            log.info(
                 f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held at the "
                 f"gate ({running} of {tasks} tasks running)"
             )
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
             written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-            handover.take_over(job.settings, written, report, lambda: stopping.requested, spark if held else None)
+            handover.take_over(job.settings, written, lambda: stopping.requested, spark if held else None)
             if stopping.requested:
                 return None, job
             if took and not held:
-                _clear_torn(job.checkpoint, report)
+                _clear_torn(job.checkpoint)
             if held:
-                report(
+                log.info(
                     f"normalize: real time, {len(held)} queries, {slots} task slots, checkpoint every {interval} "
                     "(taken over)"
                 )
@@ -466,7 +462,7 @@ def _run_queries(
         else:
             if ordered_part is not None:
                 ordered = jobs["ordered"] = job.part(ordered_part, job.checkpoint / "ordered")
-                report(
+                log.info(
                     "normalize: fed by two or more raw topics, ordered by source position in micro-batches: "
                     + ", ".join(sorted(job.plan.shared_topics))
                 )
@@ -484,12 +480,12 @@ def _run_queries(
             caught_up = time.monotonic()
             started = rt.start_realtime(now, fresh, interval, offsets, gate=gate)
             queries.extend(started)
-            report(
+            log.info(
                 f"normalize: real time, {len(started)} queries, {slots} task slots, checkpoint every {interval} "
                 f"(catch-up {caught_up - begun:.1f} s, queries started in {time.monotonic() - caught_up:.1f} s)"
             )
         if handover is not None:  # answers a take-over's ask at once when the gate can (its own thread)
-            handover.watch(spark if gate else None, lambda: any(q.name == ORDERED_QUERY for q in list(queries)), report)
+            handover.watch(spark if gate else None, lambda: any(q.name == ORDERED_QUERY for q in list(queries)))
         live: LiveQueries | None = None
         if "realtime" in jobs:
             live = LiveQueries(spark, fresh, interval or "", trigger, offered, shuffle, queries, jobs, gate)
@@ -509,7 +505,7 @@ def _run_queries(
                         silence_jvm_log(spark)  # the real-time tasks log their aborted writes
                     handover.give_over(
                         to, spark, queries, lambda q: str(q.name).startswith(rt.QUERY_PREFIX),
-                        functools.partial(_stop_all, stopping=stopping), report, metrics.started_ms(),
+                        functools.partial(_stop_all, stopping=stopping), metrics.started_ms(),
                         rt.interval_ms(interval or "1 minute") * 2, gate,
                     )  # fmt: skip
                     return None, job
@@ -528,7 +524,7 @@ def _run_queries(
                             reshaped = apply_in_place(live, job, change, defined, stopping, stop_some)
                         if reshaped is None:
                             replan = change.registry
-                            report(
+                            log.info(
                                 f"normalize: the registry changed what it normalises "
                                 f"({', '.join(change.definitions)}): restarting its queries on the new plan"
                             )
@@ -551,13 +547,13 @@ def _run_queries(
         finally:
             if handover is not None:
                 handover.unwatch()
-            with _unless_jvm_gone(stopping, report):
+            with _unless_jvm_gone(stopping):
                 if interval:
                     # interrupted real-time tasks log their aborted writes: expected, not news
                     silence_jvm_log(spark)
                 _stop_all(queries, stopping)
     finally:
-        with _unless_jvm_gone(stopping, report):
+        with _unless_jvm_gone(stopping):
             # before Python goes away: the JVM would call back into a closed py4j gateway
             spark.streams.removeListener(listener)
             if fresh is not None:
@@ -576,7 +572,7 @@ def _realtime_session(spark: Any, listener: Any, job: NormalizeJob, part: Normal
     fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
     fresh.streams.addListener(listener)  # before the queries start: their start is news too
     for topic in rt.ensure_raw_topics(job.settings, part.raw_topics):
-        job.report(f"normalize: created raw topic {topic} (no change captured in it yet)")
+        log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
     return fresh
 
 
@@ -605,7 +601,7 @@ def _stop_all(queries: list[Any], stopping: StopRequest) -> None:
 
 
 @contextmanager
-def _unless_jvm_gone(stopping: StopRequest, report: Callable[[str], None]) -> Iterator[None]:
+def _unless_jvm_gone(stopping: StopRequest) -> Iterator[None]:
     """Stopping, Spark's JVM may be gone already: a signal sent to the whole process group
     (``kill -TERM -PGID``; systemd's default KillMode) reaches it too, and it shuts down on
     its own. Nothing is lost (the checkpoint re-runs the batch in flight): one line, not a
@@ -619,7 +615,7 @@ def _unless_jvm_gone(stopping: StopRequest, report: Callable[[str], None]) -> It
             raise
         if not stopping.jvm_gone_said:
             stopping.jvm_gone_said = True
-            report(
+            log.info(
                 f"normalize: Spark's JVM had stopped already (it got the signal too: {type(exc).__name__}); "
                 "the checkpoint re-runs the batch in flight"
             )

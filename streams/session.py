@@ -28,7 +28,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+LOG_CONFIG = {
+    "text": Path(__file__).with_name("log4j2.properties"),
+    "json": Path(__file__).with_name("log4j2-json.properties"),
+}
+"""Spark's JVM log configuration for each ``log.format``: JSON lines like mcq's own under json."""
 LOCAL_FS_JAR = "mcq-spark-localfs"
 """mcq's local file system for Spark (jvm/spark-localfs): see ``_no_fork_files``."""
 REQUIRED_JARS = (

@@ -25,6 +25,7 @@ fails the batch, which runs again after a restart (nothing is written before it)
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from streams.keys import KEY_TYPE
 from streams.laststate import FIELDS
 from streams.plan import FeedPlan, NormalizePlan
 from streams.source_state import SESSION_INIT, text_expression
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -168,7 +171,7 @@ class SiblingLookup:
         return out
 
 
-def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> tuple[DataFrame, int]:
+def resolve_deletes(lookup: SiblingLookup, records: DataFrame) -> tuple[DataFrame, int]:
     """``records`` with every DELETE a sibling feed holds turned into an UPDATE carrying its
     row, that DELETE's tombstone dropped; and how many were turned."""
     from pyspark.sql import functions as F
@@ -224,5 +227,5 @@ def resolve_deletes(lookup: SiblingLookup, records: DataFrame, report: Any) -> t
     )
     for topic in sorted({d.topic for d in held}):
         n = sum(1 for d in held if d.topic == topic)
-        report(f"normalize: {topic}: {n} delete(s) of keys another source table still holds, sent as its row")
+        log.info(f"normalize: {topic}: {n} delete(s) of keys another source table still holds, sent as its row")
     return out, len(held)

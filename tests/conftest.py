@@ -25,6 +25,7 @@ from hypothesis import settings as hypothesis_settings
 
 from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, Settings, load_settings
 from mcq.stack import Stack
+from mcq.testing.logs import log_lines
 
 pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the session, with tracebacks
 
@@ -78,13 +79,19 @@ def _up_for_session(st: Stack) -> Iterator[Stack]:
         yield st
         return
     try:
-        st.up(report=lambda line: print(f"[stack] {line}"))
+        with log_lines("mcq.stack") as lines:
+            try:
+                st.up()
+            finally:
+                print("".join(f"[stack] {line}\n" for line in lines), end="")
         yield st
     finally:  # also after a failed start: leave no process behind
         # Kafka clients the tests dropped are closed while the broker is still up: freed
         # after it stopped, each would print librdkafka's "Connect failed" lines
         gc.collect()
-        st.down(report=lambda line: print(f"[stack] {line}"))
+        with log_lines("mcq.stack") as lines:
+            st.down()
+        print("".join(f"[stack] {line}\n" for line in lines), end="")
 
 
 @contextmanager

@@ -11,6 +11,7 @@ naming topic[partition]@offset, which the runtime dead-letters.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,10 +22,10 @@ from consumers.runtime.target import Abandon
 from mcq.change import POSITION_HEADER, BadChange, Change, ChangeCodec, ChangeKey, Position
 from mcq.contract import SchemaRegistryUnavailable
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from confluent_kafka import Message
-
-Report = Callable[[str], None]
 
 
 class RecordDecoder:
@@ -36,14 +37,12 @@ class RecordDecoder:
         codec: ChangeCodec,
         applied_at: Callable[[ChangeKey], Position | None],
         stop: threading.Event,
-        report: Report,
         tick: Callable[[], None] = lambda: None,
     ) -> None:
         self.name = name
         self.codec = codec
         self._applied_at = applied_at
         self._stop = stop
-        self._report = report
         self._tick = tick  # a wait for the registry still turns the loop (liveness)
 
     def decode(self, msg: Message) -> Change | None:
@@ -57,7 +56,7 @@ class RecordDecoder:
                 return self.codec.decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
                                          msg.value())  # fmt: skip
             except SchemaRegistryUnavailable as exc:
-                self._report(f"listener {self.name}: {exc}; retrying")
+                log.warning(f"listener {self.name}: {exc}; retrying")
                 self._tick()
                 if self._stop.wait(backoff_s(attempt, 0.5, 15.0)):
                     raise Abandon() from None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from consumers.runtime.history import Steps
 from consumers.runtime.parking import SUPERSEDED, Origin, backoff_s, failure_headers, headers_of
 from mcq.change import POSITION_HEADER, Change, ChangeKey, Position
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from confluent_kafka import Message, Producer
 
@@ -45,7 +48,6 @@ if TYPE_CHECKING:
     from mcq.registry.model import Delivery as DeliveryPolicy
     from mcq.topics.listener import ListenerTopics
 
-Report = Callable[[str], None]
 KafkaCall = Callable[[str, Callable[[], None]], None]
 """(what, call): make a Kafka request named ``what``."""
 
@@ -96,7 +98,6 @@ class Delivery:
         target: TargetWatch,
         tally: Tally,
         stop: threading.Event,
-        report: Report,
         kafka: KafkaCall | None = None,
         steps: Steps | None = None,
     ) -> None:
@@ -111,7 +112,6 @@ class Delivery:
         self._target = target
         self._tally = tally
         self._stop = stop
-        self._report = report
         self._kafka: KafkaCall = kafka or (lambda what, call: call())
         """How a Kafka request is made: the runtime's waits out a broker restart (``outage.py``)."""
         self.step = steps or Steps(self.name, None)
@@ -371,7 +371,7 @@ class Delivery:
         self.applied.mark_parked(item.change.key, item.change.position)
         self._tally.count("parked")
         self.step(item, "parked", f"{error} (attempt {attempts} of {policy.max_attempts}, held {hold:.0f} s)")
-        self._report(
+        log.warning(
             f"listener {self.name}: parked {item.change.key} at {item.change.position} from {item.origin.where} "
             f"(attempt {attempts} of {policy.max_attempts}, hold {hold:.0f} s): {error}"
         )
@@ -417,7 +417,7 @@ class Delivery:
         self._tally.count("dead_lettered")
         self.step(item, "dead-lettered", f"{kind}: {error}")
         what = f"{item.change.key} at {item.change.position}" if item.change is not None else "a record"
-        self._report(
+        log.error(
             f"listener {self.name}: dead-lettered {what} from {item.origin.where} ({kind}) "
             f"after {attempts} attempt(s): {error}"
         )

@@ -22,7 +22,6 @@ import base64
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +74,6 @@ class FlushPlan:
 
 @dataclass
 class Flush(ListenerGroups):
-    report: Callable[[str], None] = log.info
-
     def __post_init__(self) -> None:
         super().__post_init__()
         realtime = [*self.logical_topics(), self.topics.retry]
@@ -141,7 +138,7 @@ class Flush(ListenerGroups):
                     f.write(json.dumps(self._line(codec, group, msg), sort_keys=True) + "\n")
                     written += 1
                     if written % 10_000 == 0:
-                        self.report(f"flush {self.name}: {written:,} of {plan.pending:,} records written")
+                        log.info(f"flush {self.name}: {written:,} of {plan.pending:,} records written")
             for msg in plan.waiting:
                 held = HeldMessage.waiting(msg, self.topics.retry)
                 assert held is not None  # the plan keeps only waiting records of ours

@@ -93,7 +93,6 @@ from mcq.topics.read import RenewingAdmin
 
 log = logging.getLogger(__name__)
 
-Report = Callable[[str], None]
 TP = tuple[str, int]
 _T = TypeVar("_T")
 
@@ -111,11 +110,9 @@ class ListenerRuntime:
         adapter: Adapter | None = None,
         http_host: str = "127.0.0.1",
         http_port: int | None = 0,
-        report: Report = log.info,
     ) -> None:
         self.settings = settings
         self.name = name
-        self.report = report
         self.topics = ListenerTopics(settings.topic_prefix, name)
         self._reader: RegistryReader | None = None
         if registry is None:  # the shared store: interests added later reach us
@@ -138,12 +135,10 @@ class ListenerRuntime:
         self._bulk_busy = False
         self._fetch_in_flight = False  # the real-time lane's watermark is ahead of what it handed us
         self._until_caught_up = False
-        self._offsets = LaneOffsets(name, self._admin, self._kafka, report)
+        self._offsets = LaneOffsets(name, self._admin, self._kafka)
         self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
         self.tally = Tally(name, self.counters, self.metrics)
-        self.target = TargetWatch(
-            name, self.adapter, self._stop, report, on_wait=self._waiting, on_state=self._target_state
-        )
+        self.target = TargetWatch(name, self.adapter, self._stop, on_wait=self._waiting, on_state=self._target_state)
         interval = self.delivery.max_poll_interval_s
         self._pace = {
             "realtime": BatchPacer(self.delivery.batch_size, interval),
@@ -175,7 +170,7 @@ class ListenerRuntime:
             registry = self._reader.registry()
             listener = self._listener(registry)
         except (ListenerConfigError, ValueError, RegistryStoreError) as exc:
-            self.report(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
+            log.warning(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
             return
         self.registry, self.listener, self.delivery = registry, listener, listener.delivery
         self.view = ListenerView(registry, self.name)
@@ -186,7 +181,7 @@ class ListenerRuntime:
         topics = self.realtime_topics()
         if topics != self._realtime_topics:
             self._ensure_topics()
-            self.report(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
+            log.info(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
             self._realtime_topics = topics
             self._rt.subscribe(topics, **self._rebalance)
 
@@ -232,9 +227,9 @@ class ListenerRuntime:
         except TopicSettingsError as exc:
             raise ListenerConfigError(f"listener {self.name}: {exc}") from None
         for line in report.drift:
-            self.report(f"listener {self.name}: topic drift (left as it is): {line}")
+            log.warning(f"listener {self.name}: topic drift (left as it is): {line}")
         if names and names <= set(report.created):
-            self.report(self._nothing_normalised(sorted(names), all_topic_names(self.settings)))
+            log.warning(self._nothing_normalised(sorted(names), all_topic_names(self.settings)))
         # bulk work is written as change records: its subjects exist before anyone writes
         # (parked and dead changes keep their original bytes and schema ids)
         register_topic(registry_client(self.settings), self.topics.bulk)
@@ -247,7 +242,7 @@ class ListenerRuntime:
         topic = self.topics.history
         partitions = topic_partitions(self.settings, topic)
         if not partitions:
-            self.report(f"listener {self.name}: no history topic {topic} (mcq topics apply): mcq trace lacks its steps")
+            log.warning(f"listener {self.name}: no history topic {topic} (mcq topics apply): mcq trace lacks its steps")
             return None
         return HistoryWriter(self._producer, topic, partitions)
 
@@ -299,7 +294,7 @@ class ListenerRuntime:
 
         try:
             return until_kafka_answers(
-                what, call, stop=self._stop, report=lambda line: self.report(f"listener {self.name}: {line}"),
+                what, call, stop=self._stop, who=f"listener {self.name}",
                 tick=self._tick,
             )  # fmt: skip
         except Stopped:
@@ -332,7 +327,7 @@ class ListenerRuntime:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # the group gave them to another instance already: nothing may be committed for them
         lane = self._lane(consumer)
-        self.report(
+        log.info(
             f"listener {self.name}: {lane} lane: {len(partitions)} partition(s) taken away by the group "
             "(this instance lost its membership: a batch past max_poll_interval_s, a session timed out or a "
             "broker restarted); read again from the group's commit when assigned again"
@@ -363,10 +358,10 @@ class ListenerRuntime:
         self.applied = AppliedPositions(self.settings, self.topics.applied, self._producer, snapshot)
         self.applied.catch_up()
         self._waiting_room = WaitingRoom(self.settings, self.topics.waiting, self.topics.retry, self._producer)
-        self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self.report, self._tick)
+        self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self._tick)
         self._deliver = Delivery(
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
-            self.report, self._kafka, Steps(self.name, self._history_writer()),
+            self._kafka, Steps(self.name, self._history_writer()),
         )  # fmt: skip
         self.turns = self._deliver.turns = RealtimeTurns(self._realtime_turn)
         self._rt = self._consumer(self.topics.group)
@@ -376,7 +371,7 @@ class ListenerRuntime:
         self._bulk.subscribe(self.topics.bulk_lane(), **self._rebalance)
         if self._health:
             self._health.start()
-        self.report(
+        log.info(
             f"listener {self.name} ({self.listener.adapter.type}, instance {self._heartbeat.instance}): "
             f"real-time lane {', '.join(self._realtime_topics)}; bulk lane {', '.join(self.topics.bulk_lane())}"
             + (f"; health {self._health.address}" if self._health else "")
@@ -386,10 +381,10 @@ class ListenerRuntime:
         try:
             self.target.wait(None)
             if self.settings.state_dir is not None:
-                self.report(f"listener {self.name}: applied positions: {self.applied.restored}")
+                log.info(f"listener {self.name}: applied positions: {self.applied.restored}")
             note = self.adapter.started_from()
             if note:
-                self.report(f"listener {self.name}: {note}")
+                log.info(f"listener {self.name}: {note}")
             self._beat("running", force=True)
             while not self._stop.is_set():
                 self._last_tick = time.monotonic()
@@ -399,11 +394,11 @@ class ListenerRuntime:
                 if self._step() and not until_caught_up:
                     continue
                 if until_caught_up and self._caught_up():
-                    self.report(f"listener {self.name}: caught up; {self.summary()}")
+                    log.info(f"listener {self.name}: caught up; {self.summary()}")
                     break
             clean = True
         except Abandon:
-            self.report(f"listener {self.name}: stopped while the target was unavailable; the rest is left for later")
+            log.warning(f"listener {self.name}: stopped while the target was unavailable; the rest is left for later")
             clean = True
         finally:
             self._shutdown(clean)
@@ -528,7 +523,7 @@ class ListenerRuntime:
                     raise ConsumerError(f"listener {self.name}: consuming {msg.topic()}[{msg.partition()}]: {err}")
                 if err.code() == KafkaError._MAX_POLL_EXCEEDED:
                     continue  # said by the refused commit and the partitions taken away
-                self.report(f"listener {self.name}: {lane} lane: {err.str()}")
+                log.warning(f"listener {self.name}: {lane} lane: {err.str()}")
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
             retry_lane = tp[0] == self.topics.retry
@@ -610,7 +605,7 @@ class ListenerRuntime:
             return
         self.metrics.removed.labels(listener=self.name, lane=lane).inc()
         halved = pacer.removed(work_s)
-        self.report(
+        log.warning(
             f"listener {self.name}: {lane} lane: the group removed this instance during a batch of {took_s:.0f} s "
             f"({waited_s:.0f} s of it waiting for the target; max_poll_interval_s {pacer.interval_s:g}): its "
             "commit was refused, and its records are read again (the applied positions skip what it applied)"
@@ -648,7 +643,7 @@ class ListenerRuntime:
             line = exposure_line(self.name, [mark.exposure(table)])
             if self.applied.mark_exposed(mark):
                 if line:
-                    self.report(line)
+                    log.warning(line)
                 if self.delivery.on_exposure == "refresh":
                     self._request_whole_table(table)
 
@@ -670,7 +665,7 @@ class ListenerRuntime:
         )
         key, value = self.codec.encode(topic, request)
         self._producer.produce(self.topics.bulk, key=key, value=value, headers=[(H_REQUEST, b"refresh")])
-        self.report(
+        log.info(
             f"listener {self.name}: requested a whole-table refresh of {table.ref} through its bulk lane "
             "(delivery.on_exposure: refresh); applied, it repairs the deletes it may have missed"
         )
@@ -683,7 +678,7 @@ class ListenerRuntime:
             for table in self.refresher.whole_tables(request.change.key):
                 topic = table.topic(self.settings.topic_prefix)
                 if self.applied.clear_exposed(topic):
-                    self.report(
+                    log.info(
                         f"listener {self.name}: whole-table refresh of {table.ref} applied; "
                         f"deletes missed on {topic} repaired, no longer reported"
                     )
@@ -734,16 +729,16 @@ class ListenerRuntime:
                 try:
                     consumer.close()  # leaves the group at once: partitions move without waiting for a timeout
                 except KafkaException as exc:
-                    self.report(f"listener {self.name}: closing a consumer: {exc}")
+                    log.warning(f"listener {self.name}: closing a consumer: {exc}")
             self.applied.close(save=clean and delivered)
             self.adapter.close()
             if self._reader:
                 self._reader.close()
             if self._health:
                 self._health.stop()
-            self.report(f"listener {self.name}: stopped; {self.summary()}")
+            log.info(f"listener {self.name}: stopped; {self.summary()}")
 
 
 def stop_on_signals(runtime: ListenerRuntime) -> AbstractContextManager[None]:
     """SIGTERM/SIGINT ask the runtime to stop after the batch in flight."""
-    return signals.stop_on_signals(runtime.stop, runtime.report, f"listener {runtime.name}", "the batch in flight")
+    return signals.stop_on_signals(runtime.stop, log.info, f"listener {runtime.name}", "the batch in flight")

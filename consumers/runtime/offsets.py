@@ -10,6 +10,7 @@ after the batch's records are in Kafka and the target took its changes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -20,8 +21,9 @@ from consumers.runtime.acks import AckMark
 from consumers.runtime.pacing import membership_lost
 from mcq.topics.read import RenewingAdmin, all_watermarks
 
+log = logging.getLogger(__name__)
+
 TP = tuple[str, int]
-Report = Callable[[str], None]
 Ask = Callable[[str, Callable[[], Any]], Any]
 """Runs a Kafka call, waiting out a broker that does not answer (the runtime's)."""
 
@@ -29,7 +31,7 @@ Ask = Callable[[str, Callable[[], Any]], Any]
 class LaneOffsets:
     """The offsets of both lanes of one listener instance."""
 
-    def __init__(self, name: str, admin: RenewingAdmin, ask: Ask, report: Report) -> None:
+    def __init__(self, name: str, admin: RenewingAdmin, ask: Ask) -> None:
         self.name = name
         self.done: dict[TP, int] = {}  # next offset to process, per partition handled here
         self.acks: dict[TP, str] = {}  # the offset metadata committed with it
@@ -37,7 +39,6 @@ class LaneOffsets:
         self.ends: dict[str, dict[TP, int]] = {"realtime": {}, "bulk": {}}  # where it ended when first seen
         self._admin = admin  # offsets without waiting behind a fetch
         self._ask = ask
-        self._report = report
 
     def learn(self, consumer: Consumer, lane: str | None, tps: list[TopicPartition]) -> None:
         """What the group committed, and (for ``lane``) where each partition ended, for the
@@ -99,7 +100,7 @@ class LaneOffsets:
         except KafkaException as exc:
             if membership_lost(exc):
                 return False
-            self._report(f"listener {self.name}: {lane} commit not taken ({exc.args[0]}); records will be re-read")
+            log.warning(f"listener {self.name}: {lane} commit not taken ({exc.args[0]}); records will be re-read")
         return True
 
     def forget(self, tp: TP, lane: str) -> None:

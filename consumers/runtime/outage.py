@@ -12,6 +12,7 @@ readiness is its own business. Any other error is raised at once.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from typing import Protocol, TypeVar
 from consumers.exceptions import ConsumerError, KafkaUnavailable
 from consumers.runtime.parking import backoff_s
 from mcq.topics.read import transient
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -42,7 +45,7 @@ def until_kafka_answers(
     call: Callable[[], T],
     *,
     stop: threading.Event,
-    report: Callable[[str], None],
+    who: str = "kafka",
     tick: Callable[[], None] = lambda: None,
     max_backoff_s: float = 10.0,
 ) -> T:
@@ -58,14 +61,14 @@ def until_kafka_answers(
                 raise
             if since is None:
                 since = time.monotonic()
-                report(f"kafka is not answering while {what} ({exc}); waiting for it, asking again")
+                log.warning(f"{who}: kafka is not answering while {what} ({exc}); waiting for it, asking again")
             tick()
             if stop.wait(backoff_s(attempt, 0.5, max_backoff_s)):
                 raise Stopped(what) from None
             attempt += 1
             continue
         if since is not None:
-            report(f"kafka answers again after {time.monotonic() - since:.0f} s ({what})")
+            log.info(f"{who}: kafka answers again after {time.monotonic() - since:.0f} s ({what})")
         return result
 
 

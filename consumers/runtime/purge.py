@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,6 @@ class PurgePlan:
 
 @dataclass
 class Purge(ListenerGroups):
-    report: Callable[[str], None] = log.info
     gone_after_s: float = DAY_S
 
     def plan(self, now: float | None = None) -> PurgePlan:

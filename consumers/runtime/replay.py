@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,8 +91,6 @@ def read_offsets_file(path: Path, topics: set[str]) -> dict[TP, int]:
 @dataclass
 class Replay(ListenerGroups):
     """One listener's replay (see the module's docstring)."""
-
-    report: Callable[[str], None] = log.info
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -171,7 +168,7 @@ class Replay(ListenerGroups):
             producer.produce(self.topics.applied, key=key.encode(), value=applied_text((0, 0, present, 0)).encode())
             if i % 20_000 == 0:
                 producer.poll(0)
-                self.report(f"replay {self.name}: reset {i:,} of {len(plan.keys):,} applied positions")
+                log.info(f"replay {self.name}: reset {i:,} of {len(plan.keys):,} applied positions")
         for mark in plan.marks:
             producer.produce(self.topics.applied, key=mark.encode(), value=None)
         if producer.flush(60) != 0:

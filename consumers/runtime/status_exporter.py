@@ -49,9 +49,9 @@ class StatusGauges:
         self.checked_once = False
         """A check has succeeded: the exporter is ready (its gauges say something)."""
 
-    def observe(self, report: Iterable[ListenerStatus], now: float | None = None) -> None:
+    def observe(self, statuses: Iterable[ListenerStatus], now: float | None = None) -> None:
         seen = set()
-        for status in report:
+        for status in statuses:
             name = status.name
             seen.add(name)
             holds = {

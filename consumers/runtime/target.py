@@ -13,6 +13,7 @@ Testable without servers: give it any object with ``open``, ``ready`` and
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.runtime.parking import backoff_s
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from consumers.adapter import Adapter
     from mcq.change import Change
 
-Report = Callable[[str], None]
 WAIT_REMINDER_S = 60.0
 """While the target is down: one line when it goes, one when it is back, and this reminder."""
 
@@ -42,7 +44,6 @@ class TargetWatch:
         name: str,
         adapter: Adapter,
         stop: threading.Event,
-        report: Report,
         on_wait: Callable[[str], None] = lambda detail: None,
         on_state: Callable[[bool], None] = lambda up: None,
     ) -> None:
@@ -53,7 +54,6 @@ class TargetWatch:
         """Time spent waiting for the target since the listener started (a batch's pacing
         leaves it out)."""
         self._stop = stop
-        self._report = report
         self._on_wait = on_wait  # each turn of a wait: the loop is alive, its heartbeat says why it waits
         self._on_state = on_state  # up or down: the target_up metric
         self._down_since: float | None = None  # since when it is down (said), until a change is applied
@@ -96,11 +96,11 @@ class TargetWatch:
                     error = exc
             now = time.monotonic()
             if self._down_since is None:
-                self._report(f"listener {self.name}: target unavailable, waiting: {error}")
+                log.warning(f"listener {self.name}: target unavailable, waiting: {error}")
                 self._down_since = self._reminded_at = now
                 self._attempt = 0
             elif now - self._reminded_at >= WAIT_REMINDER_S:  # the change of state, then a slow reminder
-                self._report(
+                log.warning(
                     f"listener {self.name}: still waiting for the target ({now - self._down_since:.0f} s): {error}"
                 )
                 self._reminded_at = now
@@ -119,7 +119,5 @@ class TargetWatch:
     def _proven(self) -> None:
         """The target answered a batch: an outage said before is over."""
         if self._down_since is not None:
-            self._report(
-                f"listener {self.name}: target available again after {time.monotonic() - self._down_since:.0f} s"
-            )
+            log.info(f"listener {self.name}: target available again after {time.monotonic() - self._down_since:.0f} s")
             self._down_since = None

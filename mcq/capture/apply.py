@@ -13,7 +13,6 @@ table's owner, not a table), capture is refused with the statement the owner mus
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,8 +27,6 @@ from mcq.registry.model import Registry
 
 log = logging.getLogger(__name__)
 
-Report = Callable[[str], None]
-
 
 def feed_tables(registry: Registry) -> list[str]:
     """Every source table a feed of the registry reads (``schema.table``), once."""
@@ -41,7 +38,7 @@ def replica_identity_statement(table: str) -> str:
     return f'ALTER TABLE "{schema}"."{name}" REPLICA IDENTITY FULL;'
 
 
-def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str], report: Report = log.info) -> None:
+def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str]) -> None:
     """Set ``REPLICA IDENTITY FULL`` on each table that lacks it; refuse, naming every table
     it could not set and the exact statement to run, with one :class:`CaptureError`."""
     refused: list[tuple[str, str]] = []
@@ -61,7 +58,7 @@ def ensure_replica_identity_full(conn: psycopg.Connection[Any], tables: list[str
             reason = (exc.diag.message_primary or str(exc)).strip().replace("\n", " ")
             refused.append((table, reason))
             continue
-        report(f"replica identity: {table} set to FULL (was {_IDENTITY.get(row[0], row[0]) if row else '?'})")
+        log.info(f"replica identity: {table} set to FULL (was {_IDENTITY.get(row[0], row[0]) if row else '?'})")
     if refused:
         raise CaptureError(
             "capture needs REPLICA IDENTITY FULL (whole before-images) and could not set it on "
@@ -126,22 +123,20 @@ def refuse_missing_columns(conn: psycopg.Connection[Any], registry: Registry) ->
         )  # fmt: skip
 
 
-def apply_capture(
-    registry: Registry, settings: Settings, report: Report = log.info, *, connectors: bool = True
-) -> list[str]:
+def apply_capture(registry: Registry, settings: Settings, *, connectors: bool = True) -> list[str]:
     """Install the outbox, set replica identity, put every source connector; wait until each is
     RUNNING. ``connectors=False`` prepares the source only (another manager owns the connectors)."""
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             refuse_missing_columns(conn, registry)
             install_outbox(conn, settings.outbox)
-            report(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
-            ensure_replica_identity_full(conn, feed_tables(registry), report)
+            log.info(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
+            ensure_replica_identity_full(conn, feed_tables(registry))
     except psycopg.Error as exc:
         raise CaptureError(f"preparing capture in {settings.source}: {exc}".strip()) from None
     names: list[str] = []
     if not connectors:
-        report("connectors left to their manager (--prepare-only)")
+        log.info("connectors left to their manager (--prepare-only)")
         return names
     with ConnectClient(settings.connect) as client:
         refuse_other_owners(client, registry.sources, settings.topic_prefix, "connect apply")
@@ -151,6 +146,8 @@ def apply_capture(
             client.put(name, config)
             client.wait_running(name)
             tables = config["table.include.list"].count(",") + 1
-            report(f"{name}: RUNNING, {tables} tables, slot {source.slot_name}, publication {source.publication_name}")
+            log.info(
+                f"{name}: RUNNING, {tables} tables, slot {source.slot_name}, publication {source.publication_name}"
+            )
             names.append(name)
     return names

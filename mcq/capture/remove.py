@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +29,6 @@ from mcq.connect_rest import ConnectClient
 from mcq.registry.model import Source
 
 log = logging.getLogger(__name__)
-
-Report = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -99,9 +96,7 @@ def _drop_publication(conn: psycopg.Connection[Any], publication: str) -> bool:
     return True
 
 
-def remove_capture(
-    sources: list[Source], settings: Settings, report: Report = log.info, slot_timeout_s: float = 60.0
-) -> list[Removed]:
+def remove_capture(sources: list[Source], settings: Settings, slot_timeout_s: float = 60.0) -> list[Removed]:
     """Remove the connector, slot and publication of each source; one report line each."""
     out = []
     with ConnectClient(settings.connect) as client:
@@ -121,6 +116,6 @@ def remove_capture(
             removed = Removed(
                 source.name, name, source.slot_name, source.publication_name, connector, slot, publication
             )
-            report(removed.line())
+            log.info(removed.line())
             out.append(removed)
     return out

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from mcq.config import Settings, load_settings
 from mcq.errors import EXIT_CONFIG, EXIT_FAILED, McqError, first_line
-from mcq.logs import configure
+from mcq.logs import SHOWN, TerminalHandler, configure
 from mcq.output import cli_console, say
 from mcq.registry import Registry, RegistryError, load_registry
 from mcq.registry.store import RegistryStore
@@ -71,14 +71,14 @@ def _say(line: object) -> None:
     record's value, so it is never read as markup (mcq/output.py). The log has it too."""
     if _plain[0]:
         say(console, line)
-    log.info("%s", line)
+    log.info("%s", line, extra={SHOWN: True})
 
 
 def _err(line: object) -> None:
     """Print an error line on stderr, never read as markup; the log has it too."""
     if _plain[0]:
         say(err_console, line)
-    log.warning("%s", line)
+    log.warning("%s", line, extra={SHOWN: True})
 
 
 def _stop(line: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -168,7 +168,7 @@ def _failed(line: str) -> NoReturn:
     traceback of the exception being handled in the log file the line names; exit 1."""
     where = click.get_current_context().meta.get(_LOG_FILE)
     line += f" (details: {where})" if where else ""
-    log.error("%s", line, exc_info=True)  # one record, with the traceback
+    log.error("%s", line, exc_info=True, extra={SHOWN: True})  # one record, with the traceback
     if _plain[0]:
         say(err_console, line)
     sys.exit(EXIT_FAILED)
@@ -186,7 +186,8 @@ def _job_failed(command: str, exc: BaseException, after: str = "") -> NoReturn:
 def main(ctx: click.Context) -> None:
     """mcq: the Meta Change Queue on Kafka, Debezium and Spark."""
     settings = _settings()
-    ctx.meta[_LOG_FILE] = configure(settings.log)
+    terminal = TerminalHandler(lambda line: say(console, line), lambda line: say(err_console, line))
+    ctx.meta[_LOG_FILE] = configure(settings.log, terminal)
     ctx.meta[_BOOTSTRAP] = settings.kafka.bootstrap_servers
     _plain[0] = settings.log.format == "text"
     if console.is_terminal:  # long Spark jobs draw bars on a terminal, write lines elsewhere

@@ -60,7 +60,7 @@ def connect_apply(registry_file: Path | None, prepare_only: bool) -> None:
     """Install the outbox functions and create/update every source connector; wait until RUNNING."""
     from mcq.capture.apply import apply_capture
 
-    apply_capture(_current_registry(registry_file), _settings(), report=_say, connectors=not prepare_only)
+    apply_capture(_current_registry(registry_file), _settings(), connectors=not prepare_only)
 
 
 @connect_group.command("status")
@@ -144,4 +144,4 @@ def connect_remove(source: str | None, registry_file: Path | None) -> None:
     if source is not None and not chosen:
         known = ", ".join(s.name for s in reg.sources) or "none"
         _stop(f"mcq connect remove: no source named {source} in the registry (known: {known})", EXIT_CONFIG)
-    remove_capture(chosen, _settings(), report=_say)
+    remove_capture(chosen, _settings())

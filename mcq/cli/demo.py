@@ -64,11 +64,10 @@ def world_load(people: int, seed: int, schema: str, replace: bool) -> None:
                         conn,
                         schema,
                         world_rows,
-                        report=lambda line: _say(f"  {line}"),
                         progress=lambda done, total: bar.update(task, completed=done, total=total),
                     )
             else:
-                counts = load(conn, schema, world_rows, report=lambda line: _say(f"  {line}"))
+                counts = load(conn, schema, world_rows)
     except (psycopg.Error, ValueError) as exc:
         _stop(f"mcq world load: {settings.source}: {exc}".strip())
     _say(
@@ -82,4 +81,4 @@ def smoke() -> None:
     """Run the smoke pipeline on the configured stack: capture, registry, Spark."""
     from mcq.demo.smoke import run_smoke
 
-    run_smoke(_settings(), report=_say)  # a SmokeFailed ends it: one line naming the step, exit 1
+    run_smoke(_settings())  # a SmokeFailed ends it: one line naming the step, exit 1

@@ -68,7 +68,7 @@ def run(
     port = _health_port(http_port, no_http, until_caught_up, ENTITIES_HTTP_PORT)
     try:
         job = EntityJob(
-            settings, registry, list(names) or None, report=_say, http=None if port is None else (http_host, port),
+            settings, registry, list(names) or None, http=None if port is None else (http_host, port),
             reader=reader,
         )  # fmt: skip
     except ValueError as exc:

@@ -85,7 +85,7 @@ def refresh(
     registry = _current_registry(registry_file)
     try:
         chosen = selection(listener_tables(registry, name), tname, subtype, where, keys_file, bare)
-        job = Refresh(settings, registry, name, chosen, report=_say, from_source=origin == "source")
+        job = Refresh(settings, registry, name, chosen, from_source=origin == "source")
     except SelectionError as exc:
         _stop(f"mcq refresh: {name}: {exc}", EXIT_CONFIG)
     try:
@@ -161,7 +161,7 @@ def reconcile(
     settings = _settings()
     registry = _current_registry(registry_file)
     try:
-        job = Reconcile(settings, registry, name, report=_say, from_source=origin == "source")
+        job = Reconcile(settings, registry, name, from_source=origin == "source")
     except (SelectionError, ListenerConfigError) as exc:
         _stop(f"mcq reconcile: {name}: {exc}", EXIT_CONFIG)
     try:
@@ -228,8 +228,8 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
     target = out or default_report(settings)
     try:
         spark = spark_session(settings, "mcq-report", master)
-        with stage_progress(spark, "report", _say):
-            figures = compute(spark, settings, registry, start, _say)
+        with stage_progress(spark, "report"):
+            figures = compute(spark, settings, registry, start)
         written = write(figures, target)
     except SparkSetupError as exc:
         _stop(f"mcq report: {exc}")
@@ -279,7 +279,7 @@ def rebuild(
     settings = _settings()
     registry = _current_registry(registry_file)
     with _moving_groups("rebuild"):
-        job = Rebuild(settings, registry, name, truncate, report=_say)
+        job = Rebuild(settings, registry, name, truncate)
         job.groups.refuse_while_running("rebuild")
         try:
             summary = job.run(
@@ -325,7 +325,7 @@ def _capture_gaps(
         _stop(f"mcq reconcile: {name or 'the registry'}: no table fed by a source table to compare", EXIT_CONFIG)
     try:
         spark = spark_session(settings, "mcq-reconcile-capture", master)
-        drift = capture_gaps(spark, settings, registry, tables, _say)
+        drift = capture_gaps(spark, settings, registry, tables)
     except SelectionError as exc:
         _stop(f"mcq reconcile: {exc}", EXIT_CONFIG)
     except SparkSetupError as exc:

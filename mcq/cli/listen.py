@@ -66,7 +66,6 @@ def listen(
             registry=registry,
             http_host=http_host,
             http_port=_health_port(http_port, no_http, until_caught_up),
-            report=_say,
         )
         # A batch makes thousands of short-lived objects (records, changes, rows): at the
         # default threshold (700 allocations) the collector's passes took 15% of a `table`

@@ -68,7 +68,7 @@ def replay(name: str, since: str, registry_file: Path | None, dry_run: bool) -> 
 
     point = _replay_point(since)
     with _moving_groups("replay"):
-        job = Replay(_settings(), _current_registry(registry_file), name, report=_say)
+        job = Replay(_settings(), _current_registry(registry_file), name)
         plan = job.plan(point)
         for line in plan.lines():
             _say(f"replay {name}: {line}")
@@ -114,7 +114,7 @@ def flush(
         before_ms = point
     settings = _settings()
     with _moving_groups("flush"):
-        job = Flush(settings, _current_registry(registry_file), name, report=_say)
+        job = Flush(settings, _current_registry(registry_file), name)
         plan = job.plan(before_ms)
         for line in plan.lines():
             _say(f"flush {name}: {line}")
@@ -170,7 +170,7 @@ def purge(
     failed = False
     for name in names or tuple(li.name for li in registry.listeners):
         try:
-            job = Purge(settings, registry, name, report=_say, gone_after_s=gone_after * 3600)
+            job = Purge(settings, registry, name, gone_after_s=gone_after * 3600)
             plan = job.plan()
             for line in plan.lines():
                 _say(f"purge {name}: {line}")

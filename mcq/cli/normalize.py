@@ -132,7 +132,6 @@ def streams_normalize(
             checkpoint=checkpoint,
             master=master,
             max_offsets_per_trigger=max_offsets_per_trigger,
-            report=_say,
             mode=mode,
             checkpoint_interval=checkpoint_interval,
             accept_lost_raw=accept_lost_raw,

@@ -66,7 +66,7 @@ def topics_apply(registry_file: Path | None) -> None:
 
     reg = _current_registry(registry_file)
     try:
-        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say, alter=True)
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), alter=True)
     except TopicSettingsError as exc:
         _stop(f"mcq topics apply: {exc}")
     _say(f"{len(result.created)} created, {len(result.unchanged)} unchanged, {len(result.drift)} drifted")
@@ -86,7 +86,7 @@ def topics_diff(registry_file: Path | None) -> None:
     for t in reg.tables:
         _say(f"{t.topic(_settings().topic_prefix)}: keeps deletes {reg.delete_retention_s(t) / 3600:g} h")
     try:
-        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), report=_say, create=False)
+        result = apply_topics(_settings(), plan_topics(reg, _settings().topic_prefix), create=False)
     except TopicSettingsError as exc:
         _stop(f"mcq topics diff: {exc}")
     _say(f"{len(result.unchanged)} as planned, {len(result.drift)} different")

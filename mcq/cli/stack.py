@@ -77,7 +77,7 @@ def up(only: str | None, secure: bool | None, with_: str | None) -> None:
             f"secure stack: Kafka at {st.settings.kafka.bootstrap_servers} (SASL_SSL, SCRAM-SHA-512); "
             "each process logs in as its own principal once `mcq acl apply` made it"
         )
-    st.up(report=_say)
+    st.up()
 
 
 def _switch_mode(secure: bool) -> None:
@@ -102,7 +102,7 @@ def down(only: str | None) -> None:
     st = _stack(only)
     if only is None and handle(st.settings).stop(signal.SIGTERM):
         _say("console: stopped")
-    st.down(report=_say)
+    st.down()
 
 
 @stack.command()

@@ -184,9 +184,7 @@ def run_demo(settings: Settings, registry: Registry, say: Say = log.info, timeou
         retry = ListenerTopics(settings.topic_prefix, "Insite").retry
         for run in range(1, 6):  # nightly runs, compressed: parked changes are due at a later run
             say(f"demo: Insite's catch-up run #{run} (mcq listen Insite --until-caught-up)")
-            ListenerRuntime(settings, "Insite", http_port=None, report=lambda line: say(f"  {line}")).run(
-                until_caught_up=True
-            )
+            ListenerRuntime(settings, "Insite", http_port=None).run(until_caught_up=True)
             [status] = status_report(settings, registry, ["Insite"])
             parked = status.waiting + sum(lag.pending for lag in status.lags if lag.topic == retry)
             if not parked:

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,6 @@ from mcq.topics.plan import delete_topics
 
 log = logging.getLogger(__name__)
 
-Report = Callable[[str], None]
 
 SMOKE_SCHEMA = {
     "type": "record",
@@ -110,7 +109,7 @@ def _pg(settings: Settings) -> Any:
 
 
 @contextmanager
-def captured_table(settings: Settings, names: SmokeNames, report: Report) -> Iterator[None]:
+def captured_table(settings: Settings, names: SmokeNames) -> Iterator[None]:
     """A source table with a RUNNING Debezium connector on it; all of it removed after."""
     with _pg(settings) as conn:
         conn.execute(f'CREATE SCHEMA "{names.schema}"')
@@ -119,7 +118,7 @@ def captured_table(settings: Settings, names: SmokeNames, report: Report) -> Ite
         )
         # before-images of updates and deletes need the whole old row
         conn.execute(f'ALTER TABLE "{names.schema}".{names.table} REPLICA IDENTITY FULL')
-    report(f"capture: created table {names.schema}.{names.table} in {settings.source}")
+    log.info(f"capture: created table {names.schema}.{names.table} in {settings.source}")
     config = debezium_postgres_source(
         settings.source,
         topic_prefix=names.topic_prefix,
@@ -133,7 +132,7 @@ def captured_table(settings: Settings, names: SmokeNames, report: Report) -> Ite
             connect.put(names.connector, config)
             connect.wait_running(names.connector)
             _wait_slot_active(settings, names.slot)
-            report(f"capture: connector {names.connector} RUNNING, slot {names.slot} streaming")
+            log.info(f"capture: connector {names.connector} RUNNING, slot {names.slot} streaming")
             yield
         finally:
             connect.delete(names.connector)
@@ -166,14 +165,14 @@ def _drop_capture(settings: Settings, names: SmokeNames) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{names.schema}" CASCADE')
 
 
-def change_rows(settings: Settings, names: SmokeNames, report: Report) -> None:
+def change_rows(settings: Settings, names: SmokeNames) -> None:
     """Insert, update and delete one row, each its own transaction."""
     t = f'"{names.schema}".{names.table}'
     with _pg(settings) as conn:
         conn.execute(f"INSERT INTO {t} (id, name, status) VALUES (1, 'Ada Lovelace', 'staff')")
         conn.execute(f"UPDATE {t} SET status = 'faculty' WHERE id = 1")
         conn.execute(f"DELETE FROM {t} WHERE id = 1")
-    report(f"capture: committed insert, update, delete of {t} id=1")
+    log.info(f"capture: committed insert, update, delete of {t} id=1")
 
 
 def read_cdc(settings: Settings, topic: str, expect: int, timeout_s: float = 60.0) -> list[CdcEvent]:
@@ -214,12 +213,12 @@ def read_cdc(settings: Settings, topic: str, expect: int, timeout_s: float = 60.
     return events
 
 
-def capture_round_trip(settings: Settings, names: SmokeNames, report: Report) -> list[CdcEvent]:
+def capture_round_trip(settings: Settings, names: SmokeNames) -> list[CdcEvent]:
     """Step 1: insert, update, delete in the source arrive in Kafka in commit order."""
-    with captured_table(settings, names, report):
-        change_rows(settings, names, report)
+    with captured_table(settings, names):
+        change_rows(settings, names)
         events = read_cdc(settings, names.cdc_topic, expect=4)
-    report(f"capture: {names.cdc_topic} holds {[e.op or 'tombstone' for e in events]}")
+    log.info(f"capture: {names.cdc_topic} holds {[e.op or 'tombstone' for e in events]}")
     if [e.op for e in events] != ["c", "u", "d", None]:
         raise SmokeFailed(f"capture: expected c, u, d, tombstone on {names.cdc_topic}, got {[e.op for e in events]}")
     return events
@@ -237,7 +236,7 @@ class AvroRoundTrip:
     raw: bytes
 
 
-def avro_round_trip(settings: Settings, topic: str, report: Report) -> AvroRoundTrip:
+def avro_round_trip(settings: Settings, topic: str) -> AvroRoundTrip:
     """Step 2: produce an Avro record through the registry and consume it back."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -260,7 +259,7 @@ def avro_round_trip(settings: Settings, topic: str, report: Report) -> AvroRound
     schema_id = registry.get_latest_version(subject).schema_id
     if schema_id is None:
         raise SmokeFailed(f"registry: {subject} has no schema id")
-    report(f"registry: registered {subject} as schema id {schema_id} at {settings.registry.url}")
+    log.info(f"registry: registered {subject} as schema id {schema_id} at {settings.registry.url}")
 
     consumer = Consumer(
         {**settings.kafka.client_config(), "group.id": f"mcq-smoke-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
@@ -276,7 +275,7 @@ def avro_round_trip(settings: Settings, topic: str, report: Report) -> AvroRound
             if raw is None:
                 continue
             received = deserializer(raw, ctx)
-            report(f"registry: consumed {received} from {topic}")
+            log.info(f"registry: consumed {received} from {topic}")
             return AvroRoundTrip(sent, received, schema_id, subject, raw)
     finally:
         consumer.close()
@@ -293,7 +292,7 @@ class SparkRead:
     avro_rows: list[dict[str, Any]]
 
 
-def spark_read(settings: Settings, cdc_topic: str, avro_topic: str, report: Report) -> SparkRead:
+def spark_read(settings: Settings, cdc_topic: str, avro_topic: str) -> SparkRead:
     """Step 3: PySpark reads both topics through spark-sql-kafka (batch, from earliest)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
@@ -336,28 +335,28 @@ def spark_read(settings: Settings, cdc_topic: str, avro_topic: str, report: Repo
         cdc_after_names=[r["name"] for r in cdc],
         avro_rows=[r.asDict() for r in avro],
     )
-    report(f"spark: read {cdc_topic} ops {result.cdc_ops}; {avro_topic} rows {result.avro_rows}")
+    log.info(f"spark: read {cdc_topic} ops {result.cdc_ops}; {avro_topic} rows {result.avro_rows}")
     return result
 
 
 # ------------------------------------------------------------------ the whole pipeline
 
 
-def run_smoke(settings: Settings, report: Report = log.info, names: SmokeNames | None = None) -> SparkRead:
+def run_smoke(settings: Settings, names: SmokeNames | None = None) -> SparkRead:
     """Run all three steps; raise :class:`SmokeFailed` naming the first that fails."""
     names = names or SmokeNames()
     started = time.monotonic()
     try:
-        capture_round_trip(settings, names, report)
-        trip = avro_round_trip(settings, names.avro_topic, report)
+        capture_round_trip(settings, names)
+        trip = avro_round_trip(settings, names.avro_topic)
         if trip.received != trip.sent:
             raise SmokeFailed(f"registry: sent {trip.sent}, received {trip.received}")
-        result = spark_read(settings, names.cdc_topic, names.avro_topic, report)
+        result = spark_read(settings, names.cdc_topic, names.avro_topic)
         if result.cdc_ops != ["c", "u", "d", None] or result.avro_rows != [trip.sent]:
             raise SmokeFailed(f"spark: unexpected rows {result}")
     except ConnectError as exc:
         raise SmokeFailed(f"capture: {exc}") from None
     finally:
         delete_topics(settings, [names.cdc_topic, names.avro_topic])
-    report(f"smoke pipeline passed in {time.monotonic() - started:.1f} s")
+    log.info(f"smoke pipeline passed in {time.monotonic() - started:.1f} s")
     return result

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -24,7 +23,6 @@ from mcq.topics.named import topic_partitions
 from mcq.topics.plan import apply_topics, history_spec, history_topic
 
 log = logging.getLogger(__name__)
-Report = Callable[[str], None]
 
 
 def _raw(msg: Message) -> str | None:
@@ -38,12 +36,11 @@ def _raw(msg: Message) -> str | None:
 class CaptureFollower:
     """Writes ``captured`` events for the records of ``topics`` (see :meth:`follow`)."""
 
-    def __init__(self, settings: Settings, topics: list[str], report: Report = log.info) -> None:
+    def __init__(self, settings: Settings, topics: list[str]) -> None:
         self.settings = settings
         self.topic = history_topic(settings.topic_prefix)
         self._topics = sorted(topics)
         self._changed = True
-        self._report = report
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.written = 0
@@ -62,10 +59,10 @@ class CaptureFollower:
         try:
             apply_topics(self.settings, [history_spec(self.settings.topic_prefix)])
         except (TopicError, KafkaException) as exc:
-            self._report(f"history: {exc}")
+            log.warning(f"history: {exc}")
         partitions = topic_partitions(self.settings, self.topic)
         if not partitions:
-            self._report(f"history: no topic {self.topic} (mcq topics apply): mcq trace lacks the captures")
+            log.warning(f"history: no topic {self.topic} (mcq topics apply): mcq trace lacks the captures")
             return False
         self._thread = threading.Thread(target=self._run, args=(partitions,), name="mcq-history", daemon=True)
         self._thread.start()
@@ -122,7 +119,7 @@ class CaptureFollower:
                     elif err.code() == KafkaError._PARTITION_EOF:
                         at_eof.add(where)
                     else:
-                        self._report(f"history: reading {where[0]}[{where[1]}]: {err}")
+                        log.warning(f"history: reading {where[0]}[{where[1]}]: {err}")
                 done = [m for m in msgs if m.error() is None]
                 if not done:
                     self._idle = at_eof >= set(starts)
@@ -136,7 +133,7 @@ class CaptureFollower:
                         writer.record(event)
                         self.written += 1
                 if producer.flush(30) != 0:
-                    self._report("history: events not written within 30 s; reading them again")
+                    log.warning("history: events not written within 30 s; reading them again")
                     self._changed = True  # assigned again from the last commit
                     continue
                 consumer.commit(
@@ -144,7 +141,7 @@ class CaptureFollower:
                     asynchronous=False,
                 )
         except Exception as exc:  # a follower that stops must say so; the normaliser goes on
-            self._report(f"history: the follower stopped: {exc}")
+            log.warning(f"history: the follower stopped: {exc}")
         finally:
             producer.flush(10)
             consumer.close()
@@ -154,7 +151,7 @@ class CaptureFollower:
         try:
             change = codec.decode(topic, partition, offset, msg.key(), msg.value())
         except BadChange as exc:
-            self._report(f"history: skipped {exc}")
+            log.warning(f"history: skipped {exc}")
             return None
         if change is None:  # a tombstone: the DELETE record before it says the change
             return None

@@ -8,16 +8,17 @@ line instead of after half the stack is up.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from mcq.config import LOOPBACK, Settings
 from mcq.stack.exceptions import PortInUse, ServiceFailed
 from mcq.stack.services import GROUPS, OPTIONAL, SERVICES, NotReady, Service
 
-Report = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class Stack:
                         svc.handle.log_file,
                     )
 
-    def up(self, report: Report = lambda _: None) -> float:
+    def up(self) -> float:
         """Start what is not running and wait until every service is healthy.
 
         Returns the seconds it took. Services start in waves: those whose dependencies
@@ -134,23 +135,23 @@ class Stack:
             for svc in wave:
                 if svc.handle.pid() is None:
                     pid = svc.start()
-                    report(f"{svc.name}: started (pid {pid}), log {svc.handle.log_file}")
+                    log.info(f"{svc.name}: started (pid {pid}), log {svc.handle.log_file}")
                     fresh.append(svc)
                 else:
-                    report(f"{svc.name}: already running (pid {svc.handle.pid()})")
-            self._wait_healthy(wave, report)
+                    log.info(f"{svc.name}: already running (pid {svc.handle.pid()})")
+            self._wait_healthy(wave)
             for svc in wave:
                 if svc in fresh or svc.name == "postgres":
                     svc.after_start()
                 for warning in svc.warnings():
-                    report(f"{svc.name}: warning: {warning}")
+                    log.warning(f"{svc.name}: warning: {warning}")
                 healthy.add(svc.name)
                 pending.remove(svc)
         elapsed = time.monotonic() - started_at
-        report(f"stack up in {elapsed:.1f} s")
+        log.info(f"stack up in {elapsed:.1f} s")
         return elapsed
 
-    def _wait_healthy(self, wave: list[Service], report: Report) -> None:
+    def _wait_healthy(self, wave: list[Service]) -> None:
         deadline = time.monotonic() + self.settings.stack.start_timeout_s
         waiting = {s.name: s for s in wave}
         reasons: dict[str, str] = {}
@@ -164,7 +165,7 @@ class Stack:
                     )
                 ok, why = self.healthy(svc)
                 if ok:
-                    report(f"{name}: healthy at {svc.address} after {time.monotonic() - t0:.1f} s")
+                    log.info(f"{name}: healthy at {svc.address} after {time.monotonic() - t0:.1f} s")
                     del waiting[name]
                 else:
                     reasons[name] = why
@@ -181,11 +182,11 @@ class Stack:
 
     # -------------------------------------------------------------- down
 
-    def down(self, report: Report = lambda _: None) -> None:
+    def down(self) -> None:
         """Stop every service the stack started, dependants first; leave no process."""
         for svc in reversed(self.services):
             pid = svc.handle.pid()
             if svc.handle.stop(svc.stop_signal):
-                report(f"{svc.name}: stopped (pid {pid})")
+                log.info(f"{svc.name}: stopped (pid {pid})")
             else:
-                report(f"{svc.name}: was not running")
+                log.info(f"{svc.name}: was not running")

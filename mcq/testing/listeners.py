@@ -25,6 +25,7 @@ from mcq.change import POSITION_HEADER, Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.contract import register_topic, registry_client
 from mcq.registry import Registry, parse_registry
+from mcq.testing.logs import log_lines
 from mcq.topics.listener import ListenerTopics
 from mcq.topics.plan import apply_topics, plan_topics
 
@@ -190,9 +191,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0, every
 
 def caught_up(world: World) -> ListenerRuntime:
     """One ``--until-caught-up`` run of the world's listener in this process (a scheduled run)."""
-    runtime = ListenerRuntime(
-        world.settings, world.name, registry=world.registry, http_port=None, report=lambda _: None
-    )
+    runtime = ListenerRuntime(world.settings, world.name, registry=world.registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     return runtime
 
@@ -200,11 +199,7 @@ def caught_up(world: World) -> ListenerRuntime:
 @contextmanager
 def running(world: World, **kwargs: Any) -> Iterator[ListenerRuntime]:
     """A listener running in a thread of this process, stopped (and joined) at the end."""
-    lines: list[str] = []
-    runtime = ListenerRuntime(
-        world.settings, world.name, registry=kwargs.pop("registry", world.registry), report=lines.append, **kwargs
-    )
-    runtime.lines = lines  # type: ignore[attr-defined]
+    runtime = ListenerRuntime(world.settings, world.name, registry=kwargs.pop("registry", world.registry), **kwargs)
     errors: list[BaseException] = []
 
     def target() -> None:
@@ -214,15 +209,17 @@ def running(world: World, **kwargs: Any) -> Iterator[ListenerRuntime]:
             errors.append(exc)
 
     thread = threading.Thread(target=target, name=f"listener-{world.name}", daemon=True)
-    thread.start()
-    try:
-        yield runtime
-    finally:
-        runtime.stop()
-        thread.join(60)
-        assert not thread.is_alive(), "the listener did not stop within 60 s"
-        if errors:
-            raise errors[0]
+    with log_lines() as lines:  # what it logged, for the test to read (runtime.lines)
+        runtime.lines = lines  # type: ignore[attr-defined]
+        thread.start()
+        try:
+            yield runtime
+        finally:
+            runtime.stop()
+            thread.join(60)
+            assert not thread.is_alive(), "the listener did not stop within 60 s"
+            if errors:
+                raise errors[0]
 
 
 def listen_process(world: World, *args: str, log: Path) -> subprocess.Popen[bytes]:

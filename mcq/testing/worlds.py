@@ -90,7 +90,7 @@ def wait_raw_records(settings: Settings, topic: str, at_least: int, timeout_s: f
 def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
     """Undo a test's capture: its sources' connectors, slots and publications (what
     ``mcq connect remove`` does), its schema, and the raw topics of its feeds and outbox."""
-    remove_capture(list(registry.sources), settings, report=lambda _: None)
+    remove_capture(list(registry.sources), settings)
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     delete_topics(
@@ -119,7 +119,7 @@ def captured_world(
     text = campus_registry_yaml(schema, token)
     registry = parse_registry(text, "campus-test.yaml")
     source = registry.sources[0]
-    apply_capture(registry, settings, report=lambda _: None)
+    apply_capture(registry, settings)
     wait_slot_active(settings, source.slot_name, slot_timeout_s)  # active once the snapshot is read
     cap = Captured(registry, source, schema, text)
     try:

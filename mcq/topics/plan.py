@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
@@ -22,6 +22,8 @@ from mcq.config import Settings
 from mcq.registry.model import Registry
 from mcq.topics.exceptions import TopicSettingsError
 from mcq.topics.named import metadata_admin, named_topics
+
+log = logging.getLogger(__name__)
 
 # Compaction keeps the last state per key; a tombstone must outlive a slow listener's
 # catch-up (a day) so it learns of the delete before compaction forgets the key.
@@ -140,7 +142,6 @@ long deletes are kept follows the listeners' schedules), and changing them loses
 def apply_topics(
     settings: Settings,
     specs: list[TopicSpec],
-    report: Callable[[str], None] = lambda _: None,
     alter: bool = False,
     create: bool = True,
 ) -> TopicReport:
@@ -179,7 +180,7 @@ def apply_topics(
             try:
                 fut.result()
                 created.append(name)
-                report(f"created {name}")
+                log.info(f"created {name}")
             except KafkaException as exc:
                 code = exc.args[0].code()
                 if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
@@ -215,7 +216,7 @@ def apply_topics(
                     continue
                 if alter and key in ALTERABLE:
                     changes[key] = value
-                    report(f"altered {spec.name}: {key}: {have} -> {value}")
+                    log.info(f"altered {spec.name}: {key}: {have} -> {value}")
                 else:
                     lines.append(f"{spec.name}: {key}: registry {value}, cluster {have}")
             if changes:
@@ -225,7 +226,7 @@ def apply_topics(
                 unchanged.append(spec.name)
     drift = report_missing + drift
     for line in drift:
-        report(f"drift {line}")
+        log.warning(f"drift {line}")
     return TopicReport(created=created, unchanged=unchanged, drift=drift)
 
 

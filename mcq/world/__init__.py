@@ -13,7 +13,7 @@ logical tables.
 
     world = generate(10_000)
     create_schema(conn, "campus")
-    load(conn, "campus", world, report=print)
+    load(conn, "campus", world)  # each table's count logged at INFO
 """
 
 from mcq.world.generator import World, generate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from importlib.resources import files
@@ -11,6 +12,8 @@ import psycopg
 from psycopg import sql
 
 from mcq.world.generator import COLUMNS, TABLE_ORDER, World
+
+log = logging.getLogger(__name__)
 
 _SAFE_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _PLACEHOLDER = "{schema}"
@@ -50,7 +53,6 @@ def load(
     conn: psycopg.Connection[Any],
     schema: str,
     world: World,
-    report: Callable[[str], None] = lambda _: None,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> dict[str, int]:
     """COPY every table of ``world`` into ``schema`` in FK-safe order, in one transaction;
@@ -76,5 +78,5 @@ def load(
             done += len(rows)
             progress(done, total)
             counts[table] = len(rows)
-            report(f"{table}: {len(rows)} rows")
+            log.info(f"{table}: {len(rows)} rows")
     return counts

@@ -19,10 +19,13 @@ case "${1:-}" in
   driver)
     shift
     # mcq's Spark log configuration (errors only on a user's terminal; streams/log4j2.properties,
-    # beside pyspark in the same site-packages) for the driver's JVM, which spark-submit starts
-    log4j="$SPARK_HOME/../streams/log4j2.properties"
+    # beside pyspark in the same site-packages) for the driver's JVM, which spark-submit starts;
+    # JSON lines like mcq's own under MCQ_LOG__FORMAT=json (the chart's default)
+    conf=log4j2.properties
+    [ "${MCQ_LOG__FORMAT:-text}" = json ] && conf=log4j2-json.properties
+    log4j="$SPARK_HOME/../streams/$conf"
     if [ -f "$log4j" ]; then
-      SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -Dlog4j2.configurationFile=file:$(cd "$(dirname "$log4j")" && pwd)/log4j2.properties"
+      SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -Dlog4j2.configurationFile=file:$(cd "$(dirname "$log4j")" && pwd)/$conf"
       export SPARK_SUBMIT_OPTS
     fi
     # Spark's Kafka and Avro connectors (the image's jars, `make jvm`) on the driver's class path

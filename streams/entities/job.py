@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError, Producer
@@ -75,7 +74,6 @@ class EntityJob:
         registry: Registry,
         tables: list[str] | None = None,
         *,
-        report: Callable[[str], None] = log.info,
         http: tuple[str, int] | None = None,
         reader: RegistryReader | None = None,
     ) -> None:
@@ -85,7 +83,6 @@ class EntityJob:
         self.names = tables
         self._reader = reader
         self._use(registry)
-        self.report = report
         self.metrics = EntityMetrics()
         self._stop = threading.Event()
         self._stores: dict[str, EntityStore] = {}
@@ -123,7 +120,7 @@ class EntityJob:
         try:
             registry = self._reader.registry()
         except (ValueError, RegistryStoreError) as exc:
-            self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
+            log.warning(f"entities: registry change not taken ({exc}); keeping the previous one")
             return False
         if self._shape(registry) == self._shape(self.registry):
             self.registry = registry
@@ -131,10 +128,10 @@ class EntityJob:
         try:
             self._use(registry)
         except (ValueError, RegistryStoreError) as exc:
-            self.report(f"entities: registry change not taken ({exc}); keeping the previous one")
+            log.warning(f"entities: registry change not taken ({exc}); keeping the previous one")
             return False
         names = ", ".join(t.tname for t in self.tables) or "none"
-        self.report(f"entities: the registry changed what is computed; reopening ({names})")
+        log.info(f"entities: the registry changed what is computed; reopening ({names})")
         return True
 
     def topic(self, table: LogicalTable) -> str:
@@ -175,7 +172,7 @@ class EntityJob:
             for text in list(written.rows):  # written, and its root is gone: a delete to write
                 fields = store.root_fields(ChangeKey.from_text(text))
                 store.dirty.setdefault(ChangeKey(*fields).text(), (fields, Trigger()))
-            self.report(
+            log.info(
                 f"entities: {table.tname}: {store.restored}; {store.size()} member rows, "
                 f"{len(store.roots())} entities, {len(written.rows)} written before"
             )
@@ -208,7 +205,7 @@ class EntityJob:
         finally:
             self.close(save=clean)
             self.shutdown()
-        self.report(f"entities: {self.written} records written")
+        log.info(f"entities: {self.written} records written")
         return 0
 
     def _drain(self) -> None:

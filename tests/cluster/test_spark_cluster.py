@@ -124,7 +124,7 @@ def test_the_micro_batch_normaliser_refresh_rebuild_reconcile_and_report_run_on_
     spark_cluster: str, settings: Settings, tmp_path: Path
 ) -> None:
     with accounts(settings, tmp_path, "clusterjobs", ROWS, seed=59) as w:
-        apply_capture(w.registry, w.settings, report=lambda _: None)
+        apply_capture(w.registry, w.settings)
         wait_slot_active(w.settings, w.slot)
         reg = ["--registry", str(w.registry_file)]
         master = ["--master", spark_cluster]

@@ -218,7 +218,7 @@ def start_pipeline(w: Accounts, procs: Iterable[Proc], timeout_s: float) -> None
     from mcq.capture.apply import apply_capture
     from mcq.testing.worlds import wait_slot_active
 
-    apply_capture(w.registry, w.settings, report=lambda _: None)
+    apply_capture(w.registry, w.settings)
     wait_slot_active(w.settings, w.slot)
     procs = list(procs)
     for p in procs:

@@ -131,7 +131,7 @@ def secured(stack: Stack, settings: Settings, tmp_path_factory: pytest.TempPathF
             " PRIMARY KEY (person_id, tele_type))"
         )
         conn.execute(f"INSERT INTO {schema}.phone SELECT i, 'office', '+47 ' || i FROM generate_series(1, 30) i")
-    apply_capture(registry, settings, report=lambda _: None)
+    apply_capture(registry, settings)
     wait_slot_active(settings, registry.sources[0].slot_name)
     # the admin makes the topics and subjects (no mcq identity may create a logical topic)
     apply_topics(s, [*plan_topics(registry, prefix), *ListenerTopics(prefix, "A").specs()])
@@ -265,7 +265,7 @@ def test_the_pipeline_runs_with_each_process_under_its_own_identity(
     as_normaliser = secured.settings.model_copy(
         update={"kafka": secured.sasl_settings(normaliser, secured.passwords[normaliser])}
     )
-    run_normalize(as_normaliser, secured.registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+    run_normalize(as_normaliser, secured.registry, once=True, checkpoint=tmp_path / "checkpoint")
     requests = [key for key, _ in decode_topic(secured.settings, refresh_topic(secured.prefix))]
     wanted = {"tname": "PHONE", "person_id": 8, "aux_string": "mobile"}.items()
     assert any(wanted <= key.items() for key in requests), requests  # written as the normaliser's user

@@ -18,6 +18,7 @@ from mcq.change import Position
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import World, change, expected_state, make_world, produce, target_state
+from mcq.testing.logs import log_lines
 from mcq.topics.plan import apply_topics
 from mcq.topics.read import all_watermarks
 from tests.support.applied import KEYS, Write, oracle, view_of
@@ -131,8 +132,10 @@ def test_a_snapshot_saved_while_another_instance_wrote_in_between_still_holds_it
 
 
 def _run(w: World, lines: list[str]) -> ListenerRuntime:
-    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lines.append)
-    assert runtime.run(until_caught_up=True) == 0
+    with log_lines() as said:
+        runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None)
+        assert runtime.run(until_caught_up=True) == 0
+    lines.extend(said)
     return runtime
 
 

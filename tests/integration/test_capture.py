@@ -149,7 +149,7 @@ def test_changes_made_while_connect_is_down_are_not_lost(stack: Stack, settings:
             f"UPDATE {s}.people SET last_name = 'Murray Hopper' WHERE person_id = {NEW_PERSON + 1}",
         )
     finally:
-        stack.up(report=lambda _: None)  # starts Connect again and waits until it is healthy
+        stack.up()  # starts Connect again and waits until it is healthy
     with ConnectClient(settings.connect) as client:
         client.wait_running(connector_name(captured.source), timeout_s=120)
     events = _events(
@@ -180,7 +180,7 @@ def test_a_table_the_capture_user_does_not_own_is_refused_naming_the_statement_t
     as_role = settings.source.model_copy(update={"user": role, "password": SecretStr(password)})
     try:
         with psycopg.connect(as_role.dsn(), autocommit=True) as conn, pytest.raises(CaptureError) as refused:
-            ensure_replica_identity_full(conn, [f"{schema}.owned_elsewhere"], report=lambda _: None)
+            ensure_replica_identity_full(conn, [f"{schema}.owned_elsewhere"])
         message = str(refused.value)
         assert "\n" not in message
         assert f"{schema}.owned_elsewhere (must be owner of table owned_elsewhere)" in message
@@ -219,7 +219,7 @@ def test_connect_apply_refuses_a_feed_that_is_not_a_table_before_any_connector_e
     registry = _people_registry("ri", token, schema, "person_id, name")
     try:
         with pytest.raises(CaptureError) as refused:
-            apply_capture(registry, settings, report=lambda _: None)
+            apply_capture(registry, settings)
         assert f'ALTER TABLE "{schema}"."people" REPLICA IDENTITY FULL;' in str(refused.value)
         with ConnectClient(settings.connect) as client:
             assert client.status(connector_name(registry.sources[0])) is None
@@ -247,7 +247,7 @@ def test_connect_apply_refuses_a_column_the_table_does_not_have_before_changing_
     registry = _people_registry("mc", token, schema, "person_id, name, nmae, shout, spans, flags, mask")
     try:
         with pytest.raises(CaptureError) as refused:
-            apply_capture(registry, settings, report=lambda _: None)
+            apply_capture(registry, settings)
         message = str(refused.value)
         assert "\n" not in message
         assert (

@@ -102,7 +102,7 @@ def _restarts(stack: Stack, w: Accounts, tmp_path: Path, amid_copy: bool) -> Non
     env = {**os.environ, **w.env}
     try:
         # 3: during the initial snapshot
-        apply_capture(w.registry, s, report=lambda _: None)
+        apply_capture(w.registry, s)
         wait_raw_records(s, topic, 2_000, timeout_s=180)
         read = _raw_count(s, topic)
         assert read < SNAPSHOT_ROWS, "the snapshot ended before Connect could be killed during it"

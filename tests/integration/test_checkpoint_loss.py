@@ -27,6 +27,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.testing.logs import log_lines
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics
 from streams.runner import run_normalize
@@ -53,8 +54,8 @@ def _notes(records: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[
 
 
 def _once(settings: Settings, registry: Registry, checkpoint: Path) -> list[str]:
-    lines: list[str] = []
-    run_normalize(settings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+    with log_lines() as lines:
+        run_normalize(settings, registry, once=True, checkpoint=checkpoint)
     return lines
 
 

@@ -39,9 +39,7 @@ CAMPUS = "+1-518-"
 
 
 def _catch_up(w: World, registry: Any = None) -> ListenerRuntime:
-    runtime = ListenerRuntime(
-        w.settings, w.name, registry=registry or w.registry, http_port=None, report=lambda _: None
-    )
+    runtime = ListenerRuntime(w.settings, w.name, registry=registry or w.registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     return runtime
 

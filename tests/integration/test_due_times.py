@@ -101,7 +101,7 @@ def test_a_run_until_caught_up_applies_what_came_due_while_it_was_away_and_leave
     assert producer.flush(30) == 0
 
     def run() -> ListenerRuntime:
-        runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lambda _: None)
+        runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None)
         assert runtime.run(until_caught_up=True) == 0
         return runtime
 

@@ -94,7 +94,7 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
                 (i, f"owner{i}", rnd.choice(STATUSES), rnd.randrange(100)),
             )
     try:
-        apply_capture(registry, s, report=lambda _: None)
+        apply_capture(registry, s)
         wait_slot_active(s, slot)
         with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
             identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{schema}.accounts'::regclass")
@@ -137,9 +137,9 @@ def test_a_new_users_table_reaches_every_listener_as_its_view_of_the_sources_las
         # the normaliser reads up to the raw topics' ends as they are when it starts
         wait_raw_records(s, raw_topic(registry.sources[0], f"{schema}.accounts"), events)
         wait_raw_records(s, raw_topic(registry.sources[0], OUTBOX_TABLE), outbox[0])
-        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint")
         for name in ("Active", "Hook", "Files"):
-            runtime = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)
+            runtime = ListenerRuntime(s, name, registry=registry, http_port=None)
             assert runtime.run(until_caught_up=True) == 0
 
         source = _source_rows(s, schema)

@@ -284,19 +284,19 @@ def test_entity_listeners_mirror_sql_joins_over_the_source_as_related_rows_move(
     def normalise() -> None:
         for table, n in work.events.items():
             wait_raw_records(s, raw_topic(registry.sources[0], f"{schema}.{table}"), n)
-        run_normalize(s, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
-        job = EntityJob(s, registry, report=lambda _: None)
+        run_normalize(s, registry, once=True, checkpoint=checkpoint)
+        job = EntityJob(s, registry)
         assert job.run(until_caught_up=True) == 0
 
     def listen(*names: str) -> dict[str, ListenerRuntime]:
         done = {}
         for name in names:
-            done[name] = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)
+            done[name] = ListenerRuntime(s, name, registry=registry, http_port=None)
             assert done[name].run(until_caught_up=True) == 0
         return done
 
     try:
-        apply_capture(registry, s, report=lambda _: None)
+        apply_capture(registry, s)
         wait_slot_active(s, slot)
         with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
             work.conn = conn

@@ -19,6 +19,7 @@ from mcq.registry import parse_registry
 from mcq.registry.store import RegistryReader, RegistryStore
 from mcq.stack import Stack
 from mcq.testing.listeners import produce, wait_for
+from mcq.testing.logs import log_lines
 from mcq.topics.follow import TopicFollower
 from streams.entities.job import EntityJob
 
@@ -99,7 +100,7 @@ def test_the_job_follows_the_registry_and_writes_only_what_changed(
 
     reader = RegistryReader(s)
     reader.catch_up()
-    job = EntityJob(s, reader.registry(), reader=reader, report=lambda _: None)
+    job = EntityJob(s, reader.registry(), reader=reader)
     thread = threading.Thread(target=job.run, daemon=True)
     thread.start()
     try:
@@ -124,9 +125,9 @@ def test_the_job_follows_the_registry_and_writes_only_what_changed(
     # while it is stopped: an order deleted, another changed; the next run starts from its snapshot
     produce(s, f"{prefix}.orders", [_change("ORDERS", 3, None), _change("ORDERS", 4, {"id": "4", "customer_id": "1",
                                                                                        "total": "400"})])  # fmt: skip
-    said: list[str] = []
-    second = EntityJob(s, with_join, report=said.append)
-    assert second.run(until_caught_up=True) == 0
+    with log_lines() as said:
+        second = EntityJob(s, with_join)
+        assert second.run(until_caught_up=True) == 0
     assert any("restored" in line for line in said), said
     tail = [r for rs in _per_key(_records(s, topic)).values() for r in rs[3:]]  # after each key's first three
     kinds = sorted((r.key.pkey_number, r.change_type) if isinstance(r, Change) else (r.pkey_number, "tombstone")

@@ -156,7 +156,7 @@ def test_a_killed_entities_job_loses_nothing_when_run_again(
 
     expected = {o: entity(row) for o, row in orders.items()}
     assert _last_states(s, topic) == expected
-    runtime = ListenerRuntime(s, "Domestic", registry=registry, http_port=None, report=lambda _: None)
+    runtime = ListenerRuntime(s, "Domestic", registry=registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     assert target_state(s, target) == {
         ChangeKey("ORDER_VIEW", pkey_number=o).text(): row

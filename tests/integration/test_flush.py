@@ -60,7 +60,7 @@ def test_flushed_changes_are_written_to_the_file_and_never_applied_and_later_one
     producer.produce(w.topics.retry, key=key, value=value)
     assert producer.flush(30) == 0
 
-    job = Flush(w.settings, w.registry, w.name, report=lambda _: None)
+    job = Flush(w.settings, w.registry, w.name)
     plan = job.plan()
     assert plan.pending == len(skipped) + 1 + 1  # the tombstone, the parked change
     out = tmp_path / "flushed.jsonl"
@@ -97,7 +97,7 @@ def test_a_flush_before_a_time_skips_only_what_was_written_before_it(
     new = [change("PHONE", pid, f"+1-519-{pid:07d}", "INSERT") for pid in range(10, 15)]
     produce(w.settings, w.phone_topic, new)
 
-    job = Flush(w.settings, w.registry, w.name, report=lambda _: None)
+    job = Flush(w.settings, w.registry, w.name)
     plan = job.plan(since_ms)
     assert plan.pending == len(old)
     job.apply(plan, tmp_path / "old.jsonl")

@@ -20,7 +20,7 @@ print("MAPS", open(f"/proc/{pid}/maps").read().replace(chr(10), " | "))
 
 
 def test_a_spark_driver_maps_the_archive_and_prints_nothing_about_it(settings: Settings) -> None:
-    archive = build(settings, report=False)  # `make install` built it: then nothing to do
+    archive = build(settings)  # `make install` built it: then nothing to do
     assert archive is not None and archive.is_file()
     # a JVM of its own: this test process may have one started already
     done = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=300)

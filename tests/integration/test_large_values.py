@@ -24,6 +24,7 @@ from mcq.config import Settings
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
@@ -61,7 +62,7 @@ def docs(stack: Stack, settings: Settings) -> Iterator[tuple[Registry, str]]:
         for i in range(1, 4):
             conn.execute(f"INSERT INTO {schema}.docs VALUES (%s, %s, %s, 'new')", (i, _big(), [_big(), "short"]))
     registry = parse_registry(REGISTRY.format(token=token), "docs-test.yaml")
-    apply_capture(registry, settings, report=lambda _: None)
+    apply_capture(registry, settings)
     wait_slot_active(settings, registry.sources[0].slot_name)
     try:
         yield registry, schema
@@ -83,11 +84,11 @@ def test_an_update_that_leaves_a_large_value_unchanged_delivers_the_value_not_a_
     assert len(expected_rows[1]["body"]) == 16_000 and expected_rows[3]["body"] == "now short"  # the oracle, checked
     wait_raw_records(settings, raw_topic(registry.sources[0], table), 3 + 4)
 
-    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint")
     state = last_state(decode_topic(tsettings, registry.tables[0].topic(tsettings.topic_prefix)))
     assert {key[4]: value["after"] for key, value in state.items()} == expected_rows
 
-    runtime = ListenerRuntime(tsettings, "Docs", registry=registry, http_port=None, report=lambda _: None)
+    runtime = ListenerRuntime(tsettings, "Docs", registry=registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     expected = {ChangeKey("DOCS", pkey_number=pk).text(): row for pk, row in expected_rows.items()}
     assert target_state(tsettings, f"{schema}_t.docs") == expected
@@ -111,8 +112,8 @@ def test_a_change_whose_large_value_debezium_left_out_is_withheld_and_a_refresh_
         expected_rows = {int(r["id"]): r for r in rows_as_text(conn, table)}
     wait_raw_records(settings, raw_topic(registry.sources[0], table), 3 + 2)
 
-    lines: list[str] = []
-    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lines.append)
+    with log_lines() as lines:
+        run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint")
     assert any("WITHHELD 1" in line for line in lines), lines
     state = last_state(decode_topic(tsettings, registry.tables[0].topic(tsettings.topic_prefix)))
     after = {key[4]: value["after"] for key, value in state.items()}
@@ -126,7 +127,7 @@ def test_a_change_whose_large_value_debezium_left_out_is_withheld_and_a_refresh_
     assert reason.startswith(f"withheld: {raw_topic(registry.sources[0], table)} partition 0 offset ")
     assert "column(s) body, tags" in reason and "REPLICA IDENTITY" in reason, reason
 
-    runtime = ListenerRuntime(tsettings, "Docs", registry=registry, http_port=None, report=lambda _: None)
+    runtime = ListenerRuntime(tsettings, "Docs", registry=registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     target = f"{schema}_t.docs"
     held = target_state(tsettings, target)

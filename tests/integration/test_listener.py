@@ -649,7 +649,7 @@ def test_a_batch_cut_short_by_an_unexpected_error_is_read_again_not_acknowledged
         return real(batch)
 
     adapter.apply_batch = buggy  # type: ignore[method-assign]
-    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, adapter=adapter, http_port=None, report=print)
+    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, adapter=adapter, http_port=None)
     with pytest.raises(RuntimeError, match="a bug in the adapter"):
         runtime.run(until_caught_up=True)
     assert 0 < len(target_state(w.settings, w.table)) < len(changes)

@@ -306,18 +306,18 @@ def test_a_teams_own_schema_reaches_its_directory_its_ad_and_its_import_table_th
     def normalise() -> None:
         for table, n in work.events.items():
             wait_raw_records(s, raw_topic(registry.sources[0], f"{schema}.{table}"), n)
-        run_normalize(s, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
-        assert EntityJob(s, registry, report=lambda _: None).run(until_caught_up=True) == 0
+        run_normalize(s, registry, once=True, checkpoint=checkpoint)
+        assert EntityJob(s, registry).run(until_caught_up=True) == 0
 
     def listen(*names: str) -> None:
         for name in names:
-            rt = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)
+            rt = ListenerRuntime(s, name, registry=registry, http_port=None)
             assert rt.run(until_caught_up=True) == 0
 
     env = {"MCQ_TOPIC_PREFIX": s.topic_prefix, "MCQ_HOME": str(s.stack.home)}
     cli = CliRunner()
     try:
-        apply_capture(registry, s, report=lambda _: None)
+        apply_capture(registry, s)
         wait_slot_active(s, slot)
         with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
             work.conn = conn

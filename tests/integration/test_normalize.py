@@ -27,6 +27,7 @@ from mcq.contract import registry_client
 from mcq.refs import KEY_FIELDS
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import Captured, captured_world, read_topic_to_end
 from mcq.topics.plan import TopicSpec, apply_topics, refresh_topic
 from streams.plan import FeedPlan, plan_normalize
@@ -87,8 +88,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def normalize_once(nsettings: Settings, registry: Registry, checkpoint: Path) -> list[str]:
-    lines: list[str] = []
-    run_normalize(nsettings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+    with log_lines() as lines:
+        run_normalize(nsettings, registry, once=True, checkpoint=checkpoint)
     return lines
 
 

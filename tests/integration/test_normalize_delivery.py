@@ -37,6 +37,7 @@ from mcq.contract import registry_client
 from mcq.registry import Registry, parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics import delete_topics
 from mcq.topics.plan import TopicSpec, apply_topics, withheld_topic
@@ -103,8 +104,8 @@ def prefixed(settings: Settings, letter: str) -> Settings:
 
 
 def normalize_once(settings: Settings, registry: Registry, checkpoint: Path) -> list[str]:
-    lines: list[str] = []
-    run_normalize(settings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+    with log_lines() as lines:
+        run_normalize(settings, registry, once=True, checkpoint=checkpoint)
     return lines
 
 
@@ -243,7 +244,7 @@ def test_every_column_type_reaches_the_table_webhook_and_file_adapters_as_the_so
         wait_raw_records(settings, typed.raw_topic, len(ROWS) + 5)
         normalize_once(tsettings, registry, tmp_path / "checkpoint")
         for name in ("Table", "Hook", "Jsonl", "Xml"):
-            runtime = ListenerRuntime(tsettings, name, registry=registry, http_port=None, report=lambda _: None)
+            runtime = ListenerRuntime(tsettings, name, registry=registry, http_port=None)
             assert runtime.run(until_caught_up=True) == 0, name
         hook = replay(bodies)
     expected = {ChangeKey("TYPED", pkey_number=pk).text(): row for pk, row in expected_rows.items()}

@@ -33,7 +33,7 @@ def test_a_key_spread_over_several_raw_partitions_ends_at_its_newest_source_posi
     produce_updates(s, topic, [(1, "middle", 200)], partition=1)
     produce_updates(s, topic, [(1, "oldest", 100), (3, "c", 130)], partition=2)
     try:
-        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint")
         records = decode_topic(s, registry.tables[0].topic(s.topic_prefix))
         one = [v["after"]["note"] for k, v in records if v and int(k["pkey_number"]) == 1]
         assert one == ["oldest", "middle", "newest"], one  # written in source order, not partition order

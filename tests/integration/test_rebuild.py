@@ -30,6 +30,7 @@ from mcq.testing.listeners import (
     target_state,
     wait_for,
 )
+from mcq.testing.logs import on_lines
 from streams.rebuild import Rebuild, RebuildSummary
 from streams.session import spark_session
 from tests.support.ldap_world import entry, ldap, send_people, world  # noqa: F401 - the LDAP world fixture
@@ -46,8 +47,9 @@ ENGINES = pytest.mark.parametrize("engine", ["spark", "direct"])
 
 
 def _run(w: World, truncate: bool, engine: str, report: Callable[[str], None] = lambda _: None) -> RebuildSummary:
-    job = Rebuild(w.settings, w.registry, w.name, truncate, report)
-    summary = job.run(engine=engine, start_spark=lambda: spark_session(w.settings, "test-rebuild"))
+    job = Rebuild(w.settings, w.registry, w.name, truncate)
+    with on_lines(report, "streams"):
+        summary = job.run(engine=engine, start_spark=lambda: spark_session(w.settings, "test-rebuild"))
     assert summary.engine == engine
     return summary
 

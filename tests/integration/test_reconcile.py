@@ -146,9 +146,9 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
         )
 
     spark = spark_session(w.settings, "test-reconcile")
-    in_spark = Reconcile(w.settings, w.registry, w.name, report=lambda _: None)
+    in_spark = Reconcile(w.settings, w.registry, w.name)
     assert in_spark.jdbc is not None, "a table target without rules is compared in Spark"
-    in_python = Reconcile(w.settings, w.registry, w.name, report=lambda _: None)
+    in_python = Reconcile(w.settings, w.registry, w.name)
     in_python.jdbc = None
     drifts = [in_spark.run(spark), in_python.run(spark)]
 

@@ -34,7 +34,7 @@ def _source_rows(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
 
 
 def _listen(settings: Settings, registry: Registry) -> ListenerRuntime:
-    runtime = ListenerRuntime(settings, "Table", registry=registry, http_port=None, report=lambda _: None)
+    runtime = ListenerRuntime(settings, "Table", registry=registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0
     return runtime
 
@@ -57,7 +57,7 @@ def test_a_capture_gap_is_found_against_the_source_named_upstream_and_repaired(
             f"UPDATE {world.table} SET note = 'captured again' WHERE id = 1",
         )
         wait_raw_records(settings, world.raw_topic, len(ROWS) + 1)
-        run_normalize(own, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
+        run_normalize(own, registry, once=True, checkpoint=checkpoint)
         _listen(own, registry)
         source = _source_rows(settings, world.table)
         held = target_state(own, target)

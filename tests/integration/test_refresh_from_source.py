@@ -67,7 +67,7 @@ def _source_rows(settings: Settings, table: str) -> dict[str, dict[str, Any]]:
 
 
 def _run(settings: Settings, registry: Any, name: str) -> ListenerRuntime:
-    runtime = ListenerRuntime(settings, name, registry=registry, http_port=None, report=lambda _: None)
+    runtime = ListenerRuntime(settings, name, registry=registry, http_port=None)
     assert runtime.run(until_caught_up=True) == 0, name
     return runtime
 
@@ -87,7 +87,7 @@ def test_a_refresh_from_the_source_sends_every_row_as_postgresql_renders_it_and_
     registry_file.write_text(text)
     registry = parse_registry(text, str(registry_file))
     wait_raw_records(settings, own_typed.raw_topic, len(ROWS))
-    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint")
     _run(tsettings, registry, "Table")
     assert target_state(tsettings, target) == _source_rows(settings, own_typed.table)
 
@@ -152,7 +152,7 @@ def test_a_refresh_from_the_source_sends_every_row_as_postgresql_renders_it_and_
     # the changes the refresh already carried arrive later through the pipeline: the
     # target stays equal to the source
     wait_raw_records(settings, own_typed.raw_topic, len(ROWS) + 2)
-    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+    run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint")
     _run(tsettings, registry, "Table")
     assert target_state(tsettings, target) == expected
 

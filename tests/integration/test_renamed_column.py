@@ -15,6 +15,7 @@ from mcq.change import ChangeKey
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
@@ -45,8 +46,8 @@ def test_a_change_lacking_a_captured_column_is_withheld_and_the_target_keeps_its
             f"UPDATE {world.table} SET n = 43 WHERE id = 1",
         )
         wait_raw_records(settings, world.raw_topic, len(ROWS) + 1)
-        lines: list[str] = []
-        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+        with log_lines() as lines:
+            run_normalize(tsettings, registry, once=True, checkpoint=checkpoint)
         assert any("WITHHELD 1" in line for line in lines), lines
         (_, withheld), *_ = decode_topic(tsettings, withheld_topic(tsettings.topic_prefix))
         assert withheld is not None
@@ -56,11 +57,11 @@ def test_a_change_lacking_a_captured_column_is_withheld_and_the_target_keeps_its
         # the same raw rows under a table definition stored after they were committed (a column
         # added to the feed since): they are from before it was captured, and flow as they did
         later = settings.model_copy(update={"topic_prefix": f"tl{tsettings.topic_prefix}"})
-        lines.clear()
-        run_normalize(
-            later, registry, once=True, checkpoint=tmp_path / "later", report=lines.append,
-            defined_at=lambda _: {"TYPED": int(time.time() * 1000) + 3_600_000},
-        )  # fmt: skip
+        with log_lines() as lines:
+            run_normalize(
+                later, registry, once=True, checkpoint=tmp_path / "later",
+                defined_at=lambda _: {"TYPED": int(time.time() * 1000) + 3_600_000},
+            )  # fmt: skip
         assert not any("WITHHELD" in line for line in lines), lines
         assert runtime.run(until_caught_up=True) == 0
         kept = target_state(tsettings, target)[ONE]
@@ -68,8 +69,8 @@ def test_a_change_lacking_a_captured_column_is_withheld_and_the_target_keeps_its
 
         sql(settings, f"ALTER TABLE {world.table} RENAME COLUMN remark TO note", f"UPDATE {world.table} SET n = 44")
         wait_raw_records(settings, world.raw_topic, len(ROWS) + 1 + len(ROWS))
-        lines.clear()
-        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint, report=lines.append)
+        with log_lines() as lines:
+            run_normalize(tsettings, registry, once=True, checkpoint=checkpoint)
         assert not any("WITHHELD" in line for line in lines), lines
         assert runtime.run(until_caught_up=True) == 0
         state = target_state(tsettings, target)

@@ -79,7 +79,7 @@ def test_a_replay_from_earliest_applies_everything_again_and_restores_a_target_t
     again = caught_up(w)  # nothing new to read: the lost rows stay lost
     assert again.counters.applied == 0 and target_state(w.settings, w.table) == {}
 
-    replay = Replay(w.settings, w.registry, w.name, report=lambda _: None)
+    replay = Replay(w.settings, w.registry, w.name)
     plan = replay.plan("earliest")
     assert {tp for tp in plan.offsets} == {(w.phone_topic, p) for p in range(3)}
     assert all(to == 0 for _, to in plan.offsets.values())
@@ -113,7 +113,7 @@ def test_a_replay_from_a_time_applies_only_what_came_after_it(
     changed_later = {c.key.text() for c in later}
     _lose_rows(w, changed_later)  # a backup from before the time replayed from
     assert target_state(w.settings, w.table) == {k: v for k, v in want.items() if k not in changed_later}
-    replay = Replay(w.settings, w.registry, w.name, report=lambda _: None)
+    replay = Replay(w.settings, w.registry, w.name)
     plan = replay.plan(since_ms)
     assert len(plan.keys) == 40 + 10  # every key of the topic: those not replayed keep position 0 until changed
     replay.apply(plan)
@@ -134,7 +134,7 @@ def test_a_replay_is_refused_while_the_listener_runs_and_bad_input_names_what_an
     reg = ["--registry", str(w.registry_file)]
 
     with running(w):
-        replay = Replay(w.settings, w.registry, w.name, report=lambda _: None)
+        replay = Replay(w.settings, w.registry, w.name)
         wait_for("the listener in its group", lambda: bool(replay.live_members()), 60)
         out = cli.invoke(main, ["replay", w.name, "--from", "earliest", *reg], env=env)
         assert out.exit_code == 1, out.output

@@ -10,14 +10,14 @@ import httpx
 from mcq.config import Settings
 from mcq.demo.smoke import SMOKE_SCHEMA, SmokeNames, avro_round_trip, capture_round_trip, run_smoke
 from mcq.stack import Stack
+from mcq.testing.logs import log_lines
 from mcq.topics import delete_topics
 
 
 def test_insert_update_delete_arrive_in_kafka_in_commit_order(stack: Stack, settings: Settings) -> None:
     names = SmokeNames()
-    seen: list[str] = []
     try:
-        events = capture_round_trip(settings, names, seen.append)
+        events = capture_round_trip(settings, names)
     finally:
         delete_topics(settings, [names.cdc_topic])
     assert [e.op for e in events] == ["c", "u", "d", None]
@@ -38,7 +38,7 @@ def test_insert_update_delete_arrive_in_kafka_in_commit_order(stack: Stack, sett
 
 def test_avro_record_round_trips_through_the_registry(stack: Stack, settings: Settings, topic: str) -> None:
     try:
-        trip = avro_round_trip(settings, topic, lambda _: None)
+        trip = avro_round_trip(settings, topic)
     finally:
         delete_topics(settings, [topic])
     assert trip.received == trip.sent
@@ -52,8 +52,8 @@ def test_avro_record_round_trips_through_the_registry(stack: Stack, settings: Se
 
 
 def test_smoke_pipeline_end_to_end_with_pyspark_reading_both_topics(stack: Stack, settings: Settings) -> None:
-    lines: list[str] = []
-    result = run_smoke(settings, lines.append)
+    with log_lines() as lines:
+        result = run_smoke(settings)
     assert result.cdc_ops == ["c", "u", "d", None]
     assert result.cdc_after_names == ["Ada Lovelace", "Ada Lovelace", None, None]
     assert result.avro_rows == [{"id": 42, "name": "Grace Hopper", "status": "faculty"}]

@@ -27,6 +27,7 @@ from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import World, change, expected_state, make_world, produce, target_state
+from mcq.testing.logs import log_lines
 from mcq.topics.read import watermarks
 
 RETENTION_MS = 4000
@@ -45,9 +46,9 @@ def _batch_world(settings: Settings, token: str, tmp: Path) -> World:
 
 def _catch_up(w: World) -> list[str]:
     """Run the listener until it has caught up; the lines it reported."""
-    lines: list[str] = []
-    runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None, report=lines.append)
-    assert runtime.run(until_caught_up=True) == 0
+    with log_lines() as lines:
+        runtime = ListenerRuntime(w.settings, w.name, registry=w.registry, http_port=None)
+        assert runtime.run(until_caught_up=True) == 0
     return lines
 
 

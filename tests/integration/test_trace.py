@@ -118,7 +118,7 @@ def test_a_keys_five_changes_are_traced_through_capture_and_every_listener_in_or
         conn.execute(f"INSERT INTO {table} VALUES (7, 'first', 'active', 1), (8, 'other', 'active', 2)")
     _refusing_target(s, schema)
     try:
-        apply_capture(registry, s, report=lambda _: None)
+        apply_capture(registry, s)
         wait_slot_active(s, slot)
         raw = raw_topic(registry.sources[0], table)
         wait_raw_records(s, raw, 2)  # the snapshot
@@ -131,10 +131,10 @@ def test_a_keys_five_changes_are_traced_through_capture_and_every_listener_in_or
                     assert row is not None
                     txids.append(int(row[0]))
         wait_raw_records(s, raw, 2 + len(CHANGES) + 1)  # and the delete's tombstone
-        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lambda _: None)
+        run_normalize(s, registry, once=True, checkpoint=tmp_path / "checkpoint")
 
         def run(name: str) -> None:
-            runtime = ListenerRuntime(s, name, registry=registry, http_port=None, report=lambda _: None)
+            runtime = ListenerRuntime(s, name, registry=registry, http_port=None)
             assert runtime.run(until_caught_up=True) == 0
 
         run("Applies")

@@ -17,6 +17,7 @@ from mcq.cli import main
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import wait_raw_records
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
@@ -34,8 +35,8 @@ def test_a_truncate_is_withheld_by_name_and_a_refresh_from_the_source_empties_th
         target = t.target
         sql(settings, f"TRUNCATE {world.table}", f"INSERT INTO {world.table} (id, note) VALUES (90, 'after')")
         wait_raw_records(settings, world.raw_topic, len(ROWS) + 2)
-        lines: list[str] = []
-        run_normalize(tsettings, registry, once=True, checkpoint=t.checkpoint, report=lines.append)
+        with log_lines() as lines:
+            run_normalize(tsettings, registry, once=True, checkpoint=t.checkpoint)
         assert any("WITHHELD 1" in line for line in lines), lines
         (_, withheld), *_ = decode_topic(tsettings, withheld_topic(tsettings.topic_prefix))
         assert withheld is not None and "a TRUNCATE of the table" in withheld["provenance"]["origin"]

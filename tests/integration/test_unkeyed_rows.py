@@ -28,6 +28,7 @@ from mcq.config import Settings
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
+from mcq.testing.logs import log_lines
 from mcq.testing.worlds import uncapture, wait_raw_records, wait_slot_active
 from mcq.topics.plan import withheld_topic
 from streams.runner import run_normalize
@@ -80,14 +81,14 @@ def test_rows_without_a_whole_numeric_key_are_withheld_by_name_and_the_rest_flow
     registry_file = tmp_path / "registry.yaml"
     registry_file.write_text(REGISTRY.format(token=token, schema=schema, target=target))
     registry = parse_registry(registry_file.read_text(), str(registry_file))
-    apply_capture(registry, settings, report=lambda _: None)
+    apply_capture(registry, settings)
     try:
         wait_slot_active(settings, registry.sources[0].slot_name)
         sql(settings, *(statement.format(t=table) for statement in WORKLOAD))
         wait_raw_records(settings, raw_topic(registry.sources[0], table), RAW_RECORDS)
 
-        lines: list[str] = []
-        run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint", report=lines.append)
+        with log_lines() as lines:
+            run_normalize(tsettings, registry, once=True, checkpoint=tmp_path / "checkpoint")
         assert any(f"WITHHELD {WITHHELD}" in line for line in lines), lines
         reasons = [
             v["provenance"]["origin"] for _, v in decode_topic(tsettings, withheld_topic(tsettings.topic_prefix)) if v
@@ -101,7 +102,7 @@ def test_rows_without_a_whole_numeric_key_are_withheld_by_name_and_the_rest_flow
         for reason in reasons:
             assert "column badge (person_id of CARD's key)" in reason and "repair:" in reason, reason
 
-        runtime = ListenerRuntime(tsettings, "Cards", registry=registry, http_port=None, report=lambda _: None)
+        runtime = ListenerRuntime(tsettings, "Cards", registry=registry, http_port=None)
         assert runtime.run(until_caught_up=True) == 0
         with psycopg.connect(settings.source.dsn()) as conn:
             source = conn.execute(f"SELECT badge, holder FROM {table}").fetchall()

@@ -8,6 +8,7 @@ from psycopg import sql
 
 from mcq.config import Settings
 from mcq.stack import Stack
+from mcq.testing.logs import log_lines
 from mcq.world import create_schema, generate, load
 
 
@@ -21,7 +22,9 @@ def test_a_generated_world_loads_completely_with_full_replica_identity(
         try:
             create_schema(conn, schema)
             create_schema(conn, schema)  # idempotent
-            counts = load(conn, schema, world, report=lines.append)
+            with log_lines() as said:
+                counts = load(conn, schema, world)
+            lines.extend(said)
             assert counts == world.counts()
             assert f"people: {len(world.people)} rows" in lines
             for table, expected in world.counts().items():

@@ -150,7 +150,7 @@ def typed_world(settings: Settings) -> Iterator[TypedWorld]:
     text = typed_registry_yaml(token, schema)
     registry = parse_registry(text, "typed-test.yaml")
     source = registry.sources[0]
-    apply_capture(registry, settings, report=lambda _: None)
+    apply_capture(registry, settings)
     wait_slot_active(settings, source.slot_name)
     try:
         yield TypedWorld(registry, text, f"{schema}.typed", raw_topic(source, f"{schema}.typed"))
@@ -198,8 +198,8 @@ def typed_listener(settings: Settings, tmp_path: Path, tag: str) -> Iterator[Lis
         registry = parse_registry(text, str(registry_file))
         checkpoint = tmp_path / "checkpoint"
         wait_raw_records(settings, world.raw_topic, len(ROWS))
-        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint, report=lambda _: None)
-        runtime = ListenerRuntime(tsettings, "Table", registry=registry, http_port=None, report=lambda _: None)
+        run_normalize(tsettings, registry, once=True, checkpoint=checkpoint)
+        runtime = ListenerRuntime(tsettings, "Table", registry=registry, http_port=None)
         assert runtime.run(until_caught_up=True) == 0
         assert len(target_state(tsettings, target)) == len(ROWS)
         yield Listening(world, tsettings, target, registry, registry_file, checkpoint, runtime)

@@ -155,7 +155,7 @@ def _soak(stack: Stack, w: Accounts, tmp_path: Path, rnd: random.Random) -> None
     notes: list[str] = []
     started = time.monotonic()
     try:
-        apply_capture(w.registry, s, report=lambda _: None)
+        apply_capture(w.registry, s)
         wait_slot_active(s, w.slot)
         for p in procs.values():
             p.start()

@@ -50,7 +50,7 @@ def feed_entities(w: World, changes: Iterable[Change]) -> None:
     refs = {c.key.ref for c in changes}
     names = [t.tname for t in w.registry.entity_tables() if t.entity is not None and refs & set(t.entity.members())]
     if names:
-        EntityJob(w.settings, w.registry, names, report=lambda line: None).run(until_caught_up=True)
+        EntityJob(w.settings, w.registry, names).run(until_caught_up=True)
 
 
 def entity_records(w: World, tname: str) -> list[Change]:

@@ -38,7 +38,7 @@ def _fails_leaving_nothing(
     """A build whose runs go as ``run`` says ``error`` and leaves no file a JVM would be given."""
     monkeypatch.setattr(jvm_archive.subprocess, "run", run)
     with pytest.raises(jvm_archive.ArchiveError, match=error):
-        jvm_archive.build(settings, report=False)
+        jvm_archive.build(settings)
     assert list((settings.stack.jvm_cache / "cds").iterdir()) == []
     assert jvm_options.java_options(settings, jars) == ""
 
@@ -123,12 +123,12 @@ def test_a_built_archive_replaces_those_of_another_java_or_class_path(
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(jvm_archive.subprocess, "run", trained)
-    path = jvm_archive.build(settings, report=False)
+    path = jvm_archive.build(settings)
     assert path is not None and path.read_bytes() == b"a whole archive"
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
     calls: list[str] = []
     monkeypatch.setattr(jvm_archive.subprocess, "run", lambda *a, **k: calls.append("ran"))
-    assert jvm_archive.build(settings, report=False) == path and calls == []  # built once
+    assert jvm_archive.build(settings) == path and calls == []  # built once
 
 
 def test_an_archive_a_spark_start_cannot_map_is_never_put_in_place(

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from consumers.exceptions import ConsumerError
 from consumers.runtime.outage import Stopped, until_kafka_answers
 from mcq.config import KAFKA_CLIENT_LOGGER, KafkaSettings
+from mcq.testing.logs import log_lines
 from mcq.topics.exceptions import TopicReadError
 from mcq.topics.read import transient
 
@@ -55,10 +56,11 @@ def test_a_transient_failure_is_asked_again_and_the_outage_said_once_at_each_end
             raise answer
         return answer
 
-    got = until_kafka_answers(
-        "reading offsets", call, stop=threading.Event(), report=lines.append, tick=lambda: ticks.append(1),
-        max_backoff_s=0.01,
-    )  # fmt: skip
+    with log_lines() as said:
+        got = until_kafka_answers(
+            "reading offsets", call, stop=threading.Event(), tick=lambda: ticks.append(1), max_backoff_s=0.01
+        )
+    lines.extend(said)
     assert got == 7
     assert len(lines) == 2 and "not answering while reading offsets" in lines[0] and "answers again" in lines[1]
     assert len(ticks) == 2  # the caller's liveness moved while it waited
@@ -80,10 +82,10 @@ def test_the_applied_positions_unreadable_while_the_broker_restarts_are_waited_f
             raise answer
         return answer
 
-    assert until_kafka_answers("reading", call, stop=threading.Event(), report=lambda _: None, max_backoff_s=0.01) == 3
+    assert until_kafka_answers("reading", call, stop=threading.Event(), max_backoff_s=0.01) == 3
     fatal = _read_error(TopicReadError("reading offsets of [x]: not authorized"))
     with pytest.raises(ConsumerError, match="applied positions: reading offsets"):
-        until_kafka_answers("reading", lambda: (_ for _ in ()).throw(fatal), stop=threading.Event(), report=print)
+        until_kafka_answers("reading", lambda: (_ for _ in ()).throw(fatal), stop=threading.Event())
 
 
 def test_a_batch_s_records_queued_while_the_broker_restarts_are_waited_for_then_it_is_an_error() -> None:
@@ -103,15 +105,16 @@ def test_a_batch_s_records_queued_while_the_broker_restarts_are_waited_for_then_
 
     lines: list[str] = []
     restarting = Queue([3, 3, 0])
-    until_kafka_answers(
-        "delivering", lambda: flushed(restarting, time.monotonic() + 60, "listener L"), stop=threading.Event(),
-        report=lines.append, max_backoff_s=0.01,
-    )  # fmt: skip
+    with log_lines() as said:
+        until_kafka_answers(
+            "delivering", lambda: flushed(restarting, time.monotonic() + 60, "listener L"), stop=threading.Event(),
+            max_backoff_s=0.01,
+        )  # fmt: skip
+    lines.extend(said)
     assert restarting.left == [0] and len(lines) == 2 and "not delivered yet" in lines[0]
     with pytest.raises(ConsumerError, match="listener L: 3 record"):
         until_kafka_answers(
-            "delivering", lambda: flushed(Queue([3]), time.monotonic() - 1, "listener L"), stop=threading.Event(),
-            report=lambda _: None,
+            "delivering", lambda: flushed(Queue([3]), time.monotonic() - 1, "listener L"), stop=threading.Event()
         )  # fmt: skip
 
 
@@ -123,7 +126,7 @@ def test_a_lasting_failure_that_is_not_transient_is_raised_at_once() -> None:
         raise _err(KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
     with pytest.raises(KafkaException):
-        until_kafka_answers("reading offsets", call, stop=threading.Event(), report=lambda _: None)
+        until_kafka_answers("reading offsets", call, stop=threading.Event())
     assert len(calls) == 1
 
 
@@ -135,7 +138,7 @@ def test_a_stop_ends_the_wait() -> None:
         raise _err(KafkaError._ALL_BROKERS_DOWN)
 
     with pytest.raises(Stopped):
-        until_kafka_answers("reading offsets", call, stop=stop, report=lambda _: None)
+        until_kafka_answers("reading offsets", call, stop=stop)
 
 
 def test_librdkafka_lines_stay_off_the_terminal_unless_asked_for() -> None:

@@ -23,6 +23,7 @@ from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.registry import parse_registry
 from mcq.registry.model import Delivery as Policy
+from mcq.testing.logs import log_lines
 from mcq.topics.listener import ListenerTopics
 
 REGISTRY = """
@@ -173,16 +174,18 @@ class Rig:
 
     def run(self, *changes: Change) -> None:
         stop = threading.Event()
-        watch = TargetWatch("LDAP", self.target, stop, self.lines.append)  # type: ignore[arg-type]
+        watch = TargetWatch("LDAP", self.target, stop)  # type: ignore[arg-type]
         job = Delivery(
             ListenerTopics("t", "LDAP"), Policy(**{**FAST, **self.policy}),
             ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"), self.applied, self.producer,  # type: ignore[arg-type]
-            watch, self.tally, stop, self.lines.append, self.kafka,
+            watch, self.tally, stop, self.kafka,
         )  # fmt: skip
         todo: dict[str, list[Item]] = {}
         for i, c in enumerate(changes):
             job.candidate(Item(Msg(i), Origin("t.PERSON.Telephone", 0, i), c), todo)  # type: ignore[arg-type]
-        job.apply_in_rounds(todo, "realtime")
+        with log_lines() as said:
+            job.apply_in_rounds(todo, "realtime")
+        self.lines.extend(said)
 
     def sent(self) -> list[tuple[str, str, str]]:
         """(lane topic's last part, attempts, error kind) of every record produced."""
@@ -291,10 +294,10 @@ def test_a_realtime_turn_inside_a_bulk_batch_supersedes_the_older_bulk_changes_o
     change reaches the target after it."""
     rig = Rig(Target({}))
     stop = threading.Event()
-    watch = TargetWatch("LDAP", rig.target, stop, rig.lines.append)  # type: ignore[arg-type]
+    watch = TargetWatch("LDAP", rig.target, stop)  # type: ignore[arg-type]
     job = Delivery(
         ListenerTopics("t", "LDAP"), Policy(**FAST), ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"),
-        rig.applied, rig.producer, watch, rig.tally, stop, rig.lines.append,  # type: ignore[arg-type]
+        rig.applied, rig.producer, watch, rig.tally, stop,  # type: ignore[arg-type]
     )  # fmt: skip
     looks: list[int] = []
 
@@ -327,8 +330,7 @@ def test_the_realtime_lane_gets_no_turn_inside_its_own_batch() -> None:
     stop = threading.Event()
     job = Delivery(
         ListenerTopics("t", "LDAP"), Policy(**FAST), ListenerView(parse_registry(REGISTRY, "r.yaml"), "LDAP"),
-        rig.applied, rig.producer, TargetWatch("LDAP", rig.target, stop, rig.lines.append), rig.tally, stop,  # type: ignore[arg-type]
-        rig.lines.append,
+        rig.applied, rig.producer, TargetWatch("LDAP", rig.target, stop), rig.tally, stop,  # type: ignore[arg-type]
     )  # fmt: skip
     job.turns = RealtimeTurns(lambda: offered.append(1) or True, every_s=0)
     job.turns.measured(1, 0.01)
