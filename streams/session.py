@@ -147,7 +147,7 @@ def spark_session(
         "spark.ui.showConsoleProgress": "false",  # our jobs log a line per batch instead
         "spark.sql.session.timeZone": "UTC",
         # errors only on the user's terminal, from the first line (streams/log4j2.properties)
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG[settings.log.format].as_uri()}",
         # the batch jobs stream a million states to the driver; Spark's 1g heap is too small for that
         "spark.driver.memory": os.environ.get("MCQ_SPARK_DRIVER_MEMORY", "4g"),
         # Spark 4.1's micro-batch Kafka source (V2) fails a restarted query whose last
