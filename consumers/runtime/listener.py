@@ -30,14 +30,16 @@ lane with a hold-until time, and dead-lettered after ``max_attempts`` delivery r
 A parked change whose key has since been applied from a newer change is superseded.
 An unavailable target is waited for, change by change, with nothing parked.
 
-This module is the loop: the lanes, the batch, the registry followed, the probes. What a
-batch's changes go through is :mod:`consumers.runtime.delivery` (retry, park, dead
-letter, expiry, supersession); the target's availability :mod:`consumers.runtime.target`;
-the offsets and their commit :mod:`consumers.runtime.offsets`; decoding
-:mod:`consumers.runtime.decoding`; liveness :mod:`consumers.runtime.heartbeat`. What is
-left is over 400 lines for a reason: every step of the loop shares its state (the two
-consumers, the retry partitions on hold, the registry it follows), and the batch reads
-best in one place, in the order it runs.
+This module is the loop: which lane goes next, the batch, the probes. Each piece of state
+the loop shares is an object of its own: the listener's definition, followed in the
+registry (:mod:`consumers.runtime.definition`); the two consumers, their groups and how
+far each is (:mod:`consumers.runtime.lanes`); deletes it may have missed
+(:mod:`consumers.runtime.exposure`); its topics and history writer
+(:mod:`consumers.runtime.setup`). What a batch's changes go through is
+:mod:`consumers.runtime.delivery` (retry, park, dead letter, expiry, supersession); the
+target's availability :mod:`consumers.runtime.target`; the offsets and their commit
+:mod:`consumers.runtime.offsets`; decoding :mod:`consumers.runtime.decoding`; liveness
+:mod:`consumers.runtime.heartbeat`.
 """
 
 from __future__ import annotations
@@ -48,47 +50,41 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from consumers import state_snapshot
 from consumers.adapter import Adapter, make_adapter
 from consumers.exceptions import (
     ConsumerError,
-    ListenerConfigError,
 )
-from consumers.projection import StateStore
-from consumers.runtime.acks import AckMark, ExposureMark, exposure_line, waited_past_retention
+from consumers.runtime.acks import AckMark
 from consumers.runtime.applied import AppliedPositions
 from consumers.runtime.decoding import RecordDecoder
+from consumers.runtime.definition import ListenerDefinition
 from consumers.runtime.delivery import Delivery, Item, Tally
+from consumers.runtime.exposure import ExposureWatch
 from consumers.runtime.health import HealthServer, ListenerMetrics
 from consumers.runtime.heartbeat import Counters, Heartbeat
 from consumers.runtime.history import Steps
+from consumers.runtime.lanes import Lanes
 from consumers.runtime.offsets import LaneOffsets
 from consumers.runtime.outage import FLUSH_WAIT_S, Stopped, flushed, until_kafka_answers
 from consumers.runtime.pacing import BatchPacer
 from consumers.runtime.parking import H_REQUEST, Origin, headers_of, hold_until_ms
-from consumers.runtime.refresh import RefreshResolver
+from consumers.runtime.setup import ensure_topics, history_writer
 from consumers.runtime.target import Abandon, TargetWatch
-from consumers.runtime.topics import tombstone_retention
 from consumers.runtime.turns import RealtimeTurns
 from consumers.runtime.view import ListenerView
 from consumers.runtime.waiting import HeldMessage, WaitingRoom
 from mcq import signals
-from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position
+from mcq.change import BadChange, ChangeCodec
 from mcq.config import Settings
-from mcq.contract import register_topic, registry_client
-from mcq.history import HistoryWriter
-from mcq.registry.exceptions import RegistryStoreError
-from mcq.registry.model import Listener, LogicalTable, Registry
-from mcq.registry.store import RegistryReader
-from mcq.topics.exceptions import TopicSettingsError
-from mcq.topics.listener import ListenerTopics, interest_topics
-from mcq.topics.named import all_topic_names, topic_partitions
-from mcq.topics.plan import apply_topics, plan_topics, prefixes_holding
+from mcq.contract import registry_client
+from mcq.registry.model import Delivery as DeliveryPolicy
+from mcq.registry.model import Listener, Registry
+from mcq.topics.listener import ListenerTopics
 from mcq.topics.read import RenewingAdmin
 
 log = logging.getLogger(__name__)
@@ -114,18 +110,9 @@ class ListenerRuntime:
         self.settings = settings
         self.name = name
         self.topics = ListenerTopics(settings.topic_prefix, name)
-        self._reader: RegistryReader | None = None
-        if registry is None:  # the shared store: interests added later reach us
-            self._reader = RegistryReader(settings, registry_topic)
-            self._reader.catch_up()
-            registry = self._reader.registry()
-        self.registry = registry
-        self.listener = self._listener(registry)
-        self.delivery = self.listener.delivery
-        self.view = ListenerView(registry, name)
-        self.refresher = RefreshResolver(registry, self.view, self._open_store)
+        self.definition = ListenerDefinition(settings, name, registry, registry_topic)
         self.adapter = adapter or make_adapter(self.listener, settings)
-        self.adapter.bind(registry)
+        self.adapter.bind(self.registry)
         self.counters = Counters()
         self.metrics = ListenerMetrics(name)
         self._stop = threading.Event()
@@ -136,7 +123,6 @@ class ListenerRuntime:
         self._fetch_in_flight = False  # the real-time lane's watermark is ahead of what it handed us
         self._until_caught_up = False
         self._offsets = LaneOffsets(name, self._admin, self._kafka)
-        self._retention: dict[str, int | None] = {}  # delete.retention.ms per topic, read once
         self.tally = Tally(name, self.counters, self.metrics)
         self.target = TargetWatch(name, self.adapter, self._stop, on_wait=self._waiting, on_state=self._target_state)
         interval = self.delivery.max_poll_interval_s
@@ -150,40 +136,36 @@ class ListenerRuntime:
 
     # ------------------------------------------------------------------ registry
 
-    def _listener(self, registry: Registry) -> Listener:
-        listener = registry.listener(self.name)
-        if listener is None:
-            known = ", ".join(x.name for x in registry.listeners) or "none"
-            raise ListenerConfigError(f"no listener named {self.name!r} in the registry (known: {known})")
-        return listener
+    @property
+    def registry(self) -> Registry:
+        return self.definition.registry
+
+    @property
+    def listener(self) -> Listener:
+        return self.definition.listener
+
+    @property
+    def delivery(self) -> DeliveryPolicy:
+        return self.definition.delivery
+
+    @property
+    def view(self) -> ListenerView:
+        return self.definition.view
 
     def realtime_topics(self) -> list[str]:
-        return [*interest_topics(self.registry, self.topics), self.topics.retry]
-
-    def _open_store(self, refs: list[str]) -> StateStore:
-        return StateStore(self.settings, self.registry, refs)
+        return self.definition.realtime_topics(self.topics)
 
     def _reload_registry(self) -> None:
-        if self._reader is None or not self._reader.poll(0):
+        if not self.definition.follow():
             return
-        try:
-            registry = self._reader.registry()
-            listener = self._listener(registry)
-        except (ListenerConfigError, ValueError, RegistryStoreError) as exc:
-            log.warning(f"listener {self.name}: registry change not taken ({exc}); keeping the previous one")
-            return
-        self.registry, self.listener, self.delivery = registry, listener, listener.delivery
-        self.view = ListenerView(registry, self.name)
-        self._deliver.policy, self._deliver.view = listener.delivery, self.view  # (the loop runs: run() made it)
-        self.refresher.close()
-        self.refresher = RefreshResolver(registry, self.view, self._open_store)
-        self.adapter.bind(registry)
+        self._deliver.policy, self._deliver.view = self.delivery, self.view  # (the loop runs: run() made it)
+        self.adapter.bind(self.registry)
         topics = self.realtime_topics()
         if topics != self._realtime_topics:
-            self._ensure_topics()
+            ensure_topics(self.settings, self.registry, self.topics)
             log.info(f"listener {self.name}: interests changed, subscribing to {', '.join(topics)}")
             self._realtime_topics = topics
-            self._rt.subscribe(topics, **self._rebalance)
+            self.lanes.resubscribe(topics)
 
     # ------------------------------------------------------------------ probes
 
@@ -192,15 +174,10 @@ class ListenerRuntime:
         return time.monotonic() - self._last_tick < max(60.0, 3 * self.delivery.heartbeat_timeout_s)
 
     def ready(self) -> bool:
-        return self.target.up and bool(self._rt_assignment or self._bulk_assignment)
+        return self.target.up and self._assigned() > 0
 
-    @property
-    def _rt_assignment(self) -> list[TopicPartition]:
-        return list(self._rt.assignment()) if hasattr(self, "_rt") else []
-
-    @property
-    def _bulk_assignment(self) -> list[TopicPartition]:
-        return list(self._bulk.assignment()) if hasattr(self, "_bulk") else []
+    def _assigned(self) -> int:
+        return self.lanes.assigned() if hasattr(self, "lanes") else 0
 
     def stop(self) -> None:
         """Stop taking new work; the batch in flight finishes (or is abandoned) and commits."""
@@ -217,134 +194,20 @@ class ListenerRuntime:
     def _target_state(self, up: bool) -> None:
         self.metrics.target_up.labels(listener=self.name).set(1 if up else 0)
 
-    # ------------------------------------------------------------------ set-up
-
-    def _ensure_topics(self) -> None:
-        names = {t.topic(self.settings.topic_prefix) for t in self.registry.tables_of(self.name)}
-        logical = [s for s in plan_topics(self.registry, self.settings.topic_prefix) if s.name in names]
-        try:
-            report = apply_topics(self.settings, [*logical, *self.topics.specs()])
-        except TopicSettingsError as exc:
-            raise ListenerConfigError(f"listener {self.name}: {exc}") from None
-        for line in report.drift:
-            log.warning(f"listener {self.name}: topic drift (left as it is): {line}")
-        if names and names <= set(report.created):
-            log.warning(self._nothing_normalised(sorted(names), all_topic_names(self.settings)))
-        # bulk work is written as change records: its subjects exist before anyone writes
-        # (parked and dead changes keep their original bytes and schema ids)
-        register_topic(registry_client(self.settings), self.topics.bulk)
-
-    def _history_writer(self) -> HistoryWriter | None:
-        """Its steps' writer to its history topic (made by ``_ensure_topics``), with the
-        partitions the topic has; None (and one line saying so) without it."""
-        if not self.delivery.history:
-            return None
-        topic = self.topics.history
-        partitions = topic_partitions(self.settings, topic)
-        if not partitions:
-            log.warning(f"listener {self.name}: no history topic {topic} (mcq topics apply): mcq trace lacks its steps")
-            return None
-        return HistoryWriter(self._producer, topic, partitions)
-
-    def _nothing_normalised(self, names: list[str], existing: frozenset[str]) -> str:
-        """What to say when none of the listener's logical topics existed: nothing was ever
-        normalised under its prefix (the normaliser has not run yet, or they differ)."""
-        prefix = self.settings.topic_prefix
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        line = (
-            f"listener {self.name}: none of its logical topics existed under the topic prefix {prefix!r} "
-            f"(created them empty: {shown}); it has nothing to apply until `mcq streams normalize` writes "
-            f"under {prefix!r}"
-        )
-        elsewhere = prefixes_holding(names, prefix, existing)
-        if elsewhere:
-            more = f" (and {len(elsewhere) - 3} other prefixes)" if len(elsewhere) > 3 else ""
-            line += (
-                f". They exist under {', '.join(repr(p) for p in elsewhere[:3])}{more}: is MCQ_TOPIC_PREFIX "
-                "(topic_prefix) set as the normaliser's?"
-            )
-        return line
-
-    def _consumer(self, group: str, extra: dict[str, Any] | None = None) -> Consumer:
-        return Consumer(
-            {
-                **self.settings.kafka.client_config(),
-                "group.id": group,
-                "client.id": f"{group}-{self._heartbeat.instance}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "cooperative-sticky",
-                # a batch (a wait for an unavailable target included) does not poll: how
-                # long it may take before the group gives its partitions to another instance
-                "max.poll.interval.ms": int(self.delivery.max_poll_interval_s * 1000),
-                # a killed instance's partitions move to the others within seconds
-                "session.timeout.ms": 10_000,
-                "heartbeat.interval.ms": 2_000,
-                # a fetch left waiting at the broker was now and then answered only at its
-                # end (librdkafka's 500 ms) although a record had come: a real-time change
-                # then waited 0.5 s (bench/batch_jobs.py; 100 ms: max 0.12 s, idle or loaded)
-                "fetch.wait.max.ms": 100,
-                **(extra or {}),
-            }
-        )
-
     def _kafka(self, what: str, call: Callable[[], _T]) -> _T:
         """``call()``, waiting out a broker that does not answer (its restart): the
         listener stays up, says so once, and goes on when the broker is back."""
-
         try:
-            return until_kafka_answers(
-                what, call, stop=self._stop, who=f"listener {self.name}",
-                tick=self._tick,
-            )  # fmt: skip
+            return until_kafka_answers(what, call, stop=self._stop, who=f"listener {self.name}", tick=self._tick)
         except Stopped:
             raise Abandon() from None
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # what the previous owner applied is known before its partitions are read here
-        self._kafka("reading the applied positions", self.applied.catch_up)
-        retry = [tp.partition for tp in partitions if tp.topic == self.topics.retry]
-        if retry:  # and the retry records it left waiting
-            self._kafka("reading the waiting retry records", lambda: self._waiting_room.assign(retry))
-        consumer.incremental_assign(partitions)
-
-    @property
-    def _rebalance(self) -> dict[str, Callable[[Consumer, list[TopicPartition]], None]]:
-        return {"on_assign": self._on_assign, "on_revoke": self._on_revoke, "on_lost": self._on_lost}
-
-    def _lane(self, consumer: Consumer) -> str:
-        return "bulk" if consumer is getattr(self, "_bulk", None) else "realtime"
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # offsets are committed at the end of every batch, so nothing processed is pending;
-        # commit once more in case the last commit failed (the next owner starts there)
-        lane = self._lane(consumer)
-        handled = [(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._offsets.done]
-        if handled:
-            self._offsets.commit(consumer, self._offsets.commit_of(handled), lane)
-        self._forget(partitions, lane)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # the group gave them to another instance already: nothing may be committed for them
-        lane = self._lane(consumer)
-        log.info(
-            f"listener {self.name}: {lane} lane: {len(partitions)} partition(s) taken away by the group "
-            "(this instance lost its membership: a batch past max_poll_interval_s, a session timed out or a "
-            "broker restarted); read again from the group's commit when assigned again"
-        )
-        self._forget(partitions, lane)
-
-    def _forget(self, partitions: list[TopicPartition], lane: str) -> None:
-        self._waiting_room.revoke([tp.partition for tp in partitions if tp.topic == self.topics.retry])
-        for tp in partitions:
-            self._offsets.forget((tp.topic, tp.partition), lane)
 
     # ------------------------------------------------------------------ the loop
 
     def run(self, until_caught_up: bool = False) -> int:
         """Run until stopped (SIGTERM/SIGINT) or, with ``until_caught_up``, until what was
         pending at start has been handled. Returns the process exit code."""
-        self._ensure_topics()
+        ensure_topics(self.settings, self.registry, self.topics)
         self._producer = Producer({**self.settings.kafka.client_config(), "enable.idempotence": True, "linger.ms": 5})
         self._heartbeat = Heartbeat(
             self._producer,
@@ -361,14 +224,19 @@ class ListenerRuntime:
         self._decoder = RecordDecoder(self.name, self.codec, self.applied.get, self._stop, self._tick)
         self._deliver = Delivery(
             self.topics, self.delivery, self.view, self.applied, self._producer, self.target, self.tally, self._stop,
-            self._kafka, Steps(self.name, self._history_writer()),
+            self._kafka, Steps(self.name, history_writer(self.settings, self.delivery, self.topics, self._producer)),
         )  # fmt: skip
         self.turns = self._deliver.turns = RealtimeTurns(self._realtime_turn)
-        self._rt = self._consumer(self.topics.group)
-        self._bulk = self._consumer(self.topics.bulk_group)
+        self._exposure = ExposureWatch(
+            self.definition, self.topics, self._offsets, self.applied, self.codec, self._producer
+        )
+        self.lanes = Lanes(
+            self.settings, self.topics, self.delivery.max_poll_interval_s, self._heartbeat.instance, self._offsets,
+            self._waiting_room, self.applied, self._kafka,
+        )  # fmt: skip
+        self._rt, self._bulk = self.lanes.rt, self.lanes.bulk
         self._realtime_topics = self.realtime_topics()
-        self._rt.subscribe(self._realtime_topics, **self._rebalance)
-        self._bulk.subscribe(self.topics.bulk_lane(), **self._rebalance)
+        self.lanes.subscribe(self._realtime_topics)
         if self._health:
             self._health.start()
         log.info(
@@ -393,7 +261,7 @@ class ListenerRuntime:
                 # a batch that reached the ends ends the run at once (not after an empty poll)
                 if self._step() and not until_caught_up:
                     continue
-                if until_caught_up and self._caught_up():
+                if until_caught_up and self.lanes.caught_up():
                     log.info(f"listener {self.name}: caught up; {self.summary()}")
                     break
             clean = True
@@ -421,17 +289,17 @@ class ListenerRuntime:
         if held:  # retry records come due, each by its own time
             self._process(self._rt, held, "realtime")  # type: ignore[arg-type]  # they read as messages
             return True
-        drained = self._until_caught_up and self._lane_caught_up("realtime", self._rt)
+        drained = self._until_caught_up and self.lanes.lane_caught_up("realtime")
         announced, self._fetch_in_flight = self._fetch_in_flight, False
         wait = announced or not (self._bulk_busy or drained)
-        msgs = self._take(self._rt, self._pace["realtime"].size, 0.25 if wait else 0)
+        msgs = self.lanes.take(self._rt, self._pace["realtime"].size, 0.25 if wait else 0)
         if msgs:
             self._process(self._rt, msgs, "realtime")
             return True
-        if not announced and self._realtime_backlog():
+        if not announced and self.lanes.realtime_backlog():
             self._fetch_in_flight = True
             return False
-        msgs = self._take(self._bulk, self._pace["bulk"].size, 0.05)
+        msgs = self.lanes.take(self._bulk, self._pace["bulk"].size, 0.05)
         self._bulk_busy = bool(msgs)
         if msgs:
             self._process(self._bulk, msgs, "bulk")
@@ -443,7 +311,7 @@ class ListenerRuntime:
         anything (turns.py). The bulk batch's unhandled changes are its own again afterwards."""
         if self._stop.is_set():
             return False  # stopping after the batch in flight: no new one inside it
-        msgs = self._take(self._rt, self._pace["realtime"].size, 0)
+        msgs = self.lanes.take(self._rt, self._pace["realtime"].size, 0)
         if not msgs:
             return False
         self.metrics.turns.labels(listener=self.name).inc()
@@ -452,46 +320,6 @@ class ListenerRuntime:
             self._process(self._rt, msgs, "realtime")
         finally:
             self._deliver.undone = undone
-        return True
-
-    @staticmethod
-    def _take(consumer: Consumer, most: int, timeout: float) -> list[Message]:
-        """Wait up to ``timeout`` for the first record, then take what is already fetched
-        (consume() alone would wait for a full batch or the whole timeout)."""
-        first = consumer.poll(timeout)
-        if first is None:
-            return []
-        return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
-
-    def _realtime_backlog(self) -> bool:
-        """Whether a real-time partition has records we have not processed, by the high
-        watermark of the last fetch: no broker round trip."""
-        self._offsets.learn(self._rt, None, list(self._rt_assignment))
-        for tp in self._rt_assignment:
-            key = (tp.topic, tp.partition)
-            _, high = self._rt.get_watermark_offsets(tp, cached=True)
-            if high > 0 and high > self._offsets.done.get(key, self._offsets.committed_or_zero(self._rt, tp)):
-                return True
-        return False
-
-    def _caught_up(self) -> bool:
-        """Everything that was pending when we first saw each partition is handled, and no
-        waiting retry record is due (one that comes due later waits for the next run)."""
-        return (
-            self._lane_caught_up("realtime", self._rt)
-            and self._lane_caught_up("bulk", self._bulk)
-            and not self._waiting_room.has_due(time.time())
-        )
-
-    def _lane_caught_up(self, lane: str, consumer: Consumer) -> bool:
-        assigned = list(consumer.assignment())
-        if not assigned:
-            return False
-        self._offsets.learn(consumer, lane, assigned)  # (parked changes not due yet wait in the waiting room)
-        for tp in assigned:
-            key = (tp.topic, tp.partition)
-            if self._offsets.committed_or_zero(consumer, tp) < self._offsets.ends[lane][key]:
-                return False
         return True
 
     # ------------------------------------------------------------------ a batch
@@ -552,20 +380,21 @@ class ListenerRuntime:
             if item.origin.topic == self.topics.bulk:  # a refresh's state or delete (mcq refresh)
                 item.change = dataclasses.replace(item.change, cause="refresh")
             self._deliver.candidate(item, todo)
-        self._judge_waits(consumer, firsts)
+        self._exposure.judge(consumer, firsts)
         if requests:
-            self.refresher.prepare([r.change for r in requests if r.change is not None])
+            refresher = self.definition.refresher
+            refresher.prepare([r.change for r in requests if r.change is not None])
             for request in requests:
                 assert request.change is not None
                 present = self.applied.present_keys(request.change.key.tname)
-                for change in self.refresher.resolve(request.change, present):
+                for change in refresher.resolve(request.change, present):
                     self._deliver.candidate(Item(request.msg, request.origin, change, request.retry_lane), todo)
         outcome = "failed"  # an unexpected error: nothing of this batch is acknowledged, it is read again
         try:
             self._deliver.apply_in_rounds(todo, lane)
             if turns is not None:
                 turns.offer()  # before this batch's flush and commit
-            self._clear_exposures(requests)
+            self._exposure.clear(requests)
             outcome = "handled"
         except Abandon:
             # stopping while the target is down: acknowledge only what was handled
@@ -612,77 +441,6 @@ class ListenerRuntime:
             + (f"; batches of at most {pacer.size} from now on" if halved else "")
         )
 
-    def _judge_waits(self, consumer: Consumer, firsts: dict[TP, Message]) -> None:
-        """Whether the changes read now on a logical partition this listener had been reading
-        before waited longer than their topic keeps tombstones (consumers/runtime/acks.py):
-        judged against the commit (or the last batch) they follow, by their first record.
-        If so, one line, and a mark in the applied topic (flushed with the batch, before
-        its commit) that ``mcq status`` reports until a whole-table refresh clears it."""
-        tables = {t.topic(self.settings.topic_prefix): t for t in self.registry.tables_of(self.name)}
-        now = time.time()
-        for tp, msg in firsts.items():
-            table = tables.get(tp[0])
-            if table is None:
-                continue  # the retry lane and the bulk lane keep their records until consumed
-            self._offsets.committed_or_zero(consumer, TopicPartition(*tp))  # what the commit says, first time here
-            if tp not in self._offsets.watched:
-                continue
-            stamp = msg.timestamp()[1]
-            retention = tombstone_retention(self.settings, [tp[0]], self._retention)[tp[0]]
-            found = waited_past_retention(
-                self._offsets.done[tp],
-                self._offsets.acks.get(tp),
-                msg.offset(),
-                stamp / 1000 if stamp > 0 else None,
-                now,
-                retention,
-            )
-            if found is None or retention is None:
-                continue
-            mark = ExposureMark(tp[0], found[0], found[1], retention, table.tname, table.subtype)
-            line = exposure_line(self.name, [mark.exposure(table)])
-            if self.applied.mark_exposed(mark):
-                if line:
-                    log.warning(line)
-                if self.delivery.on_exposure == "refresh":
-                    self._request_whole_table(table)
-
-    def _request_whole_table(self, table: LogicalTable) -> None:
-        """A whole-table refresh of ``table`` for this listener only: a request in its own
-        bulk lane (flushed with the batch), resolved as an explicit refresh request is. Its
-        deletes carry the newest position this listener applied of the table, so every key
-        the target holds that has no state any more goes."""
-        topic = table.topic(self.settings.topic_prefix)
-        keys = [k for k in self.applied.present_keys(table.tname) if k.subtype == table.subtype]
-        newest = max((p for k in keys if (p := self.applied.get(k)) is not None), default=Position(0, 0))
-        request = Change(
-            ChangeKey(table.tname, table.subtype),
-            "UPDATE",
-            newest,
-            datetime.now(UTC),
-            topic,
-            origin=f"listener {self.name}: delivery.on_exposure: refresh",
-        )
-        key, value = self.codec.encode(topic, request)
-        self._producer.produce(self.topics.bulk, key=key, value=value, headers=[(H_REQUEST, b"refresh")])
-        log.info(
-            f"listener {self.name}: requested a whole-table refresh of {table.ref} through its bulk lane "
-            "(delivery.on_exposure: refresh); applied, it repairs the deletes it may have missed"
-        )
-
-    def _clear_exposures(self, requests: list[Item]) -> None:
-        """A whole-table refresh applied here repairs what its tables' topics may have lost:
-        their exposure marks are cleared, once the refresh's changes have been applied."""
-        for request in requests:
-            assert request.change is not None
-            for table in self.refresher.whole_tables(request.change.key):
-                topic = table.topic(self.settings.topic_prefix)
-                if self.applied.clear_exposed(topic):
-                    log.info(
-                        f"listener {self.name}: whole-table refresh of {table.ref} applied; "
-                        f"deletes missed on {topic} repaired, no longer reported"
-                    )
-
     def _flush_with_turns(self, turns: RealtimeTurns) -> None:
         """A bulk batch's wait for its records' delivery, in slices with the real-time lane's
         turns between them (a turn's own flush delivers them too); the flush that follows
@@ -703,7 +461,7 @@ class ListenerRuntime:
         self._heartbeat.beat(
             state,
             self.counters,
-            len(self._rt_assignment) + len(self._bulk_assignment),
+            self._assigned(),
             self._health.address if self._health else None,
             self.tally.last_applied_at,
             force=force,
@@ -725,15 +483,10 @@ class ListenerRuntime:
             self._beat("stopped", force=True)
             delivered = self._producer.flush(15) == 0
         finally:
-            for consumer in (self._rt, self._bulk):
-                try:
-                    consumer.close()  # leaves the group at once: partitions move without waiting for a timeout
-                except KafkaException as exc:
-                    log.warning(f"listener {self.name}: closing a consumer: {exc}")
+            self.lanes.close()
             self.applied.close(save=clean and delivered)
             self.adapter.close()
-            if self._reader:
-                self._reader.close()
+            self.definition.close()
             if self._health:
                 self._health.stop()
             log.info(f"listener {self.name}: stopped; {self.summary()}")

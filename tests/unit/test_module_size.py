@@ -14,7 +14,6 @@ LIMIT = 500
 PACKAGES = ("mcq", "streams", "consumers", "bench")
 STILL_TO_SPLIT = {
     "streams/normalize.py": 865,
-    "consumers/runtime/listener.py": 749,
     "streams/runner.py": 625,
 }
 
