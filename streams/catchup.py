@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from streams.normalize import NormalizeJob
     from streams.plan import NormalizePlan
-    from streams.runner import StopRequest
+    from streams.stopping import StopRequest
 
 CATCH_UP_ABOVE = 50_000
 """Raw records waiting above which a first real-time start catches up in micro-batches first.

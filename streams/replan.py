@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from streams.normalize import NormalizeJob
     from streams.registry_watch import PlanChange
-    from streams.runner import StopRequest
+    from streams.stopping import StopRequest
 
 MARGIN_MS = 60_000
 """Raw records are stamped by the Connect worker's clock, the registry change by the clock

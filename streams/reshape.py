@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from streams.normalize import NormalizeJob
     from streams.registry_watch import PlanChange
-    from streams.runner import StopRequest
+    from streams.stopping import StopRequest
 
 ORDERED_QUERY = "mcq-normalize"
 """The ordered micro-batch query's name (``NormalizeJob.start``)."""

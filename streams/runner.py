@@ -2,17 +2,16 @@
 (``--once``, micro-batches) or until stopped, in Real-Time Mode (``streams/realtime.py``)
 or in micro-batches (``streams/normalize.py``'s job), with the catch-up before a first
 real-time start (``streams/catchup.py``), the topics and schemas it writes prepared, its
-health endpoint and metrics, SIGINT/SIGTERM as a request to stop safely, and one line for
-each failure it knows (raw records lost to retention, a fresh start over full topics).
+health endpoint and metrics, SIGINT/SIGTERM as a request to stop safely
+(``streams/stopping.py``), and one line for each failure it knows (raw records lost to
+retention, a fresh start over full topics: ``streams/notices.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +28,11 @@ from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, real
 from streams.exceptions import NormalizeError
 from streams.handover import HandOver
 from streams.handover_gate import await_tasks, can_gate
-from streams.metrics import NormalizeMetrics, behind
+from streams.metrics import NormalizeMetrics
+from streams.notices import fresh_start_line, lag_line, lost_raw_line, query_message
 from streams.replan import remember, replay
 from streams.reshape import ORDERED_QUERY, LiveQueries, apply_in_place
+from streams.stopping import StopRequest
 
 if TYPE_CHECKING:
     from streams.plan import NormalizePlan
@@ -40,63 +41,6 @@ if TYPE_CHECKING:
 from streams.normalize import NormalizeJob
 
 log = logging.getLogger(__name__)
-
-
-def lag_line(progress: dict[str, Any]) -> str | None:
-    """How far the query is behind the raw topics, from a StreamingQueryProgress as JSON."""
-    rows = progress.get("numInputRows", 0)
-    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind(progress)}"
-
-
-class StopRequest:
-    """SIGINT/SIGTERM (Kubernetes stops a pod with SIGTERM) as a request to stop the stream.
-
-    Installed before anything starts, and again once Spark is up (PySpark's SparkContext
-    replaces the SIGINT handler with one that cancels every job and raises KeyboardInterrupt
-    wherever the driver happens to be). The previous handlers come back when the stream has
-    stopped, so a second signal during the shutdown still ends the process."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.jvm_gone_said = False  # (_unless_jvm_gone, below)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.requested = True
-        log.info(f"normalize: {signal.Signals(signum).name} received: stopping the stream")
-
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():  # signals reach only the main thread
-            for sig in self.SIGNALS:
-                signal.signal(sig, self._handle)
-
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Hold SIGINT/SIGTERM back while Spark starts: PySpark's handler, there for a moment,
-        would interrupt a py4j call half-way and leave the gateway broken. Held signals are
-        delivered when this ends, to the handler installed by then."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
-
-    @contextmanager
-    def on_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # an embedding caller stops the query itself
-            return
-        previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
-        self.install()
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 MODES = ("realtime", "microbatch")
@@ -111,47 +55,6 @@ RegistryChanged = Callable[[], "PlanChange | None"]
 """A new registry whose sources or tables differ from the running plan's (streams/registry_watch.py)."""
 DefinedAt = Callable[["Registry"], dict[str, int]]
 """When each table/subtype's definition of a registry was stored (ms since the epoch)."""
-
-
-def _message(exc: Exception) -> str:
-    """A failed query's whole message (PySpark's ``str()`` of it may be empty), its causes' included."""
-    parts = [str(exc)]
-    for name in ("getMessage", "desc"):
-        value = getattr(exc, name, None)
-        parts.append(str(value() if callable(value) else value or ""))
-    return "\n".join(p for p in parts if p)
-
-
-def fresh_start_line(job: NormalizeJob, mode: str) -> str | None:
-    """What a first run of ``mode`` under this checkpoint does when the logical topics
-    already hold records (a checkpoint deleted or moved, a new ``--checkpoint``, a switch
-    of mode): None when they are empty (a true first run)."""
-    from mcq.topics.read import records_held
-
-    held = records_held(job.settings, job.plan.logical_topics)
-    if not held:
-        return None
-    why = "a checkpoint deleted or moved, another --checkpoint, or a switch of mode"
-    if mode == "realtime" and any(realtime_dir(job.checkpoint).glob("*/metadata")):
-        why = "the last run stopped before its first real-time checkpoint"
-    return (
-        f"normalize: no {mode} checkpoint at {job.checkpoint}, but the logical topics already hold {held} records "
-        f"({why}): re-deriving them from the "
-        "raw topics' beginning. Safe: every record carries its source position, so the topics end with the "
-        "same last states and a listener skips what it applied (counted as skipped); a raw record already "
-        "deleted by retention is not read again, and its last state stays in the compacted topic"
-    )
-
-
-def lost_raw_line(reason: str) -> str:
-    """The error and runbook when raw records were deleted before the normaliser read them."""
-    return (
-        f"raw changes were deleted before the normaliser read them ({reason}): the logical topics, and every "
-        "listener, miss them. The raw topic's retention is shorter than the normaliser was stopped or behind "
-        "(raise retention.ms/retention.bytes of the raw topics). To repair: `mcq refresh LISTENER --from source` "
-        "for each listener of the tables that raw topic captures, then run the normaliser once with "
-        "--accept-lost-raw to go on from the oldest raw record still kept"
-    )
 
 
 def run_normalize(
@@ -496,7 +399,7 @@ def _run_queries(
                 metrics.note_runs(queries)
                 if handover is not None and handover.answered.is_set():  # by its watch: stop what it held
                     silence_jvm_log(spark)  # the tasks held at the gate end with an interrupt
-                    _stop_all(queries, stopping)
+                    stopping.stop_all(queries)
                     queries.clear()
                     return None, job
                 to = handover.asked_by if handover is not None else None
@@ -505,7 +408,7 @@ def _run_queries(
                         silence_jvm_log(spark)  # the real-time tasks log their aborted writes
                     handover.give_over(
                         to, spark, queries, lambda q: str(q.name).startswith(rt.QUERY_PREFIX),
-                        functools.partial(_stop_all, stopping=stopping), metrics.started_ms(),
+                        stopping.stop_all, metrics.started_ms(),
                         rt.interval_ms(interval or "1 minute") * 2, gate,
                     )  # fmt: skip
                     return None, job
@@ -520,7 +423,7 @@ def _run_queries(
                         defined = defined_at(change.registry) if defined_at else {}
                         reshaped = None
                         if live is not None:
-                            stop_some = functools.partial(_stop_all, stopping=stopping)
+                            stop_some = stopping.stop_all
                             reshaped = apply_in_place(live, job, change, defined, stopping, stop_some)
                         if reshaped is None:
                             replan = change.registry
@@ -540,20 +443,20 @@ def _run_queries(
                         provenance[0].start()
         except StreamingQueryException as exc:
             if not stopping.requested:
-                reason = lost_raw_reason(_message(exc))
+                reason = lost_raw_reason(query_message(exc))
                 if reason is not None:
                     raise NormalizeError(lost_raw_line(reason)) from None
                 raise
         finally:
             if handover is not None:
                 handover.unwatch()
-            with _unless_jvm_gone(stopping):
+            with stopping.unless_jvm_gone():
                 if interval:
                     # interrupted real-time tasks log their aborted writes: expected, not news
                     silence_jvm_log(spark)
-                _stop_all(queries, stopping)
+                stopping.stop_all(queries)
     finally:
-        with _unless_jvm_gone(stopping):
+        with stopping.unless_jvm_gone():
             # before Python goes away: the JVM would call back into a closed py4j gateway
             spark.streams.removeListener(listener)
             if fresh is not None:
@@ -574,48 +477,3 @@ def _realtime_session(spark: Any, listener: Any, job: NormalizeJob, part: Normal
     for topic in rt.ensure_raw_topics(job.settings, part.raw_topics):
         log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
     return fresh
-
-
-def _stop_all(queries: list[Any], stopping: StopRequest) -> None:
-    """Stop the running queries, all at once: each stop abandons its batch in flight (the
-    checkpoint re-runs it) and waits for its tasks to end, seconds each on 2 loaded cores.
-    One after the other, 18 queries outlasted a SIGTERM's grace: a clean-clone CI run of
-    the kill test saw six of them stopped in its 60 s (Kubernetes gives 30 s)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pyspark.errors import StreamingQueryException
-
-    def stop(query: Any) -> None:
-        try:
-            query.stop()
-        except StreamingQueryException:
-            if not stopping.requested:
-                raise
-
-    active = [q for q in queries if q.isActive]
-    if not active:
-        return
-    with ThreadPoolExecutor(len(active), thread_name_prefix="stop-query") as pool:
-        for done in [pool.submit(stop, q) for q in active]:
-            done.result()  # raises what a stop raised
-
-
-@contextmanager
-def _unless_jvm_gone(stopping: StopRequest) -> Iterator[None]:
-    """Stopping, Spark's JVM may be gone already: a signal sent to the whole process group
-    (``kill -TERM -PGID``; systemd's default KillMode) reaches it too, and it shuts down on
-    its own. Nothing is lost (the checkpoint re-runs the batch in flight): one line, not a
-    py4j traceback. While not stopping, a JVM that went away is an error."""
-    from py4j.protocol import Py4JError
-
-    try:
-        yield
-    except (Py4JError, ConnectionError) as exc:
-        if not stopping.requested:
-            raise
-        if not stopping.jvm_gone_said:
-            stopping.jvm_gone_said = True
-            log.info(
-                f"normalize: Spark's JVM had stopped already (it got the signal too: {type(exc).__name__}); "
-                "the checkpoint re-runs the batch in flight"
-            )
