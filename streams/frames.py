@@ -24,3 +24,8 @@ def union_by_name(frames: Sequence[DataFrame]) -> DataFrame:
         paired = [a.unionByName(b) for a, b in zip(level[::2], level[1::2], strict=False)]
         level = paired + level[len(paired) * 2 :]
     return level[0]
+
+
+def shuffle_partitions(df: DataFrame) -> int:
+    """Spark's shuffle partitions: the parallelism every step of a batch is cut to."""
+    return max(1, int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4))

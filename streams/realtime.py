@@ -152,19 +152,20 @@ def realtime_records(
     from pyspark.sql import functions as F
 
     from streams.handover_gate import gated
-    from streams.normalize import position_headers
+    from streams.wire import position_headers
 
-    key_bytes, value_bytes = job._wire_columns()
+    key_bytes, value_bytes = job.wire.columns()
     headers = position_headers()
     groups = [
-        (i, topics[0] if len(topics) == 1 else "outbox", topics) for i, topics in enumerate(job.projection_groups())
+        (i, topics[0] if len(topics) == 1 else "outbox", topics)
+        for i, topics in enumerate(job.projector.projection_groups())
     ]
 
     wire = ["topic", "key", "value", "headers"]
 
     def records(topics: tuple[str, ...]) -> DataFrame:
         out = (
-            job.project(job.parse(_source(job, spark, list(topics), offsets)), topics)
+            job.projector.project(job.parse(_source(job, spark, list(topics), offsets)), topics)
             .where(F.col("r").isNotNull())
             .select(
                 F.col("r.topic").alias("topic"),

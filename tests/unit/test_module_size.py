@@ -12,9 +12,8 @@ from tests import PROJECT_ROOT
 
 LIMIT = 500
 PACKAGES = ("mcq", "streams", "consumers", "bench")
-STILL_TO_SPLIT = {
-    "streams/normalize.py": 865,
-}
+STILL_TO_SPLIT: dict[str, int] = {}
+"""Modules over the limit, with the lines they had, until they are split (none left)."""
 
 
 def _has_reason(source: str) -> bool:
