@@ -61,7 +61,7 @@ def _train() -> None:
     campus = parse_registry(read_text("examples", "campus.yaml"), "examples/campus.yaml")
     job = NormalizeJob(settings, campus, Path("/nonexistent"))
     outputs = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-    job.schema_ids = {t: (1, 2) for t in outputs}  # ids only shape the plan: nothing is written
+    job.schema_ids.update({t: (1, 2) for t in outputs})  # ids only shape the plan: nothing is written
     jvm = spark._jvm
     assert jvm is not None
     simple = getattr(jvm.org.apache.spark.sql.execution, "SimpleMode$").__getattr__("MODULE$")

@@ -123,6 +123,7 @@ class NormalizeJob:
     wire: WireFormat = field(init=False)
     """How they are written (streams/wire.py)."""
     schema_ids: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
+    """(key, value) schema id of each topic written; shared with ``wire``: filled in place, never replaced."""
     history: list[BatchStats] = field(init=False, default_factory=list)
     _known_refs: set[str] = field(init=False, default_factory=set)
     _built: dict[str, Any] = field(init=False, default_factory=dict)
