@@ -46,10 +46,10 @@ from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
 from mcq.registry import parse_registry
 from mcq.testing.listeners import change, make_world
-from streams.rebuild import Rebuild
-from streams.reconcile import Reconcile
-from streams.refresh import Refresh
-from streams.selection import Selection
+from streams.jobs.rebuild import Rebuild
+from streams.jobs.reconcile import Reconcile
+from streams.jobs.refresh import Refresh
+from streams.jobs.selection import Selection
 from streams.session import spark_session
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """streams: the Spark (PySpark) side of mcq — normalising raw CDC topics into the
 compacted logical change topics (:mod:`streams.normalize`), and the batch jobs over
 them, from the last state of every key (:mod:`streams.laststate`): ``mcq refresh``
-(:mod:`streams.refresh`), ``mcq reconcile`` (:mod:`streams.reconcile`) and ``mcq rebuild``
-(:mod:`streams.rebuild`).
+(:mod:`streams.jobs.refresh`), ``mcq reconcile`` (:mod:`streams.jobs.reconcile`) and ``mcq rebuild``
+(:mod:`streams.jobs.rebuild`).
 
 :mod:`streams.session` builds the SparkSession every job uses, with the Kafka and Avro
 connectors that the pyspark wheel does not carry.

@@ -14,7 +14,7 @@
     └── ReportError               a report that cannot be made as asked (a period it cannot
                                   read); exit 2
 
-A rebuild's refused changes are :class:`streams.rebuild.RebuildFailed`, a
+A rebuild's refused changes are :class:`streams.jobs.rebuild.RebuildFailed`, a
 :class:`consumers.exceptions.ConsumerError`: they come from a listener's target.
 """
 

@@ -23,7 +23,7 @@ offset, and otherwise (the cleaner removed records in between) no earlier than `
 Once that is longer ago than the topic's ``delete.retention.ms``, deletes written while
 the listener was away may be gone: a whole-table refresh (``mcq refresh NAME --tname T``)
 repairs the target, since it delivers a DELETE for every key at the target that has no
-state left in the topics (streams/refresh.py; a whole-table ``mcq_log_update('T')``
+state left in the topics (streams/jobs/refresh.py; a whole-table ``mcq_log_update('T')``
 does the same for every listener of the table, consumers/runtime/refresh.py).
 
 The listener judges the same way whenever it reads a partition it had been reading
@@ -215,7 +215,7 @@ def merge_exposures(live: Iterable[Exposure], marked: Iterable[Exposure]) -> lis
 
 
 def repair_command(listener: str, table: LogicalTable) -> str:
-    """The refresh of every key of ``table`` for this listener alone (streams/refresh.py):
+    """The refresh of every key of ``table`` for this listener alone (streams/jobs/refresh.py):
     each live state, and a DELETE of each key its target holds that has no state left."""
     subtype = f" --subtype {table.subtype}" if table.subtype else ""
     return f"mcq refresh {listener} --tname {table.tname}{subtype}"

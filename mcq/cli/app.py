@@ -191,7 +191,7 @@ def main(ctx: click.Context) -> None:
     ctx.meta[_BOOTSTRAP] = settings.kafka.bootstrap_servers
     _plain[0] = settings.log.format == "text"
     if console.is_terminal:  # long Spark jobs draw bars on a terminal, write lines elsewhere
-        from streams.progress import show_bars
+        from streams.jobs.progress import show_bars
 
         show_bars(console)
 

@@ -77,8 +77,8 @@ def refresh(
     sent, or would be by a dry run: the target will not mirror those rows until they are
     repaired in the source)."""
     from streams.exceptions import SelectionError, SourceReadError, SparkSetupError
-    from streams.refresh import Refresh, listener_tables
-    from streams.selection import selection
+    from streams.jobs.refresh import Refresh, listener_tables
+    from streams.jobs.selection import selection
     from streams.session import spark_session
 
     settings = _settings()
@@ -155,7 +155,7 @@ def reconcile(
         raise click.UsageError("NAME is needed (or --capture, to compare the topics with the source)")
     from consumers.exceptions import ListenerConfigError, TargetUnavailable
     from streams.exceptions import SelectionError, SparkSetupError
-    from streams.reconcile import Reconcile
+    from streams.jobs.reconcile import Reconcile
     from streams.session import spark_session
 
     settings = _settings()
@@ -214,9 +214,9 @@ def report_command(since: str, out: Path | None, registry_file: Path | None, mas
 
     Exit 0 when written, 1 when the job failed, 2 for a --since it cannot read."""
     from streams.exceptions import ReportError, SparkSetupError
-    from streams.progress import stage_progress
-    from streams.report import compute, since_time
-    from streams.report_render import default_report, write
+    from streams.jobs.progress import stage_progress
+    from streams.jobs.report import compute, since_time
+    from streams.jobs.report_render import default_report, write
     from streams.session import spark_session
 
     try:
@@ -273,7 +273,7 @@ def rebuild(
     (the listener's offsets are then left where they were)."""
     from consumers.exceptions import ConsumerError, TargetUnavailable
     from streams.exceptions import SparkSetupError
-    from streams.rebuild import Rebuild
+    from streams.jobs.rebuild import Rebuild
     from streams.session import spark_session
 
     settings = _settings()
@@ -304,8 +304,8 @@ def _capture_gaps(
 ) -> None:
     """``mcq reconcile [NAME] --capture``: the logical topics against the source."""
     from streams.exceptions import SelectionError, SparkSetupError
-    from streams.reconcile import capture_gaps
-    from streams.refresh import listener_tables
+    from streams.jobs.reconcile import capture_gaps
+    from streams.jobs.refresh import listener_tables
     from streams.session import spark_session
 
     if repair:

@@ -31,7 +31,7 @@ from mcq.testing.listeners import (
     wait_for,
 )
 from mcq.testing.logs import on_lines
-from streams.rebuild import Rebuild, RebuildSummary
+from streams.jobs.rebuild import Rebuild, RebuildSummary
 from streams.session import spark_session
 from tests.support.ldap_world import entry, ldap, send_people, world  # noqa: F401 - the LDAP world fixture
 

@@ -109,7 +109,7 @@ def test_a_table_target_is_compared_in_spark_exactly_as_through_the_view_in_pyth
     with a null value dropped, a value that is a number, a SQL NULL state, a column the
     allow-list hides, a stray row, a row the content rule keeps out; a key with a
     non-ASCII character that did not drift."""
-    from streams.reconcile import Reconcile
+    from streams.jobs.reconcile import Reconcile
     from streams.session import spark_session
 
     ruled = '  - {listener: T, tname: ROOM, columns: [phone], rule: "person_id <> 101"}'

@@ -1,4 +1,4 @@
-"""The batch jobs' direct engine (streams/direct.py): which engine a size gets, the COPY rows
+"""The batch jobs' direct engine (streams/jobs/direct.py): which engine a size gets, the COPY rows
 it writes, the applied positions it leaves."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from mcq.change import Change, ChangeKey, Position
-from streams.direct import DIRECT_MAX_RECORDS, applied_diff, choose, csv_rows
+from streams.jobs.direct import DIRECT_MAX_RECORDS, applied_diff, choose, csv_rows
 
 
 def test_auto_reads_small_topics_directly_and_big_ones_in_spark() -> None:

@@ -38,7 +38,7 @@ def test_a_terminal_shows_info_on_stdout_warnings_on_stderr_and_the_file_has_bot
     logging.getLogger("consumers.runtime.listener").info("listener L: caught up")
     logging.getLogger("streams.runner").warning("normalize: removed 2 half-written checkpoint file(s)")
     logging.getLogger("mcq.topics.plan").error("drift x")
-    logging.getLogger("streams.rebuild").debug("not for a person")
+    logging.getLogger("streams.jobs.rebuild").debug("not for a person")
     logging.getLogger("py4j.clientserver").warning("a library's own line")
     assert out == ["listener L: caught up"]
     assert err == ["normalize: removed 2 half-written checkpoint file(s)", "drift x"]

@@ -14,7 +14,7 @@ from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
 from mcq.config import load_settings
 from mcq.registry import parse_registry
-from streams.reconcile import compare
+from streams.jobs.reconcile import compare
 
 REGISTRY = """
 sources:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from streams.exceptions import ReportError
-from streams.report import Figures, since_time
-from streams.report_render import csv_paths, write
+from streams.jobs.report import Figures, since_time
+from streams.jobs.report_render import csv_paths, write
 
 
 def test_since_reads_spans_and_times() -> None:

@@ -11,7 +11,7 @@ from mcq.change import ChangeKey
 from mcq.registry import parse_registry
 from mcq.registry.model import LogicalTable
 from streams.exceptions import SelectionError
-from streams.selection import selection
+from streams.jobs.selection import selection
 
 REGISTRY = """
 sources:

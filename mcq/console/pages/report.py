@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from streams.report_render import csv_paths, default_report
+from streams.jobs.report_render import csv_paths, default_report
 
 if TYPE_CHECKING:
     from mcq.console.app import Console

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from mcq.config import Settings
-from streams.report_render import csv_paths, default_report
+from streams.jobs.report_render import csv_paths, default_report
 
 if TYPE_CHECKING:
     from mcq.console.app import Console

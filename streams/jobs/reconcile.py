@@ -4,14 +4,14 @@ with ``--repair`` send exactly the drifted objects' keys through its bulk lane.
 1. Spark reads the last live state of every key of the tables the target's objects come
    from (streams/laststate.py: the listener's tables, or those an LDAP entry is
    assembled from), streamed to the driver; a ``table`` target is instead compared in
-   Spark itself, read through JDBC (streams/reconcile_table.py);
+   Spark itself, read through JDBC (streams/jobs/reconcile_table.py);
 2. the adapter says what the target should hold, through the listener's view (its rules
    and column allow-lists), and what it holds (:class:`consumers.adapter.ReadBack`);
 3. per object: **missing** (should be there, is not), **extra** (is there, should not
    be), **different** (its managed content differs); counts and examples, and with
    ``--report`` every drifted object with both contents as JSON;
 4. ``--repair`` refreshes the keys of exactly those objects into the listener's bulk lane
-   (streams/refresh.py): the state where there is one, a DELETE where there is none.
+   (streams/jobs/refresh.py): the state where there is one, a DELETE where there is none.
    The listener applies them; a second reconcile then finds nothing.
 
 ``--from source`` reads step 1 from the source database instead (streams/source_state.py,
@@ -45,10 +45,10 @@ from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable, Registry
 from streams.exceptions import SelectionError
+from streams.jobs.progress import stage_progress
+from streams.jobs.refresh import Refresh, RefreshSummary, listener_tables
+from streams.jobs.selection import Selection
 from streams.laststate import FIELDS, last_records, live_changes
-from streams.progress import stage_progress
-from streams.refresh import Refresh, RefreshSummary, listener_tables
-from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class Reconcile:
 
     def _compare_in_spark(self, spark: SparkSession, topics: list[str]) -> Drift:
 
-        from streams import reconcile_table as rt
+        from streams.jobs import reconcile_table as rt
 
         assert isinstance(self.adapter, TableAdapter) and self.jdbc is not None
         label = f"reconcile {self.name}"
@@ -244,8 +244,8 @@ def capture_gaps(spark: SparkSession, settings: Settings, registry: Registry, ta
     a delete the capture lost). Found in the topics, a loss is upstream of every listener."""
     from pyspark.sql import functions as F
 
-    from streams import reconcile_table as rt
-    from streams.tableview import with_key_text
+    from streams.jobs import reconcile_table as rt
+    from streams.jobs.tableview import with_key_text
 
     started = time.monotonic()
     unfed = [t.ref for t in tables if not t.feeds]

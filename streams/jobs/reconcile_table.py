@@ -2,11 +2,11 @@
 to Python but the drifted ones.
 
 Used when the target's database is reachable through JDBC; otherwise
-``streams/reconcile.py`` judges every state through the view on the driver. Both find the
+``streams/jobs/reconcile.py`` judges every state through the view on the driver. Both find the
 same drift:
 
 - expected: the last live state of every key the listener's view admits, restricted to
-  the columns it sees, by key text (as ``rows_in_view`` gives it; ``streams.tableview``:
+  the columns it sees, by key text (as ``rows_in_view`` gives it; ``streams.jobs.tableview``:
   a table with a content rule is judged by the view itself in Spark's workers);
 - actual: the target's rows read through JDBC in parallel block ranges, the ``state``
   JSON parsed as a map of strings; a state that is not an object of strings and nulls
@@ -24,16 +24,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from consumers.table.adapter import TableAdapter
+from streams.jobs.tableview import in_view, with_key_text
 from streams.laststate import FIELDS
 from streams.source_state import read_in_ranges
-from streams.tableview import in_view, with_key_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from consumers.runtime.view import ListenerView
     from mcq.registry.model import LogicalTable
-    from streams.reconcile import Drift
+    from streams.jobs.reconcile import Drift
 
 MISSING, EXTRA, DIFFERENT = "missing", "extra", "different"
 

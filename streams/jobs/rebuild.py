@@ -47,10 +47,10 @@ from consumers.table.adapter import TableAdapter
 from mcq.change import Change, Position
 from mcq.config import Settings
 from mcq.registry.model import Registry
-from streams import direct
+from streams.jobs import direct
+from streams.jobs.progress import stage_progress
+from streams.jobs.tableview import in_view, with_key_text
 from streams.laststate import FIELDS, applied_values, last_records, live_changes
-from streams.progress import stage_progress
-from streams.tableview import in_view, with_key_text
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Rebuild:
         engine: str = "auto",
         start_spark: Callable[[], SparkSession] | None = None,
     ) -> RebuildSummary:
-        """Rebuild the target. ``engine``: ``spark``, ``direct`` (``streams/direct.py``) or
+        """Rebuild the target. ``engine``: ``spark``, ``direct`` (``streams/jobs/direct.py``) or
         ``auto``: direct for topics of at most ``DIRECT_MAX_RECORDS`` records. The Spark
         engine runs on ``spark``, else on the session ``start_spark`` starts when needed."""
         from confluent_kafka import TopicPartition

@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mcq.config import Settings
-from streams.report import Figures
+from streams.jobs.report import Figures
 
 CSV_HEADERS = {
     "changes": ("day", "table_subtype", "changes"),

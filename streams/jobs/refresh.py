@@ -8,7 +8,7 @@ A Spark batch job over the compacted logical topics of the listener's tables:
    end as of the start;
 2. the selection: tables/subtypes, a content rule on the state (the registry's rule
    language, evaluated by the same code as the listeners'), explicit keys
-   (streams/selection.py);
+   (streams/jobs/selection.py);
 3. a key with a live state -> that record as it is (its source position included), into
    the listener's bulk topic; the listener re-applies it even when it applied that very
    change (a refresh repairs a target that lost it) and skips it when it has applied a
@@ -49,10 +49,10 @@ from mcq.registry.model import LogicalTable, Registry
 from mcq.topics.listener import ListenerTopics
 from streams.exceptions import RefreshError, SelectionError
 from streams.frames import union_by_name
+from streams.jobs.progress import stage_progress
+from streams.jobs.selection import Selection
 from streams.keys import KEY_REPAIR
 from streams.laststate import FIELDS, key_schema, last_records, present_at_target
-from streams.progress import stage_progress
-from streams.selection import Selection
 from streams.source_state import SourceReader, source_feeds
 
 log = logging.getLogger(__name__)
