@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 JVM_CACHE := .cache/jvm
 JVM_POMS  := $(wildcard jvm/pom.xml jvm/*/pom.xml) $(shell find jvm -name '*.java' -not -path '*/target/*')
 
-.PHONY: install system python jvm jvm-archive helm kube cluster run test long faults scale suites extended soak lint docs unit bench bench-quick stack-up stack-down stack-status clean-stack lock wheelhouse image package
+.PHONY: install system python jvm jvm-archive helm kube cluster run tour test long faults scale suites extended soak lint docs unit bench bench-quick stack-up stack-down stack-status clean-stack lock wheelhouse image package
 
 install: system python jvm jvm-archive helm
 
@@ -85,7 +85,7 @@ unit: python helm
 	$(BIN)/pytest -m 'not integration'
 
 test: install lint
-	$(BIN)/pytest -m 'not long and not faults and not scale and not soak and not package and not cluster' --durations=20
+	$(BIN)/pytest -m 'not long and not faults and not scale and not soak and not package and not cluster and not tour' --durations=20
 
 # What a user installs, run outside the checkout against the local stack (tests/package):
 # the wheel in a fresh virtualenv (base install, then [spark]), and both images under podman,
@@ -128,6 +128,11 @@ image: wheelhouse jvm
 # (`--with kubernetes`). Minutes, so a suite of its own; CI runs it after `make package`.
 cluster: install kube
 	$(BIN)/pytest -m cluster --durations=10
+
+# The README's five-minute tour, run as a newcomer runs it right after `make run`, on the
+# stack and campus it leaves (tests/integration/test_readme_tour.py); .ci/run runs it then.
+tour: install
+	$(BIN)/pytest -m tour --durations=5
 
 # The long scenarios: a stack of its own (`--secure`), a normaliser followed through its
 # catch-up and hand-over or a registry change. Minutes each on two cores, so a session of
