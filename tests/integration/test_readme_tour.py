@@ -4,8 +4,9 @@ order in one bash, the long-running processes as background jobs of that shell, 
 `kill %1 %2 %3` as its step 4 says.
 
 What the directory must hold is read from the source with SQL, never from the code under
-test: person 1's fax number, as the tour's insert left it, on the LDAP entry of person 1;
-and `mcq trace` follows that change from its capture to the LDAP listener."""
+test: the fax number the tour's insert gave its person, on that person's LDAP entry;
+and `mcq trace` follows that change from its capture into the person's entry, applied by the
+LDAP listener."""
 
 from __future__ import annotations
 
@@ -37,21 +38,22 @@ def tour() -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
-def source_fax(settings: Settings) -> str | None:
+def source_fax(settings: Settings, person: int) -> str | None:
     with psycopg.connect(settings.source.dsn()) as conn:
         try:
             row = conn.execute(
-                "SELECT phone_number FROM campus.directory_telephone WHERE person_id = 1 AND tele_type = 'fax'"
+                "SELECT phone_number FROM campus.directory_telephone WHERE person_id = %s AND tele_type = 'fax'",
+                (person,),
             ).fetchone()
         except psycopg.errors.UndefinedTable:
             pytest.fail("no campus world in the source: the tour runs after `make run` (make tour)")
     return None if row is None else str(row[0])
 
 
-def directory_fax(settings: Settings) -> list[str]:
-    """Person 1's fax numbers in the directory, read with ldap3 (not the tour's ldapsearch)."""
+def directory_fax(settings: Settings, person: int) -> list[str]:
+    """A person's fax numbers in the directory, read with ldap3 (not the tour's ldapsearch)."""
     with ldap(settings) as conn:
-        dn = f"employeeNumber=1,ou=people,{settings.ldap.base_dn}"
+        dn = f"employeeNumber={person},ou=people,{settings.ldap.base_dn}"
         if not conn.search(dn, "(objectClass=*)", BASE, attributes=["facsimileTelephoneNumber"]):
             return []
         return sorted(str(v) for v in conn.entries[0]["facsimileTelephoneNumber"].values)
@@ -66,6 +68,9 @@ def test_the_readme_tour_runs_as_written_and_the_directory_ends_as_the_source(
     assert len(scripts) == 2, [s.splitlines()[0] for s in scripts]
     starts, change = scripts
     assert "mcq listen LDAP" in starts and "INSERT INTO campus.directory_telephone" in change
+    values = re.search(r"VALUES \((\d+), 'fax', '([^']+)'\)", change)
+    assert values is not None, change
+    person, number = int(values.group(1)), values.group(2)
     path = re.search(r"`(export PATH=[^`]+)`", section)
     stop = re.search(r"`(kill %1 %2 %3)`", section)
     assert path is not None and stop is not None
@@ -84,20 +89,27 @@ def test_the_readme_tour_runs_as_written_and_the_directory_ends_as_the_source(
         shell.start("\n".join(background))  # jobs of the shell itself: `kill %1 %2 %3` names them
         shell.run("\n".join(foreground), strict=False)  # `mcq status`: a reader reads it, whatever it exits
 
-        shell.run(change, timeout_s=120, strict=False)  # its ldapsearch may run before the change arrives
-        expected = source_fax(settings)
-        assert expected == "+1 518 555 0199", expected  # the oracle, checked against the tour's insert
+        out = shell.run(change, timeout_s=120, strict=False)  # its ldapsearch may run before the change arrives
+        said = out.rsplit("__block_", 2)[-2]  # this block's output only
+        assert "INSERT 0 1" in said and "result: 0 Success" in said, said[-3000:]  # psql and ldapsearch worked
+        expected = source_fax(settings, person)
+        assert expected == number, expected  # the oracle, checked against the tour's insert
 
         def directory_is_the_source() -> None:
-            assert directory_fax(settings) == [expected]
+            assert directory_fax(settings, person) == [expected]
 
         until(time.monotonic() + 600, directory_is_the_source)  # the first start of each process included
-        trace = next(line for line in change.splitlines() if line.startswith("mcq trace"))
+        traces = [line.split("#")[0] for line in change.splitlines() if line.startswith("mcq trace")]
+        assert len(traces) == 2 and "PERSON_ENTRY" in traces[1], traces
 
         def traced_to_ldap() -> None:
-            out = shell.run(trace.split("#")[0], timeout_s=120)
-            followed = out.rsplit("__block_", 2)[-2]  # this run's output only
-            assert "LDAP" in followed and expected in followed, followed[-3000:]
+            row = shell.run(traces[0], timeout_s=120).rsplit("__block_", 2)[-2]  # this run's output only
+            at = re.findall(r"change (\d+/\d+) (?:INSERT|UPDATE) committed", row)
+            assert at and "normaliser captured" in row, row[-3000:]
+            entry = shell.run(traces[1], timeout_s=120).rsplit("__block_", 2)[-2]
+            # the same source change, in the person's entry, applied by the LDAP listener
+            changes = entry.split("\n  change ")[1:]
+            assert any(c.startswith(at[-1]) and "listener LDAP applied" in c for c in changes), entry[-3000:]
 
         until(time.monotonic() + 120, traced_to_ldap)
         shell.start(stop.group(1))
