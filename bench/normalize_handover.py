@@ -8,12 +8,16 @@ topic notes when each arrives (latency = arrival - commit). After ``--seconds`` 
 and ``--seconds`` of steady state, a second ``mcq streams normalize`` of the same
 checkpoint starts beside it (a phase of its own: two JVMs share the cores): it starts
 Spark and its queries, held, then asks the first to hand over (``streams/handover.py``).
-The hand-over begins at that ask. Then the second
-is killed (SIGKILL) and, 2 s later, a third starts from the checkpoint: the crash.
+The hand-over begins at that ask. Then a third starts beside the second
+as a standby (``--standby``: its queries held at the gate, it does not ask), and once it
+stands by the second is killed (SIGKILL): the crash with a warm standby, which takes over
+when it sees the process gone. Last, that one is killed and, 2 s later, a fourth starts
+from the checkpoint: the crash with a cold start.
 
 Targets: a change committed during the hand-over arrives no later than 1 s after the
-ask plus its normal latency (the steady max); after the crash, none arrives later than
-10 s after the new process started plus its normal latency.
+ask plus its normal latency (the steady max); after a crash, none arrives later than
+10 s after the kill (with a standby) or the new process's start (cold) plus its normal
+latency.
 
     .venv/bin/python -m bench.normalize_handover --rate 50 --seconds 30
 
@@ -41,6 +45,9 @@ from .phone_load import PhoneLoad
 from .stats import percentile
 from .table import print_table
 
+NEWS = ("held", "took over", "handed over", "real time, ", "standing by", "is gone")
+"""What the instances' logs say of the hand-overs, printed after the table."""
+
 
 def _when(path: Path, text: str, job: subprocess.Popen[bytes], deadline_s: float = 300) -> float:
     """When ``text`` first appeared in the log at ``path`` (polled every 50 ms)."""
@@ -67,11 +74,13 @@ def main() -> int:
         checkpoint = f"/tmp/{settings.topic_prefix}-ckpt"
         command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
                    "--checkpoint", checkpoint, "--checkpoint-interval", "30 seconds"]  # fmt: skip
-        logs = [Path(f"/tmp/{settings.topic_prefix}-normalize-{i}.log") for i in range(3)]
+        logs = [Path(f"/tmp/{settings.topic_prefix}-normalize-{i}.log") for i in range(4)]
         jobs: list[subprocess.Popen[bytes]] = []
 
-        def start(i: int) -> float:
-            jobs.append(subprocess.Popen(command, env=env, stdout=logs[i].open("wb"), stderr=subprocess.STDOUT))
+        def start(i: int, *more: str) -> float:
+            jobs.append(
+                subprocess.Popen([*command, *more], env=env, stdout=logs[i].open("wb"), stderr=subprocess.STDOUT)
+            )
             return time.time()
 
         start(0)
@@ -88,12 +97,23 @@ def main() -> int:
             marks.append(("planned hand-over (from the ask)", asked))
             _when(logs[1], "normalize: took over from ", jobs[1])
             time.sleep(args.seconds)
+            marks.append(("a standby starting beside it (until it stands by)", start(2, "--standby")))
+            _when(logs[2], "normalize: standing by for ", jobs[2])
+            _when(logs[2], "held at the gate", jobs[2])
+            marks.append(("standing by", time.time()))
+            time.sleep(args.seconds)
             jobs[1].kill()
             jobs[1].wait()  # gone, as a crashed pod's process is
-            marks.append(("crash: SIGKILL, a new process 2 s later", time.time()))
-            time.sleep(2)
-            restarted = start(2)
+            killed = time.time()
+            marks.append(("crash with a standby: SIGKILL of the running one", killed))
             _when(logs[2], "normalize: real time, ", jobs[2])
+            time.sleep(args.seconds)
+            jobs[2].kill()
+            jobs[2].wait()
+            marks.append(("crash, cold: SIGKILL, a new process 2 s later", time.time()))
+            time.sleep(2)
+            restarted = start(3)
+            _when(logs[3], "normalize: real time, ", jobs[3])
             time.sleep(args.seconds)
             marks.append(("end", time.time()))
             load.stop_driving()
@@ -105,7 +125,7 @@ def main() -> int:
                 if what.startswith("steady"):
                     steady_max = max(lat)
                     verdict = ""
-                elif what.startswith("a second"):  # two JVMs on the same cores: what a start beside costs
+                elif what.startswith(("a second", "a standby", "standing")):  # two JVMs on the same cores
                     verdict = f"{max(lat) - steady_max:+.2f} s (reported)"
                 elif what.startswith("planned"):  # arrived by the ask + 1 s + the normal latency
                     late = (
@@ -113,18 +133,19 @@ def main() -> int:
                         - steady_max
                     )
                     verdict = f"{late:+.2f} s after the ask: {'met' if late <= 1.0 else 'not met'} (<= 1 s)"
-                else:  # arrived by the new process's start + 10 s + the normal latency
+                else:  # arrived by the kill (standby) or the new process's start + 10 s + the normal latency
+                    since, what_since = (killed, "the kill") if "standby" in what else (restarted, "its start")
                     late = (
-                        max(load.arrived[n] - max(load.committed[n], restarted) for n in numbers if n in load.arrived)
+                        max(load.arrived[n] - max(load.committed[n], since) for n in numbers if n in load.arrived)
                         - steady_max
                     )
-                    verdict = f"{late:+.2f} s after its start: {'met' if late <= 10.0 else 'not met'} (<= 10 s)"
+                    verdict = f"{late:+.2f} s after {what_since}: {'met' if late <= 10.0 else 'not met'} (<= 10 s)"
                 rows.append(f"| {what} | {len(numbers)} | {percentile(lat, 50):.2f} | {percentile(lat, 99):.2f} | "
                             f"{max(lat):.2f} | {missing} | {verdict} |")  # fmt: skip
                 print(rows[-1], flush=True)
             for i, path in enumerate(logs):
                 for line in path.read_text().splitlines():
-                    if any(w in line for w in ("held", "took over", "handed over", "real time, ")):
+                    if any(w in line for w in NEWS):
                         print(f"{i}: {line.split('normalize: ', 1)[-1][:240]}", flush=True)
         finally:
             load.stop()

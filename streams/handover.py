@@ -21,7 +21,14 @@ write the old one's last records again (a compacted topic, applied idempotently,
 them).
 
 A lease that is not beaten for ``LEASE_S`` (or whose process is gone, on this host) is
-a crash: the new instance resumes from the checkpoint at once."""
+a crash: the new instance resumes from the checkpoint at once, fenced by what landed in
+the output topics (``read_landed``: what the crashed one's producer lost is written
+again, what landed is not).
+
+A standby (``standby``) starts the same way but does not ask: it waits, its queries held
+at the gate, until the running instance's lease goes (a crash, a stop), then takes over
+as from a crash. Every ``rehold_s`` it starts its held queries again on a fresh copy of
+the checkpoint, so what it reads again at a take-over stays a few minutes' worth."""
 
 from __future__ import annotations
 
@@ -36,12 +43,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streams.handover_gate import close_for_good, fence_lines, flush_producers, gate_of, read_fences
+from streams.handover_gate import close_for_good, fence_lines, flush_producers, gate_of, read_fences, read_landed
 from streams.handover_lease import (
     Lease,
+    alive,
     answer,
     ask,
     asked,
+    claim,
     copy_checkpoint,
     holder,
     make_current,
@@ -60,6 +69,11 @@ ASK_POLL_S = 0.05
 TAIL_MARGIN_MS = 30_000
 """Read the output topics' tails from this long before the old instance's oldest batch
 in flight began (clocks of two hosts, a record's create time)."""
+REHOLD_S = 300.0
+"""A standby's held queries start again on a fresh copy of the checkpoint this often."""
+EXIT_WAIT_S = 30.0
+"""A stopped instance of this host whose process still runs (its producers closing) is
+waited for this long before its output topics' tails are read."""
 
 
 @dataclasses.dataclass
@@ -83,6 +97,11 @@ class HandOver:
     """The checkpoint copy the take-over's queries run on (``hold``)."""
     copy_since_ms: int = 0
     handed_to: str | None = None
+    standby: bool = False
+    """Started beside a running instance: wait for its lease to go instead of asking."""
+    rehold_s: float = REHOLD_S
+    held_at: float = 0.0
+    """When ``hold`` last copied the checkpoint (monotonic)."""
 
     def __post_init__(self) -> None:
         self.lease = Lease(self.checkpoint, self.me)
@@ -95,25 +114,77 @@ class HandOver:
         """Before the take-over: close the gate and copy the checkpoint the queries then
         start from, held at the gate (returns the copy's directory)."""
         gate_of(spark).close()
+        if self.copy is not None:  # a standby's earlier copy: its queries have stopped
+            shutil.rmtree(self.copy, ignore_errors=True)
         self.copy, self.copy_since_ms = copy_checkpoint(self.checkpoint)
+        self.held_at = time.monotonic()
         return self.copy
+
+    def stand_by_again(self) -> None:
+        """After handing over (a standby asked by a restarted instance): stand by for it."""
+        self.lease = Lease(self.checkpoint, self.me)
+        self.answered.clear()
+        self.asked_by = None
+        self.copy = None
+        self.handed_to = None
+        self.taking_over = holder(self.checkpoint, self.me)
+        if self.taking_over is not None:
+            log.info(f"normalize: handed over; standing by again for {self.who(self.taking_over)}")
+
+    def stand_by(self, stopped: Callable[[], bool], rehold: Callable[[], None] | None = None) -> None:
+        """Wait until no other instance holds the lease (``taking_over`` crashed or
+        stopped); every ``rehold_s`` meanwhile, ``rehold`` starts the held queries again on
+        a fresh copy (``hold``)."""
+        old = self.taking_over
+        assert old is not None
+        log.info(
+            f"normalize: standing by for {self.who(old)}, its queries held at the gate: takes over when its "
+            f"lease goes (a crash, a stop)"
+        )
+        while not stopped():
+            now = holder(self.checkpoint, self.me)
+            if now is None and claim(self.checkpoint, self.me, old):
+                break
+            if now is None:  # another standby claimed it: stand by for it once it holds the lease
+                time.sleep(ASK_POLL_S)
+                continue
+            if now.get("id") != old.get("id"):  # another took over meanwhile: stand by for it
+                old = self.taking_over = now
+                log.info(f"normalize: standing by for {self.who(old)}")
+            if rehold is not None and time.monotonic() - self.held_at >= self.rehold_s:
+                rehold()
+            time.sleep(ASK_POLL_S)
+        if stopped():
+            return
+        pid, mine = old.get("pid"), old.get("host") == self.me["host"]
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while mine and alive(pid) and time.monotonic() < deadline and not stopped():
+            time.sleep(ASK_POLL_S)  # a clean stop: its producers send what they hold as it exits
 
     def take_over(
         self, settings: Settings, topics: list[str], stopped: Callable[[], bool],
-        spark: SparkSession | None = None,
+        spark: SparkSession | None = None, rehold: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         """Ask the running instance to hand over, wait for its answer and hold the lease.
         ``spark``: the queries started from ``hold``'s copy wait at the gate, which opens
         with the fences of what the old instance wrote (``topics``: every topic they
-        write). Without: nothing runs on the checkpoint yet."""
+        write). Without: nothing runs on the checkpoint yet. A ``standby`` does not ask:
+        it waits for the lease to go (``stand_by``; ``rehold``: start the held queries
+        again on a fresh copy)."""
         old = self.taking_over
         if old is None:
             self.lease.hold()
             return
         began = time.monotonic()
-        log.info(f"normalize: started beside {self.who(old)}: asking it to hand over")
-        ask(self.checkpoint, self.me)
-        done = wait_answer(self.checkpoint, self.me, old, stopped)
+        if self.standby:
+            self.stand_by(stopped, rehold)
+            old = self.taking_over or old
+            began = time.monotonic()
+            done = None
+        else:
+            log.info(f"normalize: started beside {self.who(old)}: asking it to hand over")
+            ask(self.checkpoint, self.me)
+            done = wait_answer(self.checkpoint, self.me, old, stopped)
         self.taking_over = None
         if stopped():
             if self.copy is not None:
@@ -122,7 +193,15 @@ class HandOver:
         self.lease.hold()
         waited = time.monotonic() - began
         fences = ""
-        if done is None:
+        if done is None and spark is not None and self.copy is not None:
+            fences = read_landed(settings, topics, self.copy_since_ms - TAIL_MARGIN_MS)
+            log.warning(
+                f"normalize: {self.who(old)} {'is gone' if self.standby else 'stopped beating its lease'}: took "
+                f"over {time.monotonic() - began:.2f} s later from its checkpoint; what landed of what it wrote "
+                f"since is not written again ({fences.count(chr(10))} fences by raw and output partition, read "
+                "from the topics), what its producer lost is"
+            )
+        elif done is None:
             log.warning(f"normalize: {self.who(old)} stopped beating its lease: resuming from the checkpoint")
         elif spark is None or self.copy is None or not done.get("flushed"):
             log.info(

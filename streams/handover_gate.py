@@ -38,7 +38,43 @@ def flush_producers(spark: SparkSession) -> bool:
 
 
 def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
-    """What the old instance wrote to ``topics`` since ``since_ms``, by raw partition."""
+    """What the old instance wrote to ``topics`` since ``since_ms``, by raw partition: the
+    highest raw offset in any output partition. Only for an old instance that stopped
+    writing with everything it sent acknowledged (its producers closed)."""
+    tails, _ = _tails(settings, topics, since_ms)
+    return {at: _at(list(parts.values()), max(o for o, _ in parts.values())) for at, parts in tails.items()}
+
+
+def read_landed(settings: Settings, topics: list[str], since_ms: int) -> str:
+    """What a crashed instance wrote to ``topics`` since ``since_ms`` and Kafka has: the
+    gate's fences per output partition (``landed_lines``)."""
+    return landed_lines(*_tails(settings, topics, since_ms))
+
+
+Tails = dict[tuple[str, int, str], dict[int, tuple[int, frozenset[bytes]]]]
+"""(raw topic, raw partition, output topic) -> output partition -> the highest raw offset
+written there and the keys at it."""
+
+
+def landed_lines(tails: Tails, partitions: dict[str, int]) -> str:
+    """The gate's fences after a crash, one per raw partition, output topic and output
+    partition (``partitions``: each output topic's count). Its producer lost what it had in
+    flight: a record of one output partition may be lost while a later one of another
+    landed. Per output partition, what landed is a prefix of what it sent (an idempotent
+    producer keeps a partition's order), so each partition's highest raw offset is its
+    own fence, and a partition with none has none: a record not in Kafka is written
+    again, never taken as written."""
+    return "".join(
+        f"{raw}\t{partition}\t{topic}\t{offset}\t{','.join(sorted(k.hex() for k in keys))}\t{out}\t"
+        f"{partitions[topic]}\n"
+        for (raw, partition, topic), by_partition in sorted(tails.items())
+        for out, (offset, keys) in sorted(by_partition.items())
+    )
+
+
+def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails, dict[str, int]]:
+    """What was written to ``topics`` since ``since_ms`` (every record carries ``mcq.raw``:
+    its raw topic, partition and offset), and each topic's partitions."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from mcq.topics.read import offsets_since
@@ -48,7 +84,7 @@ def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
         TopicPartition(t, p, first) for t, parts in spans.items() for p, (first, end) in parts.items() if first < end
     ]
     ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
-    fences: dict[tuple[str, int, str], tuple[int, set[bytes]]] = {}
+    seen: dict[tuple[str, int, str], dict[int, tuple[int, set[bytes]]]] = {}
     if wanted:
         consumer = Consumer(
             {
@@ -79,17 +115,23 @@ def read_fences(settings: Settings, topics: list[str], since_ms: int) -> Fences:
                         continue
                     raw_topic, _, rest = raw.decode().rpartition("[")
                     partition, _, offset = rest.partition("]@")
-                    fence = (raw_topic, int(partition), where[0])
-                    seen, keys = fences.get(fence, (-1, set()))
-                    if int(offset) > seen:
-                        fences[fence] = (int(offset), {msg.key() or b""})
-                    elif int(offset) == seen:
+                    by_partition = seen.setdefault((raw_topic, int(partition), where[0]), {})
+                    highest, keys = by_partition.get(where[1], (-1, set()))
+                    if int(offset) > highest:
+                        by_partition[where[1]] = (int(offset), {msg.key() or b""})
+                    elif int(offset) == highest:
                         keys.add(msg.key() or b"")
             if todo:
                 raise RuntimeError(f"reading the output topics' tails: {sorted(todo)} not at their end after 120 s")
         finally:
             consumer.close()
-    return {fence: (offset, frozenset(keys)) for fence, (offset, keys) in fences.items()}
+    tails = {at: {p: (o, frozenset(keys)) for p, (o, keys) in parts.items()} for at, parts in seen.items()}
+    return tails, {topic: len(parts) for topic, parts in spans.items()}
+
+
+def _at(offsets: list[tuple[int, frozenset[bytes]]], offset: int) -> tuple[int, frozenset[bytes]]:
+    """The fence at ``offset``: the keys of every output partition whose highest it is."""
+    return offset, frozenset().union(*(keys for at, keys in offsets if at == offset))
 
 
 GATE = "mcq.spark.HandOverGate"

@@ -56,12 +56,12 @@ def holder(checkpoint: Path, me: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if time.time() - float(owner.get("beat", 0)) > LEASE_S:
         return None
-    if owner.get("host") == me["host"] and not _alive(owner.get("pid")):
+    if owner.get("host") == me["host"] and not alive(owner.get("pid")):
         return None  # gone: a crash on this host
     return owner
 
 
-def _alive(pid: object) -> bool:
+def alive(pid: object) -> bool:
     """Whether process ``pid`` of this host runs (a zombie, killed and not yet reaped, does not)."""
     try:
         os.kill(int(str(pid)), 0)
@@ -149,6 +149,25 @@ def wait_answer(
             return None
         time.sleep(poll_s)
     return None
+
+
+CLAIM_S = 60.0
+"""A take-over claimed by an instance that holds no lease this long after is void."""
+
+
+def claim(checkpoint: Path, me: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Claim the take-over from ``old`` (gone): True for one standby only, when two wait."""
+    path = _dir(checkpoint) / f"claim.{old.get('id')}"
+    with contextlib.suppress(OSError):
+        if time.time() - path.stat().st_mtime > CLAIM_S and holder(checkpoint, me) is None:
+            path.unlink()  # its claimer died before it held the lease
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(me))
+    return True
 
 
 def copy_checkpoint(checkpoint: Path) -> tuple[Path, int]:

@@ -27,7 +27,7 @@ from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
 from streams.handover import HandOver
-from streams.handover_gate import await_tasks, can_gate
+from streams.handover_gate import await_tasks, can_gate, flush_producers
 from streams.metrics import NormalizeMetrics
 from streams.notices import fresh_start_line, lag_line, lost_raw_line, query_message
 from streams.replan import remember, replay
@@ -75,6 +75,7 @@ def run_normalize(
     defined_at: DefinedAt | None = None,
     jit_by_backlog: bool = False,
     after_handover: str = "exit",
+    standby: bool = False,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -98,6 +99,8 @@ def run_normalize(
     A run until stopped started beside another of the same checkpoint takes over from it
     (``streams/handover.py``); one asked to hand over ends then (``after_handover``
     ``exit``), or stays up, not ready, until stopped (``idle``: a pod of a rolling update).
+    ``standby``: started beside another, wait for it to crash or stop instead of asking;
+    once it handed over (asked by another), it stands by again.
     Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
@@ -124,7 +127,7 @@ def run_normalize(
 
     with stopping.on_signals(), _following(follower, once):
         job.prepare()
-        handover = None if once else HandOver(job.checkpoint, idle=after_handover == "idle")
+        handover = None if once else HandOver(job.checkpoint, idle=after_handover == "idle", standby=standby)
         if handover is None or handover.taking_over is None:  # else: once the other has stopped
             _clear_torn(job.checkpoint)
         run_mode = "realtime" if mode == "realtime" and not once else "microbatch"
@@ -193,8 +196,10 @@ def _stream(
         return time.monotonic() - ticked[0] < 60
 
     def ready() -> bool:  # not while its queries are held for a take-over, nor once it handed over
-        if handover is not None and (handover.taking_over is not None or handover.handed_to is not None):
+        if handover is not None and handover.handed_to is not None:
             return False
+        if handover is not None and handover.taking_over is not None and not handover.standby:
+            return False  # a standby is ready while it stands by: its held queries run
         return bool(queries) and all(q.isActive for q in queries)
 
     def running() -> list[dict[str, str]]:  # /queries: what runs, each since when
@@ -213,6 +218,10 @@ def _stream(
                                        metrics=metrics, queries=queries, ticked=ticked, catch_up_above=catch_up_above,
                                        registry_changed=registry_changed, jit_by_backlog=jit_by_backlog,
                                        defined_at=defined_at, handover=handover)  # fmt: skip
+            if handover is not None and handover.handed_to is not None and handover.standby:
+                handover.stand_by_again()  # asked to hand over (its old pod back): a standby again
+                if not stopping.requested:
+                    continue
             if handover is not None and handover.handed_to is not None and handover.idle:
                 while not stopping.requested:  # live, not ready: a rolling update stops this pod
                     ticked[0] = time.monotonic()
@@ -329,22 +338,31 @@ def _run_queries(
             return None, job
         gate = bool(interval) and can_gate(spark)  # the real-time queries' hand-over gate (local masters)
         held: list[Any] = []  # real-time queries started before a take-over, held at its gate
+        rehold: Callable[[], None] | None = None
         if handover is not None and handover.taking_over is not None and gate and interval:
             fresh = _realtime_session(spark, listener, job, realtime_part)
-            begun = time.monotonic()
-            now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
-            held = rt.start_realtime(now, fresh, interval, gate=True)
-            queries.extend(held)
-            tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics)
-            running = await_tasks(spark, tasks, lambda: stopping.requested)
-            log.info(
-                f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held at the "
-                f"gate ({running} of {tasks} tasks running)"
-            )
+
+            def hold() -> None:  # start the real-time queries on a copy of the checkpoint, held at the gate
+                begun = time.monotonic()
+                if held:  # a standby's, on an older copy
+                    stopping.stop_all(held)
+                    queries[:] = [q for q in queries if all(q is not h for h in held)]
+                now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
+                held[:] = rt.start_realtime(now, fresh, interval, gate=True)
+                queries.extend(held)
+                tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics)
+                running = await_tasks(spark, tasks, lambda: stopping.requested)
+                log.info(
+                    f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held at "
+                    f"the gate ({running} of {tasks} tasks running)"
+                )
+
+            hold()
+            rehold = hold
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
             written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-            handover.take_over(job.settings, written, lambda: stopping.requested, spark if held else None)
+            handover.take_over(job.settings, written, lambda: stopping.requested, spark if held else None, rehold)
             if stopping.requested:
                 return None, job
             if took and not held:
@@ -455,6 +473,8 @@ def _run_queries(
                     # interrupted real-time tasks log their aborted writes: expected, not news
                     silence_jvm_log(spark)
                 stopping.stop_all(queries)
+                if gate:  # what the pooled producers hold is sent before the lease goes (a standby reads it)
+                    flush_producers(spark)
     finally:
         with stopping.unless_jvm_gone():
             # before Python goes away: the JVM would call back into a closed py4j gateway

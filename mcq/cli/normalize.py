@@ -83,6 +83,12 @@ def streams() -> None:
     help="When another normaliser of this checkpoint takes over: end, or stay up, not ready, until stopped "
     "(a pod of a rolling update, which its Deployment would otherwise restart).",
 )
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="Started beside a running normaliser of this checkpoint: do not ask it to hand over; start Spark and "
+    "the real-time queries held at the gate, and take over when it crashes or stops (a warm standby).",
+)
 @health_options(NORMALIZE_HTTP_PORT, "A --once run")
 def streams_normalize(
     registry_file: Path | None,
@@ -96,6 +102,7 @@ def streams_normalize(
     max_offsets_per_trigger: int | None,
     accept_lost_raw: bool,
     after_handover: str,
+    standby: bool,
     http_host: str,
     http_port: int | None,
     no_http: bool,
@@ -103,7 +110,8 @@ def streams_normalize(
     """Normalise raw Debezium topics into the compacted logical topics of the registry.
 
     Started beside a running normaliser of the same checkpoint, it starts Spark, then
-    takes over from it: the other stops, and no record is missing or written twice.
+    takes over from it: the other stops, and no record is missing or written twice. With
+    --standby it waits instead, ready to take over within seconds when the other crashes.
 
     Exit 0 when stopped (SIGTERM/SIGINT) or, with --once, caught up; 1 when the stream
     failed (raw records deleted before they were read included: the line says how to
@@ -141,6 +149,7 @@ def streams_normalize(
             defined_at=None if watch is None else watch.defined_at,
             jit_by_backlog=True,  # this process ends with the run
             after_handover=after_handover,
+            standby=standby,
         )
     except HealthAddressTaken as exc:
         _stop(

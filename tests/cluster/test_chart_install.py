@@ -117,12 +117,13 @@ def test_the_chart_installs_on_a_real_api_server_and_a_registry_change_upgrades_
 
     changed = _values(_registry_changed(tmp_path), tmp_path / "values-registry-changed.yaml")
     args = ["campus", str(CHART), "--namespace", namespace, "-f", str(changed), "-f", str(mine)]
-    done = _helm(helm, kubernetes, "upgrade", *args, "--no-hooks")
+    done = _helm(helm, kubernetes, "upgrade", *args, "--set", "normalizer.standby=true", "--no-hooks")
     assert done.returncode == 0, done.stderr
     after = _docs(_helm(helm, kubernetes, "get", "manifest", "campus", "-n", namespace).stdout)
     stored = _stored(kube, namespace, after)
     assert set(stored.values()) == {200}, {k: v for k, v in stored.items() if v != 200}
     assert "Deployment/campus-listener-badges" in stored
+    assert "Deployment/campus-normalizer-standby" in stored  # a warm standby added by the upgrade
     gone = kube.get("apps/v1", "Deployment", namespace, "campus-listener-adsi")
     assert gone.status_code == 404, "the removed listener's Deployment is still there"
     gone = kube.get("kafka.strimzi.io/v1", "KafkaUser", namespace, "mcq-listener-adsi")

@@ -384,6 +384,36 @@ def test_the_normaliser_is_one_pod_a_rolling_update_hands_over_on_a_kept_checkpo
     assert "affinity" not in shared["spec"]["template"]["spec"]  # any node
 
 
+def test_a_standby_is_a_second_deployment_beside_the_normaliser_on_its_checkpoint(render: Render) -> None:
+    docs = render(sets=("normalizer.standby=true",))
+    normalizer = _normalizer(docs)
+    [standby] = [
+        d
+        for d in _of(docs, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "normalizer-standby"
+    ]
+    kubernetes_validate.validate(standby, K8S_VERSION, strict=True)
+    assert standby["metadata"]["name"] == f"{normalizer['metadata']['name']}-standby"
+    assert not pod_labels(standby).items() <= pod_labels(normalizer).items()  # neither selects the other's pods
+    assert not standby["spec"]["selector"]["matchLabels"].items() <= pod_labels(normalizer).items()
+    args = standby["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["streams", "normalize"] and args[-1] == "--standby" and "--after-handover" not in args
+    assert normalizer["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--after-handover", "idle"]
+    volumes = [
+        v["persistentVolumeClaim"] for v in standby["spec"]["template"]["spec"]["volumes"] if v["name"] == "checkpoint"
+    ]
+    [claim] = _of(docs, "PersistentVolumeClaim")
+    assert volumes == [{"claimName": claim["metadata"]["name"]}]  # the one checkpoint
+    # a ReadWriteOnce checkpoint: on the normaliser's node
+    [term] = standby["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["labelSelector"]["matchLabels"].items() <= pod_labels(normalizer).items()
+    assert len([d for d in _of(render(), "Deployment") if "standby" in d["metadata"]["name"]]) == 0  # off by default
+    micro = render(sets=("normalizer.standby=true", "normalizer.mode=microbatch"))
+    assert not [d for d in _of(micro, "Deployment") if "standby" in d["metadata"]["name"]]  # real time only
+
+
 def test_a_recreate_update_stops_the_old_normaliser_pod_first(render: Render) -> None:
     deployment = _normalizer(render(sets=("normalizer.update=recreate",)))
     assert deployment["spec"]["strategy"]["type"] == "Recreate"

@@ -72,6 +72,101 @@ def _records(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[
         consumer.close()
 
 
+class _Load:
+    """Telephone numbers changed 20 times a second by one writer (its order per key is the
+    commit order), each to a value never used before: ``written``, per key, in order."""
+
+    def __init__(self, world: Captured, settings: Settings) -> None:
+        self.dsn, self.schema = settings.source.dsn(), world.schema
+        with psycopg.connect(self.dsn) as conn:
+            self.keys = conn.execute(
+                f"SELECT person_id, tele_type FROM {self.schema}.directory_telephone ORDER BY 1, 2"
+            ).fetchall()
+        self.written: dict[tuple[int, str], list[str]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.tag = f"H{uuid.uuid4().hex[:4]}-"  # the raw topics are the module's world's: another test's values too
+
+    def _run(self) -> None:
+        numbers = itertools.count(1)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stopped.is_set():
+                person, kind = random.choice(self.keys)
+                number = f"{self.tag}{next(numbers):08d}"
+                conn.execute(
+                    f"UPDATE {self.schema}.directory_telephone SET phone_number = %s "
+                    "WHERE person_id = %s AND tele_type = %s",
+                    (number, person, kind),
+                )
+                self.written.setdefault((person, kind), []).append(number)
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(10)
+
+
+def _arrived(
+    settings: Settings, registry_yaml: str, prefix: str, tag: str
+) -> dict[tuple[int, str], list[tuple[str, bytes]]]:
+    """Per telephone key, the load's values (``tag``...) in the logical topic, each with its position, in order."""
+    registry = parse_registry(registry_yaml, "campus.yaml")
+    phones = next(f for f in plan_normalize(registry, prefix).feeds if f.ref == "PERSON/Telephone")
+    seen: dict[tuple[int, str], list[tuple[str, bytes]]] = {}
+    for key, value, position in _records(settings, phones.topic):
+        if (key["tname"], key["subtype"]) != (phones.tname, phones.subtype):
+            continue
+        assert value is not None and value["after"] is not None
+        if str(value["after"]["phone_number"]).startswith(tag):
+            where = (int(value["after"]["person_id"]), value["after"]["tele_type"])
+            seen.setdefault(where, []).append((value["after"]["phone_number"], position))
+    return seen
+
+
+def _wrong(written: dict[tuple[int, str], list[str]], seen: dict[tuple[int, str], list[tuple[str, bytes]]]) -> Any:
+    """Per key, what differs between the values the source was given and those that
+    arrived (missing, twice, unknown, out of order), and any source position twice."""
+    values = {key: [v for v, _ in got] for key, got in seen.items()}
+    wrong: dict[Any, Any] = {
+        key: {
+            "missing": [n for n in numbers if n not in values.get(key, [])],
+            "twice": sorted({n for n in values.get(key, []) if values[key].count(n) > 1}),
+            "unknown": [n for n in values.get(key, []) if n not in numbers],
+        }
+        for key, numbers in written.items()
+        if values.get(key) != numbers
+    }
+    for key, got in seen.items():
+        positions = [p for _, p in got]
+        if len(positions) != len(set(positions)):
+            wrong[(key, "positions")] = got
+    return wrong
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("w") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _logged(log: Path, text: str) -> Callable[[], None]:
+    def check() -> None:
+        assert text in log.read_text(), log.read_text()[-3000:]
+
+    return check
+
+
+def _normaliser(tmp_path: Path, settings: Settings, world: Captured) -> tuple[Settings, list[str], dict[str, str]]:
+    """A topic prefix of its own with the campus registry stored, and the command and
+    environment of a real-time ``mcq streams normalize`` of one checkpoint."""
+    prefix = f"th{uuid.uuid4().hex[:8]}"
+    wsettings = settings.model_copy(update={"topic_prefix": prefix})
+    RegistryStore(wsettings).apply(parse_registry(world.registry_yaml, "campus.yaml"))
+    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
+               "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
+    return wsettings, command, {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
+
+
 @pytest.mark.long  # two normalisers, one after the other, under load: minutes, in make long
 @pytest.mark.extended(minutes=9)  # about 6 minutes on two cores: CI runs it when its time budget allows
 @pytest.mark.timeout(1500)  # its own deadlines add up to 1,200 s
@@ -82,92 +177,75 @@ def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no
     a second `mcq streams normalize` of the same checkpoint starts and takes over. Per
     key, the logical topic holds every value the source was given, once, in commit order,
     and no source position twice; the first normaliser ends with exit 0."""
-    s = world.schema
-    prefix = f"th{uuid.uuid4().hex[:8]}"
-    wsettings = settings.model_copy(update={"topic_prefix": prefix})
-    registry = parse_registry(world.registry_yaml, "campus.yaml")
-    RegistryStore(wsettings).apply(registry)
-    phones = next(f for f in plan_normalize(registry, prefix).feeds if f.ref == "PERSON/Telephone")
-    command = [sys.executable, "-m", "mcq.cli", "streams", "normalize", "--http-port", "0",
-               "--checkpoint", str(tmp_path / "checkpoint"), "--checkpoint-interval", "10 seconds"]  # fmt: skip
-    env = {**os.environ, "MCQ_TOPIC_PREFIX": prefix}
-    with psycopg.connect(wsettings.source.dsn()) as conn:
-        keys = conn.execute(f"SELECT person_id, tele_type FROM {s}.directory_telephone ORDER BY 1, 2").fetchall()
-    written: dict[tuple[int, str], list[str]] = {}
-    stop_load = threading.Event()
-
-    def load() -> None:  # one writer: its order per key is the commit order
-        numbers = itertools.count(1)
-        with psycopg.connect(wsettings.source.dsn(), autocommit=True) as conn:
-            while not stop_load.is_set():
-                person, kind = random.choice(keys)
-                number = f"H{next(numbers):08d}"
-                conn.execute(
-                    f"UPDATE {s}.directory_telephone SET phone_number = %s WHERE person_id = %s AND tele_type = %s",
-                    (number, person, kind),
-                )
-                written.setdefault((person, kind), []).append(number)
-                time.sleep(0.05)
-
+    wsettings, command, env = _normaliser(tmp_path, settings, world)
+    load = _Load(world, wsettings)
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     jobs: list[subprocess.Popen[bytes]] = []
-    loader = threading.Thread(target=load, daemon=True)
-
-    def logged(which: int, text: str) -> Callable[[], None]:
-        def check() -> None:
-            assert text in logs[which].read_text(), logs[which].read_text()[-3000:]
-
-        return check
-
     try:
-        for which in (0, 1):
-            with logs[which].open("w") as log:
-                jobs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True))  # fmt: skip
-            if which == 0:
-                until(time.monotonic() + 300, logged(0, "batch 0 of "))  # real time, its first batch ended
-                loader.start()
-                time.sleep(5)
-        until(time.monotonic() + 300, logged(1, "normalize: took over from "))
+        jobs.append(_start(command, env, logs[0]))
+        until(time.monotonic() + 300, _logged(logs[0], "batch 0 of "))  # real time, its first batch ended
+        load.thread.start()
+        time.sleep(5)
+        jobs.append(_start(command, env, logs[1]))
+        until(time.monotonic() + 300, _logged(logs[1], "normalize: took over from "))
         assert jobs[0].wait(120) == 0, logs[0].read_text()[-3000:]
         assert "normalize: handed over to " in logs[0].read_text()
         assert "what it wrote after its last checkpoint is not written again" in logs[1].read_text()
         time.sleep(10)  # the second one normalises the load for a while
-        stop_load.set()
-        loader.join(10)
+        load.stop()
 
         def arrived() -> None:
             assert jobs[1].poll() is None, logs[1].read_text()[-3000:]
-            records = [
-                (k, v, p)
-                for k, v, p in _records(wsettings, phones.topic)
-                if (k["tname"], k["subtype"]) == (phones.tname, phones.subtype)
-            ]
-            seen: dict[tuple[int, str], list[str]] = {}
-            positions: dict[tuple[int, str], list[bytes]] = {}
-            for _, value, position in records:
-                assert value is not None and value["after"] is not None
-                key = (int(value["after"]["person_id"]), value["after"]["tele_type"])
-                positions.setdefault(key, []).append(position)
-                if str(value["after"]["phone_number"]).startswith("H"):
-                    seen.setdefault(key, []).append(value["after"]["phone_number"])
-            wrong = {
-                key: {
-                    "missing": [n for n in values if n not in seen.get(key, [])],
-                    "twice": sorted({n for n in seen.get(key, []) if seen[key].count(n) > 1}),
-                    "unknown": [n for n in seen.get(key, []) if n not in values],
-                }
-                for key, values in written.items()
-                if seen.get(key) != values
-            }
+            wrong = _wrong(load.written, _arrived(wsettings, world.registry_yaml, wsettings.topic_prefix, load.tag))
             assert not wrong, wrong  # no gap, no duplicate, in commit order
-            for key, held in positions.items():
-                assert len(held) == len(set(held)), (key, held)
 
         until(time.monotonic() + 180, arrived)
-        assert sum(len(v) for v in written.values()) > 200
+        assert sum(len(v) for v in load.written.values()) > 200
     finally:
-        stop_load.set()
+        load.stop()
+        for job in jobs:
+            if job.poll() is None:
+                job.send_signal(signal.SIGTERM)
+                job.wait(60)
+
+
+@pytest.mark.long  # two normalisers beside each other, under load, one killed: minutes, in make long
+@pytest.mark.extended(minutes=9)
+@pytest.mark.timeout(1500)  # its own deadlines add up to 1,200 s
+def test_a_standby_takes_over_from_a_killed_normaliser_with_no_gap_and_no_duplicate(
+    world: Captured, settings: Settings, tmp_path: Path
+) -> None:
+    """A standby (`--standby`) waits beside a running normaliser while telephone numbers
+    change 20 times a second; the running one is killed (SIGKILL), its producer's last
+    records lost with it. The standby takes over: per key, the logical topic holds every
+    value the source was given, once, in commit order, and no source position twice."""
+    wsettings, command, env = _normaliser(tmp_path, settings, world)
+    load = _Load(world, wsettings)
+    logs = [tmp_path / "running.log", tmp_path / "standby.log"]
+    jobs: list[subprocess.Popen[bytes]] = []
+    try:
+        jobs.append(_start(command, env, logs[0]))
+        until(time.monotonic() + 300, _logged(logs[0], "batch 0 of "))
+        load.thread.start()
+        jobs.append(_start([*command, "--standby"], env, logs[1]))
+        until(time.monotonic() + 300, _logged(logs[1], "held at the gate"))
+        assert "normalize: standing by for " in logs[1].read_text()
+        time.sleep(5)
+        os.killpg(jobs[0].pid, signal.SIGKILL)
+        jobs[0].wait(30)
+        until(time.monotonic() + 120, _logged(logs[1], "is gone: took over"))
+        time.sleep(10)  # the standby normalises the load for a while
+        load.stop()
+
+        def arrived() -> None:
+            assert jobs[1].poll() is None, logs[1].read_text()[-3000:]
+            wrong = _wrong(load.written, _arrived(wsettings, world.registry_yaml, wsettings.topic_prefix, load.tag))
+            assert not wrong, wrong  # no gap, no duplicate, in commit order
+
+        until(time.monotonic() + 180, arrived)
+        assert sum(len(v) for v in load.written.values()) > 200
+    finally:
+        load.stop()
         for job in jobs:
             if job.poll() is None:
                 job.send_signal(signal.SIGTERM)

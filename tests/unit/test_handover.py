@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 from streams.checkpoint import realtime_dir
-from streams.handover_gate import fence_lines
+from streams.handover_gate import fence_lines, landed_lines
 from streams.handover_lease import (
     LEASE_S,
     Lease,
     answer,
     ask,
     asked,
+    claim,
     copy_checkpoint,
     holder,
     make_current,
@@ -79,6 +80,20 @@ def test_fences_are_one_line_per_raw_partition_and_topic_with_the_keys_at_the_hi
     assert lines == "raw.a\t0\tt.x\t41\t01ff,6b\nraw.a\t1\tt.x\t7\t\n"
 
 
+def test_after_a_crash_each_output_partition_is_fenced_at_its_own_highest_raw_offset() -> None:
+    """Per output partition what landed is a prefix of what was sent: raw offset 12, sent
+    to partition 0 after 10 landed there, may be lost while 15 landed in partition 1; a
+    partition with nothing of a raw partition has no fence (everything is written again)."""
+    lines = landed_lines(
+        {
+            ("raw.a", 0, "t.x"): {0: (10, frozenset({b"p"})), 1: (15, frozenset({b"q", b"r"}))},
+            ("raw.b", 0, "t.y"): {0: (3, frozenset({b"u"}))},
+        },
+        {"t.x": 3, "t.y": 1},
+    )
+    assert lines == "raw.a\t0\tt.x\t10\t70\t0\t3\nraw.a\t0\tt.x\t15\t71,72\t1\t3\nraw.b\t0\tt.y\t3\t75\t0\t1\n"
+
+
 def test_a_take_over_runs_on_a_copy_that_becomes_the_real_time_checkpoint(tmp_path: Path) -> None:
     query = tmp_path / "realtime" / "mcq.raw.x"
     (query / "commits").mkdir(parents=True)
@@ -114,3 +129,14 @@ def test_a_killed_process_not_yet_reaped_holds_no_lease(tmp_path: Path) -> None:
         assert holder(tmp_path, me) is None
     finally:
         child.wait()
+
+
+def test_of_two_standbys_only_one_claims_the_take_over_from_a_crashed_instance(tmp_path: Path) -> None:
+    first, second = new_instance(), new_instance()
+    old = {"id": "crashed"}
+    (tmp_path / "handover").mkdir()
+    assert claim(tmp_path, first, old)
+    assert not claim(tmp_path, second, old)
+    claimed = tmp_path / "handover" / "claim.crashed"
+    os.utime(claimed, (time.time() - 3600, time.time() - 3600))  # its claimer died before holding the lease
+    assert claim(tmp_path, second, old)

@@ -10,6 +10,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.utils.Utils;
 
 /**
  * The hand-over gate of a normaliser that takes over from a running one
@@ -19,6 +20,12 @@ import org.apache.kafka.clients.producer.RecordMetadata;
  * Spark SQL's {@code java_method} in the tasks, which share the driver's JVM under a
  * local master (the only one the gate serves). Open until closed: a query of a run that
  * never takes over passes every record at once.
+ *
+ * <p>After a crash the fences are per output partition as well (what landed of what a
+ * producer sent is a prefix per partition, not per topic): a record's partition is the
+ * one Kafka's producer chose for its key (murmur2 of the key, as the built-in
+ * partitioner does), so a record the crashed instance lost is written again even when a
+ * later one of another partition landed.
  *
  * <p>The instance that hands over closes its gate for good ({@link #close}) and waits
  * until Kafka acknowledged every record that passed it ({@link #awaitSent}: {@link Sent},
@@ -32,6 +39,8 @@ public final class HandOverGate {
     private static Map<String, Long> offsets = Map.of();
     /** The same key -> the keys (hex) it wrote at that offset. */
     private static Map<String, Set<String>> keysAt = Map.of();
+    /** Output topic -> its partitions, for a topic fenced per partition (after a crash). */
+    private static Map<String, Integer> partitionsOf = Map.of();
     /** Records that passed the gate and were not yet acknowledged by Kafka. */
     private static final AtomicLong PASSING = new AtomicLong();
     /** Records whose write failed (an acknowledgement with an error). */
@@ -65,26 +74,34 @@ public final class HandOverGate {
             open = false;
             offsets = Map.of();
             keysAt = Map.of();
+            partitionsOf = Map.of();
         }
     }
 
     /**
      * Let the records through, less the fenced ones. {@code fences}: one line per raw
      * partition and output topic, tab-separated: raw topic, partition, output topic,
-     * highest raw offset written, the keys written at it (hex, comma-separated).
+     * highest raw offset written, the keys written at it (hex, comma-separated); after a
+     * crash two more: the output partition and the topic's partitions (the fence is that
+     * partition's alone).
      */
     public static void open(String fences) {
         Map<String, Long> newOffsets = new HashMap<>();
         Map<String, Set<String>> newKeys = new HashMap<>();
+        Map<String, Integer> newPartitions = new HashMap<>();
         for (String line : fences.split("\n")) {
             if (line.isEmpty()) {
                 continue;
             }
             String[] f = line.split("\t", -1);
-            if (f.length != 5) {
-                throw new IllegalArgumentException("a fence line has 5 fields: " + line);
+            if (f.length != 5 && f.length != 7) {
+                throw new IllegalArgumentException("a fence line has 5 or 7 fields: " + line);
             }
             String at = f[0] + '\0' + f[1] + '\0' + f[2];
+            if (f.length == 7) {
+                newPartitions.put(f[2], Integer.parseInt(f[6]));
+                at = at + '\0' + f[5];
+            }
             newOffsets.put(at, Long.parseLong(f[3]));
             Set<String> keys = new HashSet<>();
             for (String key : f[4].split(",")) {
@@ -93,12 +110,15 @@ public final class HandOverGate {
                 }
             }
             newKeys.put(at, keys);
-            Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
-            PASSED.merge(at, fence, (mine, theirs) -> mine.offset() >= theirs.offset() ? mine : theirs);
+            if (f.length == 5) { // all up to it is written: the next hand-over's fences start there
+                Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
+                PASSED.merge(at, fence, (mine, theirs) -> mine.offset() >= theirs.offset() ? mine : theirs);
+            }
         }
         synchronized (LOCK) {
             offsets = newOffsets;
             keysAt = newKeys;
+            partitionsOf = newPartitions;
             open = true;
             LOCK.notifyAll();
         }
@@ -131,19 +151,30 @@ public final class HandOverGate {
             }
         }
         String at = rawTopic + '\0' + partition + '\0' + topic;
-        Long fence = offsets.get(at);
+        String fencedAt = at;
+        Integer partitions = partitionsOf.get(topic);
+        if (partitions != null) {
+            fencedAt = at + '\0' + partitionOf(hexKey, partitions);
+        }
+        Long fence = offsets.get(fencedAt);
         boolean written = fence != null && offset <= fence;
         if (written && offset == fence) {
-            Set<String> keys = keysAt.get(at);
+            Set<String> keys = keysAt.get(fencedAt);
             written = keys != null && hexKey != null && keys.contains(hexKey.toLowerCase());
         }
         if (written) {
             PASSING.decrementAndGet(); // not sent: dropped here
-        } else {
-            String key = hexKey == null ? "" : hexKey.toLowerCase();
-            PASSED.compute(at, (k, f) -> f == null ? new Fence(offset, Set.of(key)) : f.raise(offset, key));
         }
+        // in raw order: what passed or was dropped as written is in Kafka up to here
+        String key = hexKey == null ? "" : hexKey.toLowerCase();
+        PASSED.compute(at, (k, f) -> f == null ? new Fence(offset, Set.of(key)) : f.raise(offset, key));
         return written;
+    }
+
+    /** The partition Kafka's built-in partitioner gives a record with this key (hex). */
+    public static int partitionOf(String hexKey, int partitions) {
+        byte[] key = java.util.HexFormat.of().parseHex(hexKey == null ? "" : hexKey);
+        return Utils.toPositive(Utils.murmur2(key)) % partitions;
     }
 
     /**
