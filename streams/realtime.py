@@ -320,3 +320,15 @@ def batch_line(progress: dict[str, Any], interval: str) -> str:
         f"batch {progress.get('batchId')} of {raw}: in {progress.get('numInputRows', 0)}, out {out} "
         f"(real time, checkpoint every {interval}), {seconds:.1f} s, planning {planning:.1f} s"
     )
+
+
+def realtime_session(spark: SparkSession, listener: Any, job: NormalizeJob, part: NormalizePlan) -> Any:
+    """The real-time queries' session: they read Kafka through the V2 source, which
+    Real-Time Mode needs (streams/session.py keeps micro-batch queries on V1)."""
+    fresh = spark.newSession()
+    fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
+    fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
+    fresh.streams.addListener(listener)  # before the queries start: their start is news too
+    for topic in ensure_raw_topics(job.settings, part.raw_topics):
+        log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
+    return fresh

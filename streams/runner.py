@@ -26,7 +26,7 @@ from mcq.registry.model import Registry
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
-from streams.handover import HandOver
+from streams.handover import REHOLD_S, HandOver
 from streams.handover_gate import await_tasks, can_gate, flush_producers
 from streams.metrics import NormalizeMetrics
 from streams.notices import fresh_start_line, lag_line, lost_raw_line, query_message
@@ -35,7 +35,6 @@ from streams.reshape import ORDERED_QUERY, LiveQueries, apply_in_place
 from streams.stopping import StopRequest
 
 if TYPE_CHECKING:
-    from streams.plan import NormalizePlan
     from streams.registry_watch import PlanChange
 
 from streams.normalize import NormalizeJob
@@ -76,6 +75,7 @@ def run_normalize(
     jit_by_backlog: bool = False,
     after_handover: str = "exit",
     standby: bool = False,
+    standby_refresh_s: float = REHOLD_S,
 ) -> NormalizeJob:
     """Run the normaliser: until caught up (``once``, always micro-batches), or until
     stopped (SIGINT, SIGTERM) in ``mode``: ``realtime`` (Spark's Real-Time Mode, a
@@ -100,7 +100,8 @@ def run_normalize(
     (``streams/handover.py``); one asked to hand over ends then (``after_handover``
     ``exit``), or stays up, not ready, until stopped (``idle``: a pod of a rolling update).
     ``standby``: started beside another, wait for it to crash or stop instead of asking;
-    once it handed over (asked by another), it stands by again.
+    once it handed over (asked by another), it stands by again; its held queries start on a
+    fresh copy of the checkpoint every ``standby_refresh_s``.
     Returns the job last run."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
@@ -127,7 +128,11 @@ def run_normalize(
 
     with stopping.on_signals(), _following(follower, once):
         job.prepare()
-        handover = None if once else HandOver(job.checkpoint, idle=after_handover == "idle", standby=standby)
+        handover = (
+            None
+            if once
+            else HandOver(job.checkpoint, idle=after_handover == "idle", standby=standby, rehold_s=standby_refresh_s)
+        )
         if handover is None or handover.taking_over is None:  # else: once the other has stopped
             _clear_torn(job.checkpoint)
         run_mode = "realtime" if mode == "realtime" and not once else "microbatch"
@@ -340,7 +345,7 @@ def _run_queries(
         held: list[Any] = []  # real-time queries started before a take-over, held at its gate
         rehold: Callable[[], None] | None = None
         if handover is not None and handover.taking_over is not None and gate and interval:
-            fresh = _realtime_session(spark, listener, job, realtime_part)
+            fresh = rt.realtime_session(spark, listener, job, realtime_part)
 
             def hold() -> None:  # start the real-time queries on a copy of the checkpoint, held at the gate
                 begun = time.monotonic()
@@ -389,7 +394,7 @@ def _run_queries(
                 )
                 queries.append(ordered.start(spark, once=False, trigger=trigger))
         if interval and not held:
-            fresh = _realtime_session(spark, listener, job, realtime_part)
+            fresh = rt.realtime_session(spark, listener, job, realtime_part)
             catching: list[Any] = []
             begun = time.monotonic()
             offsets = catch_up(job, realtime_part, spark, stopping, catch_up_above, catching.append)
@@ -483,17 +488,3 @@ def _run_queries(
                 fresh.streams.removeListener(listener)
             spark.stop()
     return replan, job
-
-
-def _realtime_session(spark: Any, listener: Any, job: NormalizeJob, part: NormalizePlan) -> Any:
-    """The real-time queries' session: they read Kafka through the V2 source, which
-    Real-Time Mode needs (streams/session.py keeps micro-batch queries on V1)."""
-    from streams import realtime as rt
-
-    fresh = spark.newSession()
-    fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
-    fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
-    fresh.streams.addListener(listener)  # before the queries start: their start is news too
-    for topic in rt.ensure_raw_topics(job.settings, part.raw_topics):
-        log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
-    return fresh

@@ -89,6 +89,13 @@ def streams() -> None:
     help="Started beside a running normaliser of this checkpoint: do not ask it to hand over; start Spark and "
     "the real-time queries held at the gate, and take over when it crashes or stops (a warm standby).",
 )
+@click.option(
+    "--standby-refresh",
+    default="5 minutes",
+    show_default=True,
+    help="With --standby: start the held queries again on a fresh copy of the checkpoint this often, so that "
+    "a take-over reads again at most about this much.",
+)
 @health_options(NORMALIZE_HTTP_PORT, "A --once run")
 def streams_normalize(
     registry_file: Path | None,
@@ -103,6 +110,7 @@ def streams_normalize(
     accept_lost_raw: bool,
     after_handover: str,
     standby: bool,
+    standby_refresh: str,
     http_host: str,
     http_port: int | None,
     no_http: bool,
@@ -124,6 +132,10 @@ def streams_normalize(
         interval_ms(checkpoint_interval)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--checkpoint-interval") from None
+    try:
+        refresh_s = interval_ms(standby_refresh) / 1000
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--standby-refresh") from None
     settings = _settings().for_normaliser()
     port = _health_port(http_port, no_http, once, NORMALIZE_HTTP_PORT)
     _check_login("mcq streams normalize", settings)
@@ -150,6 +162,7 @@ def streams_normalize(
             jit_by_backlog=True,  # this process ends with the run
             after_handover=after_handover,
             standby=standby,
+            standby_refresh_s=refresh_s,
         )
     except HealthAddressTaken as exc:
         _stop(

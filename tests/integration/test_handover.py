@@ -216,9 +216,10 @@ def test_a_standby_takes_over_from_a_killed_normaliser_with_no_gap_and_no_duplic
     world: Captured, settings: Settings, tmp_path: Path
 ) -> None:
     """A standby (`--standby`) waits beside a running normaliser while telephone numbers
-    change 20 times a second; the running one is killed (SIGKILL), its producer's last
-    records lost with it. The standby takes over: per key, the logical topic holds every
-    value the source was given, once, in commit order, and no source position twice."""
+    change 20 times a second, and starts its held queries again on a fresh copy of the
+    checkpoint; the running one is killed (SIGKILL), its producer's last records lost with
+    it. The standby takes over: per key, the logical topic holds every value the source
+    was given, once, in commit order, and no source position twice."""
     wsettings, command, env = _normaliser(tmp_path, settings, world)
     load = _Load(world, wsettings)
     logs = [tmp_path / "running.log", tmp_path / "standby.log"]
@@ -227,10 +228,14 @@ def test_a_standby_takes_over_from_a_killed_normaliser_with_no_gap_and_no_duplic
         jobs.append(_start(command, env, logs[0]))
         until(time.monotonic() + 300, _logged(logs[0], "batch 0 of "))
         load.thread.start()
-        jobs.append(_start([*command, "--standby"], env, logs[1]))
-        until(time.monotonic() + 300, _logged(logs[1], "held at the gate"))
-        assert "normalize: standing by for " in logs[1].read_text()
-        time.sleep(5)
+        jobs.append(_start([*command, "--standby", "--standby-refresh", "15 seconds"], env, logs[1]))
+        until(time.monotonic() + 300, _logged(logs[1], "normalize: standing by for "))
+
+        def held_again() -> None:  # its held queries started again on a fresh copy of the checkpoint
+            assert logs[1].read_text().count("held at the gate") >= 2, logs[1].read_text()[-3000:]
+
+        until(time.monotonic() + 180, held_again)
+        time.sleep(3)
         os.killpg(jobs[0].pid, signal.SIGKILL)
         jobs[0].wait(30)
         until(time.monotonic() + 120, _logged(logs[1], "is gone: took over"))
