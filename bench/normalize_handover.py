@@ -10,7 +10,8 @@ checkpoint starts beside it (a phase of its own: two JVMs share the cores): it s
 Spark and its queries, held, then asks the first to hand over (``streams/handover.py``).
 The hand-over begins at that ask. Then a third starts beside the second
 as a standby (``--standby``: its queries held at the gate, it does not ask), and once it
-stands by the second is killed (SIGKILL): the crash with a warm standby, which takes over
+stands by and the second has caught up with what the standby's start held back, the
+second is killed (SIGKILL): the crash with a warm standby, which takes over
 when it sees the process gone. Last, that one is killed and, 2 s later, a fourth starts
 from the checkpoint: the crash with a cold start.
 
@@ -58,6 +59,16 @@ def _when(path: Path, text: str, job: subprocess.Popen[bytes], deadline_s: float
     return time.time()
 
 
+def _caught_up(load: PhoneLoad, deadline_s: float) -> None:
+    """Wait until every update committed 2 s ago or earlier has arrived."""
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        before = time.time() - 2
+        if all(n in load.arrived for n, t in list(load.committed.items()) if t <= before):
+            return
+        time.sleep(0.5)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=int, default=50, help="telephone updates per second, throughout")
@@ -101,6 +112,7 @@ def main() -> int:
             _when(logs[2], "normalize: standing by for ", jobs[2])
             _when(logs[2], "held at the gate", jobs[2])
             marks.append(("standing by", time.time()))
+            _caught_up(load, 180)  # what the standby's start on the same cores held back: a standby waits for hours
             time.sleep(args.seconds)
             jobs[1].kill()
             jobs[1].wait()  # gone, as a crashed pod's process is
