@@ -4,6 +4,7 @@ partition on its own, and finds a record's partition as Spark's Kafka sink does.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -35,9 +36,12 @@ def _partitions_written(settings: Settings, topic: str, partitions: int) -> dict
         consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
         found: dict[bytes, int] = {}
         pending = set(range(partitions))
+        deadline = time.monotonic() + 120
         while pending:
-            msg = consumer.poll(10)
-            assert msg is not None, f"{topic}: not read to its end"
+            assert time.monotonic() < deadline, f"{topic}: not read to its end in 120 s"
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
             err = msg.error()
             if err is not None:
                 assert err.code() == KafkaError._PARTITION_EOF, err
@@ -53,7 +57,7 @@ def test_the_gate_finds_the_partition_spark_s_kafka_sink_wrote_a_key_to(spark: A
     topic = f"test-gate-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(settings.kafka.client_config())
     next(iter(admin.create_topics([NewTopic(topic, num_partitions=5, replication_factor=1)]).values())).result()
-    keys = [os.urandom(1 + i % 23) for i in range(300)]  # Avro keys are bytes of any length
+    keys = [i.to_bytes(2, "big") + os.urandom(i % 23) for i in range(300)]  # distinct, of many lengths
     frame = spark.createDataFrame([(k, b"v") for k in keys], "key binary, value binary")
     frame.write.format("kafka").options(**settings.kafka.spark_options()).option("topic", topic).save()
     written = _partitions_written(settings, topic, 5)
