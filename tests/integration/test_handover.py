@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -28,6 +27,7 @@ from mcq.registry import parse_registry
 from mcq.registry.store import RegistryStore
 from mcq.stack import Stack
 from mcq.testing.worlds import Captured, captured_world
+from mcq.topics.read import read_to_end
 from streams.plan import plan_normalize
 from tests.support.waiting import until
 
@@ -43,33 +43,14 @@ def world(stack: Stack, settings: Settings) -> Iterator[Captured]:
 def _records(settings: Settings, topic: str) -> list[tuple[dict[str, Any], dict[str, Any] | None, bytes]]:
     """(key, value, position header) of every record of ``topic``, partition by partition in offset order."""
     des = AvroDeserializer(registry_client(settings))
-    consumer = Consumer(
-        {**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}", "enable.partition.eof": True}
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, -2) for p in parts])
-        pending = set(parts)
-        out: list[tuple[dict[str, Any], dict[str, Any] | None, bytes]] = []
-        deadline = time.monotonic() + 120
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                pending.discard(msg.partition() or 0)
-                continue
-            key = des(msg.key(), SerializationContext(topic, MessageField.KEY))
-            value = None if msg.value() is None else des(msg.value(), SerializationContext(topic, MessageField.VALUE))
-            position = dict(msg.headers() or [])[POSITION_HEADER]
-            assert isinstance(position, bytes), position
-            out.append((key, value, position))
-        assert not pending, f"{topic}: not read to its end"
-        return out
-    finally:
-        consumer.close()
+    out: list[tuple[dict[str, Any], dict[str, Any] | None, bytes]] = []
+    for msg in read_to_end(settings, topic, 120):
+        key = des(msg.key(), SerializationContext(topic, MessageField.KEY))
+        value = None if msg.value() is None else des(msg.value(), SerializationContext(topic, MessageField.VALUE))
+        position = dict(msg.headers() or [])[POSITION_HEADER]
+        assert isinstance(position, bytes), position
+        out.append((key, value, position))
+    return out
 
 
 class _Load:
@@ -144,6 +125,31 @@ def _wrong(written: dict[tuple[int, str], list[str]], seen: dict[tuple[int, str]
     return wrong
 
 
+def _every_value_once(
+    load: _Load, settings: Settings, world: Captured, job: subprocess.Popen[bytes], log: Path
+) -> None:
+    """After 10 s more of the load under ``job``, the one running: per key, the logical
+    topic holds every value the source was given, once, in commit order."""
+    time.sleep(10)  # it normalises the load for a while
+    load.stop()
+
+    def arrived() -> None:
+        assert job.poll() is None, log.read_text()[-3000:]
+        wrong = _wrong(load.written, _arrived(settings, world.registry_yaml, settings.topic_prefix, load.tag))
+        assert not wrong, wrong  # no gap, no duplicate, in commit order
+
+    until(time.monotonic() + 180, arrived)
+    assert sum(len(v) for v in load.written.values()) > 200
+
+
+def _stop(load: _Load, jobs: list[subprocess.Popen[bytes]]) -> None:
+    load.stop()
+    for job in jobs:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(60)
+
+
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("w") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -191,22 +197,9 @@ def test_a_normaliser_started_beside_a_running_one_takes_over_with_no_gap_and_no
         assert jobs[0].wait(120) == 0, logs[0].read_text()[-3000:]
         assert "normalize: handed over to " in logs[0].read_text()
         assert "what it wrote after its last checkpoint is not written again" in logs[1].read_text()
-        time.sleep(10)  # the second one normalises the load for a while
-        load.stop()
-
-        def arrived() -> None:
-            assert jobs[1].poll() is None, logs[1].read_text()[-3000:]
-            wrong = _wrong(load.written, _arrived(wsettings, world.registry_yaml, wsettings.topic_prefix, load.tag))
-            assert not wrong, wrong  # no gap, no duplicate, in commit order
-
-        until(time.monotonic() + 180, arrived)
-        assert sum(len(v) for v in load.written.values()) > 200
+        _every_value_once(load, wsettings, world, jobs[1], logs[1])
     finally:
-        load.stop()
-        for job in jobs:
-            if job.poll() is None:
-                job.send_signal(signal.SIGTERM)
-                job.wait(60)
+        _stop(load, jobs)
 
 
 @pytest.mark.long  # two normalisers beside each other, under load, one killed: minutes, in make long
@@ -239,19 +232,6 @@ def test_a_standby_takes_over_from_a_killed_normaliser_with_no_gap_and_no_duplic
         os.killpg(jobs[0].pid, signal.SIGKILL)
         jobs[0].wait(30)
         until(time.monotonic() + 120, _logged(logs[1], "is gone: took over"))
-        time.sleep(10)  # the standby normalises the load for a while
-        load.stop()
-
-        def arrived() -> None:
-            assert jobs[1].poll() is None, logs[1].read_text()[-3000:]
-            wrong = _wrong(load.written, _arrived(wsettings, world.registry_yaml, wsettings.topic_prefix, load.tag))
-            assert not wrong, wrong  # no gap, no duplicate, in commit order
-
-        until(time.monotonic() + 180, arrived)
-        assert sum(len(v) for v in load.written.values()) > 200
+        _every_value_once(load, wsettings, world, jobs[1], logs[1])
     finally:
-        load.stop()
-        for job in jobs:
-            if job.poll() is None:
-                job.send_signal(signal.SIGTERM)
-                job.wait(60)
+        _stop(load, jobs)

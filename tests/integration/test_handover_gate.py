@@ -4,17 +4,16 @@ partition on its own, and finds a record's partition as Spark's Kafka sink does.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from mcq.config import Settings
 from mcq.stack import Stack
+from mcq.topics.read import read_to_end
 from streams.handover_gate import gate_of, landed_lines
 from streams.session import spark_session
 
@@ -28,31 +27,6 @@ def spark(stack: Stack, settings: Settings) -> Iterator[Any]:
     gate_of(session).open("")  # as a run that never takes over finds it
 
 
-def _partitions_written(settings: Settings, topic: str, partitions: int) -> dict[bytes, int]:
-    consumer = Consumer(
-        {**settings.kafka.client_config(), "group.id": f"test-{uuid.uuid4().hex}", "enable.partition.eof": True}
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
-        found: dict[bytes, int] = {}
-        pending = set(range(partitions))
-        deadline = time.monotonic() + 120
-        while pending:
-            assert time.monotonic() < deadline, f"{topic}: not read to its end in 120 s"
-            msg = consumer.poll(1)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                pending.discard(msg.partition() or 0)
-                continue
-            found[msg.key() or b""] = msg.partition() or 0
-        return found
-    finally:
-        consumer.close()
-
-
 def test_the_gate_finds_the_partition_spark_s_kafka_sink_wrote_a_key_to(spark: Any, settings: Settings) -> None:
     topic = f"test-gate-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(settings.kafka.client_config())
@@ -60,7 +34,7 @@ def test_the_gate_finds_the_partition_spark_s_kafka_sink_wrote_a_key_to(spark: A
     keys = [i.to_bytes(2, "big") + os.urandom(i % 23) for i in range(300)]  # distinct, of many lengths
     frame = spark.createDataFrame([(k, b"v") for k in keys], "key binary, value binary")
     frame.write.format("kafka").options(**settings.kafka.spark_options()).option("topic", topic).save()
-    written = _partitions_written(settings, topic, 5)
+    written = {m.key() or b"": m.partition() or 0 for m in read_to_end(settings, topic, 120)}
     assert len(written) == len(keys)
     gate = gate_of(spark)
     assert {k: int(gate.partitionOf(k.hex().upper(), 5)) for k in keys} == written
