@@ -131,10 +131,14 @@ class HandOver:
         if self.taking_over is not None:
             log.info(f"normalize: handed over; standing by again for {self.who(self.taking_over)}")
 
-    def stand_by(self, stopped: Callable[[], bool], rehold: Callable[[], None] | None = None) -> None:
+    def stand_by(
+        self, stopped: Callable[[], bool], rehold: Callable[[], None] | None = None,
+        waiting: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         """Wait until no other instance holds the lease (``taking_over`` crashed or
         stopped); every ``rehold_s`` meanwhile, ``rehold`` starts the held queries again on
-        a fresh copy (``hold``)."""
+        a fresh copy (``hold``). ``waiting``: called at every look (the liveness a health
+        endpoint reports: a standby waits for hours)."""
         old = self.taking_over
         assert old is not None
         log.info(
@@ -142,6 +146,8 @@ class HandOver:
             f"lease goes (a crash, a stop)"
         )
         while not stopped():
+            if waiting is not None:
+                waiting()
             now = holder(self.checkpoint, self.me)
             if now is None and claim(self.checkpoint, self.me, old):
                 break
@@ -164,20 +170,21 @@ class HandOver:
     def take_over(
         self, settings: Settings, topics: list[str], stopped: Callable[[], bool],
         spark: SparkSession | None = None, rehold: Callable[[], None] | None = None,
+        waiting: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         """Ask the running instance to hand over, wait for its answer and hold the lease.
         ``spark``: the queries started from ``hold``'s copy wait at the gate, which opens
         with the fences of what the old instance wrote (``topics``: every topic they
         write). Without: nothing runs on the checkpoint yet. A ``standby`` does not ask:
         it waits for the lease to go (``stand_by``; ``rehold``: start the held queries
-        again on a fresh copy)."""
+        again on a fresh copy; ``waiting``: called as it waits)."""
         old = self.taking_over
         if old is None:
             self.lease.hold()
             return
         began = time.monotonic()
         if self.standby:
-            self.stand_by(stopped, rehold)
+            self.stand_by(stopped, rehold, waiting)
             old = self.taking_over or old
             began = time.monotonic()
             done = None

@@ -367,7 +367,10 @@ def _run_queries(
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
             written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
-            handover.take_over(job.settings, written, lambda: stopping.requested, spark if held else None, rehold)
+            handover.take_over(
+                job.settings, written, lambda: stopping.requested, spark if held else None, rehold,
+                waiting=lambda: ticked.__setitem__(0, time.monotonic()),  # live while it stands by
+            )  # fmt: skip
             if stopping.requested:
                 return None, job
             if took and not held:

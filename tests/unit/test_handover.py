@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from streams.checkpoint import realtime_dir
+from streams.handover import HandOver
 from streams.handover_gate import fence_lines, landed_lines
 from streams.handover_lease import (
     LEASE_S,
@@ -140,3 +141,22 @@ def test_of_two_standbys_only_one_claims_the_take_over_from_a_crashed_instance(t
     claimed = tmp_path / "handover" / "claim.crashed"
     os.utime(claimed, (time.time() - 3600, time.time() - 3600))  # its claimer died before holding the lease
     assert claim(tmp_path, second, old)
+
+
+def test_a_standby_reports_itself_alive_while_it_waits_and_re_holds_on_time(tmp_path: Path) -> None:
+    _owner(tmp_path, id="running", pid=os.getppid(), host=new_instance()["host"], beat=time.time())
+    standby = HandOver(tmp_path, standby=True, rehold_s=0.1)
+    assert standby.taking_over is not None and standby.taking_over["id"] == "running"
+    looks: list[float] = []
+    reholds: list[float] = []
+
+    def rehold() -> None:
+        reholds.append(time.monotonic())
+        standby.held_at = time.monotonic()
+
+    until = time.monotonic() + 5
+    standby.stand_by(
+        lambda: len(looks) >= 12 or time.monotonic() > until, rehold, waiting=lambda: looks.append(time.monotonic())
+    )
+    assert len(looks) == 12  # a health endpoint's liveness, every look (ASK_POLL_S)
+    assert reholds  # 0.55 s of waiting, a re-hold every 0.1 s
