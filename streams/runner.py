@@ -301,6 +301,7 @@ def _run_queries(
         stopping.install()
     offered = wait_for_slots(spark, slots, SLOTS_WAIT_S) if interval else 0
     if interval and offered < slots:
+        silence_jvm_log(spark)  # an executor still fetching the jars logs its closed connection
         spark.stop()
         raise NormalizeError(
             f"real-time mode needs {slots} task slots (a long-lived task per raw topic partition), the Spark "
