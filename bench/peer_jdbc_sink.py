@@ -86,11 +86,11 @@ MIRROR2 = MIRROR.replace("Mirror", "Mirror2")
 MIRROR2_INTEREST = MIRROR_INTEREST.replace("Mirror", "Mirror2")
 
 
-def peer_config(settings: Settings, topic: str, table: str) -> dict[str, str]:
+def peer_config(settings: Settings, topic: str, table: str, tasks: int = 1) -> dict[str, str]:
     db = settings.vendor
     return {
         "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
-        "tasks.max": "1",
+        "tasks.max": str(tasks),
         "topics": topic,
         "connection.url": db.jdbc_url(),
         "connection.username": db.user,
@@ -166,6 +166,12 @@ def main() -> int:
     ap.add_argument("--bursts", type=int, default=5, help="transactions that each update every row, both warm")
     ap.add_argument("--drain-bursts", type=int, default=10,
                     help="such transactions committed while both consumers are stopped, then drained")  # fmt: skip
+    ap.add_argument(
+        "--raw-partitions",
+        type=int,
+        default=1,
+        help="partitions of the raw telephone topic (its feed's raw_partitions); the peer gets as many tasks",
+    )
     ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -179,7 +185,11 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[str] = []
     warm_rows: list[str] = []  # the warm-up's latencies, peer and mcq
-    with captured_world(settings, people=args.people) as world, ConnectClient(settings.connect) as connect:
+    parts = {"directory_telephone": args.raw_partitions} if args.raw_partitions > 1 else None
+    with (
+        captured_world(settings, people=args.people, raw_partitions=parts) as world,
+        ConnectClient(settings.connect) as connect,
+    ):
         s = world.schema
         raw = world.topic(f"{s}.directory_telephone")
         with psycopg.connect(settings.source.dsn()) as conn:
@@ -212,7 +222,7 @@ def main() -> int:
                 ]
             )
             started = time.monotonic()
-            connect.put(connector, peer_config(settings, raw, peer_table))
+            connect.put(connector, peer_config(settings, raw, peer_table, args.raw_partitions))
             peer_load = wait_loaded(settings, "peer", f"SELECT count(*) FROM {peer_table}", expected, started, 900)
             log = open(f"/tmp/{settings.topic_prefix}-mcq.log", "wb")  # noqa: SIM115
 
@@ -332,7 +342,10 @@ def main() -> int:
             with psycopg.connect(settings.vendor.dsn(), autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA IF EXISTS p_{token} CASCADE")
                 conn.execute(f"DROP SCHEMA IF EXISTS b_{token} CASCADE")
-    print(f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine\n")
+    print(
+        f"\n{args.people:,} people, {os.cpu_count()} cores, the whole local stack on the same machine; the raw "
+        f"telephone topic in {args.raw_partitions} partition(s), the peer with as many tasks\n"
+    )
     print("| measurement | size | Debezium JDBC sink 3.4.0.Final | mcq (real time + `table`) |")
     print("|---|---|---|---|")
     load = [c.strip(" |") for c in rows[0].split(" | ")]

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from mcq.acl.plan import Principals, plan_acls
-from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic, render_source
+from mcq.capture.connector import OUTBOX_TABLE, connector_name, raw_topic, raw_topic_partitions, render_source
 from mcq.config import Settings
 from mcq.registry.model import Listener, Registry
 from mcq.secrets import REFERENCE
@@ -69,9 +69,10 @@ SHUFFLE_PARTITIONS = 4
 def realtime_slots(registry: Registry) -> int:
     """The task slots the real-time normaliser needs for REGISTRY, as ``streams.realtime``
     counts them on a running cluster: one long-lived task per raw partition (a raw topic
-    Debezium creates has one), one to spare, and the ordered query's shuffle when two raw
-    topics feed one logical topic. The chart sizes the executors from it; real-time tasks
-    mostly wait on Kafka, so a slot is not a CPU (``coreRequest`` stays the chart's)."""
+    Debezium creates has one, or its feed's ``raw_partitions``), one to spare, and the
+    ordered query's shuffle when two raw topics feed one logical topic. The chart sizes the
+    executors from it; real-time tasks mostly wait on Kafka, so a slot is not a CPU
+    (``coreRequest`` stays the chart's)."""
     sources = {s.name: s for s in registry.sources}
     raws: dict[str, set[str]] = {}
     for table in registry.tables:
@@ -80,7 +81,8 @@ def realtime_slots(registry: Registry) -> int:
     realtime = {t for feeds in raws.values() if len(feeds) == 1 for t in feeds}
     realtime |= {raw_topic(s, OUTBOX_TABLE) for s in registry.sources}
     shared = any(len(feeds) > 1 for feeds in raws.values())  # read by the ordered query instead
-    return len(realtime) + 1 + (SHUFFLE_PARTITIONS if shared else 0)
+    asked = raw_topic_partitions(registry)
+    return sum(asked.get(t, 1) for t in realtime) + 1 + (SHUFFLE_PARTITIONS if shared else 0)
 
 
 def _listener(listener: Listener) -> dict[str, Any]:

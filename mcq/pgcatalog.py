@@ -49,3 +49,17 @@ def unreplicated_columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
     if version is None or version[0] >= 180000:
         return set()
     return _attributes(conn, table, generated_only=True)
+
+
+def primary_key_columns(conn: psycopg.Connection[Any], table: str) -> list[str]:
+    """The primary key columns of ``schema.table``, in key order; empty when it has none."""
+    schema, _, name = table.partition(".")
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+        "WHERE i.indisprimary AND n.nspname = %s AND c.relname = %s ORDER BY k.ord",
+        (schema, name),
+    )
+    return [str(r[0]) for r in rows]

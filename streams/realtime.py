@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from mcq.config import Settings
+    from mcq.registry.model import Registry
     from streams.normalize import NormalizeJob
 
 
@@ -69,18 +70,28 @@ def split_plan(plan: NormalizePlan) -> tuple[NormalizePlan, NormalizePlan | None
     return realtime, ordered
 
 
-def raw_partitions(settings: Settings, topics: list[str]) -> int:
-    """Partitions of the raw topics (one for a topic Debezium has not created yet)."""
+def raw_partitions(settings: Settings, topics: list[str], registry: Registry | None = None) -> int:
+    """Partitions of the raw topics; for a topic Debezium has not created yet, those its
+    feed asks for (``raw_partitions``: ``ensure_raw_topics`` creates it so), else one."""
     from confluent_kafka.admin import AdminClient
 
+    from mcq.capture.connector import raw_topic_partitions
+
+    asked = raw_topic_partitions(registry) if registry is not None else {}
     known = AdminClient(settings.kafka.client_config()).list_topics(timeout=15).topics
-    return sum(len(known[t].partitions) if t in known else 1 for t in topics)
+    return sum(len(known[t].partitions) if t in known else asked.get(t, 1) for t in topics)
 
 
-def slots_needed(settings: Settings, plan: NormalizePlan, ordered: NormalizePlan | None, shuffle: int) -> int:
+def slots_needed(
+    settings: Settings,
+    plan: NormalizePlan,
+    ordered: NormalizePlan | None,
+    shuffle: int,
+    registry: Registry | None = None,
+) -> int:
     """Task slots the queries need at once: a long-lived task per raw partition read in
     real time, plus the ordered micro-batch query's tasks and one to spare."""
-    slots = raw_partitions(settings, plan.raw_topics) + 1
+    slots = raw_partitions(settings, plan.raw_topics, registry) + 1
     if ordered is not None:
         slots += shuffle
     return slots
@@ -105,18 +116,22 @@ def realtime_trigger(spark: SparkSession, milliseconds: int) -> Any:
     return spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(milliseconds)  # type: ignore[union-attr]
 
 
-def ensure_raw_topics(settings: Settings, topics: list[str]) -> list[str]:
+def ensure_raw_topics(settings: Settings, topics: list[str], registry: Registry) -> list[str]:
     """Create the raw topics Debezium has not created yet (a table without a change so far,
-    the outbox before its first entry), as its connector would: one partition, deletion
-    by the broker's retention (``connect/source-postgres.json``). Returns those created.
+    the outbox before its first entry), as its connector would: one partition or those the
+    feed asks for (``raw_partitions``), deletion by the broker's retention
+    (``connect/source-postgres.json``). Returns those created.
 
     Each real-time source then subscribes to its topic by name. A pattern would do
     without them, but every source would list and match every topic of the cluster at
     every checkpoint (seconds on a cluster of thousands of topics, during which no
     change moves), and a topic appearing later would wait for the next checkpoint."""
+    from mcq.capture.connector import raw_topic_partitions
     from mcq.topics.plan import TopicSpec, apply_topics
 
-    report = apply_topics(settings, [TopicSpec(t, 1, {"cleanup.policy": "delete"}, "raw CDC") for t in topics])
+    asked = raw_topic_partitions(registry)
+    specs = [TopicSpec(t, asked.get(t, 1), {"cleanup.policy": "delete"}, "raw CDC") for t in topics]
+    report = apply_topics(settings, specs)
     return report.created
 
 
@@ -329,6 +344,6 @@ def realtime_session(spark: SparkSession, listener: Any, job: NormalizeJob, part
     fresh.conf.set("spark.sql.streaming.disabledV2MicroBatchReaders", "")
     fresh.conf.set("spark.sql.adaptive.enabled", "false")  # not in streaming; said twice otherwise
     fresh.streams.addListener(listener)  # before the queries start: their start is news too
-    for topic in ensure_raw_topics(job.settings, part.raw_topics):
+    for topic in ensure_raw_topics(job.settings, part.raw_topics, job.registry):
         log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
     return fresh

@@ -124,7 +124,7 @@ def apply_in_place(
         return None
     new = dataclasses.replace(job, registry=change.registry, only=None, defined_at=defined_at)
     new_rt, new_ordered = rt.split_plan(new.plan)
-    needed = rt.slots_needed(new.settings, new_rt, new_ordered, live.shuffle)
+    needed = rt.slots_needed(new.settings, new_rt, new_ordered, live.shuffle, new.registry)
     if needed > live.offered:
         log.info(
             f"normalize: the new plan needs {needed} task slots, the Spark application offers {live.offered}: "
@@ -150,7 +150,7 @@ def apply_in_place(
     live.jobs.pop("ordered", None)
     outbox = rt.group_name(new_rt.outbox_topics) if new_rt.outbox_topics else None
     starting = [t for t in new_rt.raw_topics if t in plan.start or (outbox in plan.start and t in new_rt.outbox_topics)]
-    for topic in rt.ensure_raw_topics(new.settings, starting):
+    for topic in rt.ensure_raw_topics(new.settings, starting, new.registry):
         log.info(f"normalize: created raw topic {topic} (no change captured in it yet)")
     replayed: list[Any] = []
     replay(new, live.spark, stopping, replayed.append)  # the change's window, before the new queries write

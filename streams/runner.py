@@ -284,7 +284,7 @@ def _run_queries(
     slots = shuffle = 0
     if interval:
         shuffle = int(os.environ.get("MCQ_SPARK_SHUFFLE_PARTITIONS", "4"))
-        slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle)
+        slots = rt.slots_needed(job.settings, realtime_part, ordered_part, shuffle, job.registry)
         # no master given, and not under spark-submit (whose --master is the one): local threads,
         # as many as the real-time tasks need (they mostly wait on Kafka), and some for raw
         # topics a registry change adds while they run (streams/reshape.py)
@@ -356,7 +356,7 @@ def _run_queries(
                 now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
                 held[:] = rt.start_realtime(now, fresh, interval, gate=True)
                 queries.extend(held)
-                tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics)
+                tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics, job.registry)
                 running = await_tasks(spark, tasks, lambda: stopping.requested)
                 log.info(
                     f"normalize: {len(held)} real-time queries started in {time.monotonic() - begun:.1f} s, held at "

@@ -20,6 +20,7 @@ from psycopg import sql
 
 from mcq.capture.connector import connector_name, install_outbox, refuse_other_owners, render_source
 from mcq.capture.exceptions import CaptureError
+from mcq.capture.partitions import refuse_raised_partitions, refuse_unkeyed_partitions
 from mcq.config import Settings
 from mcq.connect_rest import ConnectClient
 from mcq.pgcatalog import column_types, table_columns, unreplicated_columns
@@ -129,6 +130,7 @@ def apply_capture(registry: Registry, settings: Settings, *, connectors: bool = 
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             refuse_missing_columns(conn, registry)
+            refuse_unkeyed_partitions(conn, registry)
             install_outbox(conn, settings.outbox)
             log.info(f"outbox: mcq.change_log and mcq_log_insert/update/delete installed in {settings.source}")
             ensure_replica_identity_full(conn, feed_tables(registry))
@@ -138,6 +140,7 @@ def apply_capture(registry: Registry, settings: Settings, *, connectors: bool = 
     if not connectors:
         log.info("connectors left to their manager (--prepare-only)")
         return names
+    refuse_raised_partitions(settings, registry)
     with ConnectClient(settings.connect) as client:
         refuse_other_owners(client, registry.sources, settings.topic_prefix, "connect apply")
         for source in registry.sources:

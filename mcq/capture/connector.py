@@ -20,13 +20,14 @@ on the connector, never left to the worker's defaults.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
 from mcq.capture.exceptions import CaptureError
 from mcq.config import OutboxSettings, Settings
-from mcq.connect_rest import ConnectClient, debezium_postgres_source
+from mcq.connect_rest import ConnectClient, debezium_postgres_source, load_connector_json
 from mcq.registry.model import Registry, Source
 
 OUTBOX_TABLE = "mcq.change_log"
@@ -84,6 +85,15 @@ def raw_topic(source: Source, table: str) -> str:
     return f"{raw_topic_prefix(source)}.{table}"
 
 
+def raw_topic_partitions(registry: Registry) -> dict[str, int]:
+    """Raw topic -> its partitions, for the tables whose feeds ask for more than one."""
+    return {
+        raw_topic(source, table): n
+        for source in registry.sources
+        for table, n in registry.raw_partitions(source.name).items()
+    }
+
+
 def captured_columns(registry: Registry, source: Source) -> dict[str, list[str]]:
     """schema.table -> captured columns (the union over every feed of that table)."""
     out: dict[str, list[str]] = {}
@@ -119,6 +129,29 @@ def raw_topic_durability(settings: Settings) -> dict[str, str]:
     return out
 
 
+def raw_partition_groups(registry: Registry, source: Source, settings: Settings) -> dict[str, str]:
+    """Connect's topic creation groups for the raw topics of tables with more than one
+    partition (``Feed.raw_partitions``): one group per count, naming its topics exactly, with
+    the default group's other settings (durability, deletion by retention)."""
+    counts: dict[int, list[str]] = {}
+    for table, partitions in sorted(registry.raw_partitions(source.name).items()):
+        counts.setdefault(partitions, []).append(raw_topic(source, table))
+    if not counts:
+        return {}
+    shared = {**load_connector_json("source-postgres"), **raw_topic_durability(settings)}
+    default = {
+        key.removeprefix("topic.creation.default."): value
+        for key, value in shared.items()
+        if key.startswith("topic.creation.default.") and not key.endswith(".partitions")
+    }
+    out = {"topic.creation.groups": ",".join(f"partitions{n}" for n in sorted(counts))}
+    for n, topics in sorted(counts.items()):
+        out[f"topic.creation.partitions{n}.include"] = ",".join(re.escape(t) for t in topics)
+        out[f"topic.creation.partitions{n}.partitions"] = str(n)
+        out.update({f"topic.creation.partitions{n}.{key}": value for key, value in default.items()})
+    return out
+
+
 def render_source(registry: Registry, source: Source, settings: Settings) -> dict[str, str]:
     """The connector config of one source."""
     tables = captured_columns(registry, source)
@@ -141,6 +174,7 @@ def render_source(registry: Registry, source: Source, settings: Settings) -> dic
             ),
             "snapshot.mode": "initial",
             **raw_topic_durability(settings),
+            **raw_partition_groups(registry, source, settings),
             **settings.source.debezium_config(),
             **value_encoding(settings),
             OWNER: settings.topic_prefix,

@@ -72,6 +72,12 @@ class Feed(_Model):
     """The captured columns (key columns included)."""
     watch: tuple[Identifier, ...] | None = None
     """Columns of interest; an update that changes none of them is housekeeping. Default: all captured."""
+    raw_partitions: int | None = Field(default=None, ge=1, le=64)
+    """Partitions of the table's raw CDC topic, for a big table whose bursts one real-time task
+    cannot keep up with: Debezium's producer spreads its rows by primary key, and the normaliser
+    reads each partition in a task of its own. Its key fields must hold every primary key column
+    (``mcq connect apply`` checks), so that one logical key's changes stay in one partition, in
+    commit order. Unset: one partition. Fixed once the topic exists (more would move keys)."""
 
     @property
     def watched(self) -> tuple[str, ...]:
@@ -323,6 +329,15 @@ class Registry(_Model):
     def feeds_of(self, source: str) -> list[tuple[LogicalTable, Feed]]:
         return [(t, f) for t in self.tables for f in t.feeds if f.source == source]
 
+    def raw_partitions(self, source: str) -> dict[str, int]:
+        """``schema.table`` -> its raw topic's partitions, for the tables of ``source`` whose
+        feeds ask for more than one."""
+        out: dict[str, int] = {}
+        for _, feed in self.feeds_of(source):
+            if feed.raw_partitions and feed.raw_partitions > 1:
+                out[feed.table] = max(out.get(feed.table, 1), feed.raw_partitions)
+        return out
+
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-reference problems, each with the path of the definition at fault."""
         out: list[tuple[tuple[str | int, ...], str]] = []
@@ -359,6 +374,7 @@ class Registry(_Model):
                         out.append(((*here, "watch"), f"watched column {column!r} is not captured from {feed.table}"))
                 if not feed.keys:
                     out.append(((*here, "keys"), f"{feed.table} maps no key field; map at least one of {KEY_FIELDS}"))
+        out += _raw_partition_problems(self)
         out += entity_problems(self)
         for ti, table in enumerate(self.tables):
             if table.delete_retention_s is None:
@@ -452,4 +468,24 @@ def _duplicates(section: str, names: list[str], what: str) -> list[tuple[tuple[s
             out.append(((section, i), f"duplicate {what} {name!r} (first defined as item {seen[name] + 1})"))
         else:
             seen[name] = i
+    return out
+
+
+def _raw_partition_problems(registry: Registry) -> list[tuple[tuple[str | int, ...], str]]:
+    """Two feeds of one source table asking for different raw partitions (one topic has one count)."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    asked: dict[tuple[str, str], tuple[int, str]] = {}
+    for ti, table in enumerate(registry.tables):
+        for fi, feed in enumerate(table.feeds):
+            if feed.raw_partitions is None:
+                continue
+            first = asked.setdefault((feed.source, feed.table), (feed.raw_partitions, table.ref))
+            if first[0] != feed.raw_partitions:
+                out.append(
+                    (
+                        ("tables", ti, "feeds", fi, "raw_partitions"),
+                        f"{feed.table} has one raw topic: table {first[1]}'s feed asks for {first[0]} partitions, "
+                        f"this one for {feed.raw_partitions}; give both feeds the same raw_partitions",
+                    )
+                )
     return out

@@ -109,14 +109,24 @@ def uncapture(settings: Settings, registry: Registry, schema: str) -> None:
 
 @contextmanager
 def captured_world(
-    settings: Settings, people: int = 60, seed: int = 7, slot_timeout_s: float = 90
+    settings: Settings,
+    people: int = 60,
+    seed: int = 7,
+    slot_timeout_s: float = 90,
+    raw_partitions: dict[str, int] | None = None,
 ) -> Iterator[Captured]:
+    """The campus world in a schema of its own, captured; ``raw_partitions``: campus table
+    name -> its feed's ``raw_partitions``."""
     token = uuid.uuid4().hex[:8]
     schema = f"w_{token}"
     with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
         create_schema(conn, schema)
         load(conn, schema, generate(people, seed=seed))
     text = campus_registry_yaml(schema, token)
+    for table, n in (raw_partitions or {}).items():
+        line = f"        table: {schema}.{table}\n"
+        assert line in text, f"no feed of {table} in the campus registry"
+        text = text.replace(line, f"{line}        raw_partitions: {n}\n")
     registry = parse_registry(text, "campus-test.yaml")
     source = registry.sources[0]
     apply_capture(registry, settings)

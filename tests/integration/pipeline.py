@@ -85,16 +85,19 @@ class Accounts:
 @contextmanager
 def accounts(
     settings: Settings, tmp_path: Path, tag: str, rows: int, *, seed: int, listener: str = "Active",
-    rule: str | None = "status = 'active'",
+    rule: str | None = "status = 'active'", raw_partitions: int | None = None,
 ) -> Iterator[Accounts]:  # fmt: skip
     """The world, its capture removed and its schemas dropped afterwards (capture itself is
-    the test's to start: some tests kill Connect while it snapshots)."""
+    the test's to start: some tests kill Connect while it snapshots). ``raw_partitions``:
+    the feed's, for a raw topic of several partitions."""
     token = uuid.uuid4().hex[:8]
     schema, src, slot = f"{tag}_{token}", f"{tag[0]}{token}", f"mcq_{tag[0]}{token}"
     s = settings.model_copy(update={"topic_prefix": f"t{tag[0]}{token}"})
     target = f"{schema}.{listener.lower()}"
     text = REGISTRY.format(src=src, schema=schema, slot=slot, target=target, listener=listener,
                            rule=f', rule: "{rule}"' if rule else "")  # fmt: skip
+    if raw_partitions is not None:
+        text = text.replace("quota]}", f"quota], raw_partitions: {raw_partitions}}}", 1)
     registry_file = tmp_path / "registry.yaml"
     registry_file.write_text(text)
     world = Accounts(s, schema, slot, target, listener, rule, parse_registry(text, str(registry_file)), registry_file)

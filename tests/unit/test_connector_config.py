@@ -10,7 +10,7 @@ import pytest
 
 from mcq.capture.connector import OUTBOX_TABLE, captured_columns, render
 from mcq.config import load_settings
-from mcq.registry import load_registry
+from mcq.registry import load_registry, parse_registry
 from tests import PROJECT_ROOT
 
 CAMPUS = PROJECT_ROOT / "examples" / "campus.yaml"
@@ -77,3 +77,30 @@ def test_a_worker_without_the_transform_gets_values_with_their_schema(monkeypatc
     assert "transforms" not in config
     assert config["value.converter.schemas.enable"] == "true"  # the normaliser decodes by the schema
     assert config["value.converter.replace.null.with.default"] == "false"
+
+
+def test_a_big_tables_raw_topic_is_created_with_its_own_partitions_and_the_default_groups_other_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in [k for k in os.environ if k.startswith("MCQ_")]:
+        monkeypatch.delenv(key)
+    old = "        watch: [first_name, last_name, birth_date, id_number]\n"
+    text = CAMPUS.read_text().replace(old, f"{old}        raw_partitions: 6\n", 1)
+    config = render(parse_registry(text, "campus.yaml"), load_settings())["mcq-source-campus"]
+    assert config["topic.creation.groups"] == "partitions6"
+    pattern = config["topic.creation.partitions6.include"]
+    # Connect matches the include list as regular expressions: this one topic and no other
+    assert re.fullmatch(pattern, "mcq.raw.campus.campus.people")
+    assert not re.fullmatch(pattern, "mcq.raw.campus.campus.people_old") and not re.fullmatch(
+        pattern, "mcqXraw.campus.campus.people"
+    )
+    assert config["topic.creation.partitions6.partitions"] == "6"
+    assert config["topic.creation.partitions6.cleanup.policy"] == "delete"  # raw topics are never compacted
+    assert (
+        config["topic.creation.partitions6.replication.factor"] == config["topic.creation.default.replication.factor"]
+    )
+    assert config["topic.creation.default.partitions"] == "1"  # every other table keeps one
+
+
+def test_a_registry_without_raw_partitions_adds_no_creation_group(config: dict[str, str]) -> None:
+    assert not any(k.startswith("topic.creation.") and not k.startswith("topic.creation.default.") for k in config)

@@ -121,7 +121,8 @@ def test_the_spark_applications_executors_offer_the_slots_the_real_time_plan_nee
             registry = parse_registry(file.read_text(), str(file))
         except Exception:
             continue
-        monkeypatch.setattr(realtime, "raw_partitions", lambda _settings, topics: len(topics))  # Debezium's one each
+        # Debezium's one each
+        monkeypatch.setattr(realtime, "raw_partitions", lambda _settings, topics, _registry=None: len(topics))
         live, ordered = realtime.split_plan(plan_normalize(registry))
         needed = realtime.slots_needed(load_settings(), live, ordered, 4)
         result = CliRunner().invoke(main, ["helm", "values", str(file)])
@@ -129,3 +130,13 @@ def test_the_spark_applications_executors_offer_the_slots_the_real_time_plan_nee
         executor = yaml.safe_load(result.output)["normalizer"]["sparkApplication"]["executor"]
         assert executor["instances"] * executor["cores"] >= needed, (file.name, executor, needed)
         assert (executor["instances"] * executor["cores"]) - needed < executor["instances"], file.name
+
+
+def test_a_big_tables_raw_partitions_each_get_a_task_slot_in_the_charts_executors() -> None:
+    from mcq.helm import realtime_slots
+    from mcq.registry import parse_registry
+
+    old = "        watch: [first_name, last_name, birth_date, id_number]\n"
+    text = CAMPUS.read_text()
+    big = parse_registry(text.replace(old, f"{old}        raw_partitions: 6\n", 1), "campus.yaml")
+    assert realtime_slots(big) == realtime_slots(parse_registry(text, "campus.yaml")) + 5

@@ -245,3 +245,35 @@ def test_a_delete_retention_shorter_than_a_reading_listeners_gap_is_refused(tmp_
     problem = _one_problem(path)
     assert "listener CMMS runs" in problem and "it would miss deletes" in problem
     assert _line_of(problem, path) == line + 1
+
+
+def test_two_feeds_of_one_table_asking_for_different_raw_partitions_are_refused_at_the_second(
+    tmp_path: Path,
+) -> None:
+    # campus.people feeds a second table: one raw topic, so one partition count
+    second = """  - tname: PERSON
+    subtype: Names
+    feeds:
+      - source: campus
+        table: campus.people
+        keys: {person_id: person_id}
+        columns: [person_id, first_name, last_name]
+        raw_partitions: 8
+
+"""
+    text = CAMPUS.read_text()
+    first = "        watch: [first_name, last_name, birth_date, id_number]\n"
+    text = text.replace(first, f"{first[:-1]}\n        raw_partitions: 4\n", 1)
+    at = text.index("  - tname: PERSON\n    subtype: Status")
+    path = tmp_path / "campus.yaml"
+    path.write_text(text[:at] + second + text[at:])
+    problem = _one_problem(path)
+    assert _line_of(problem, path) == text[:at].count("\n") + 8
+    assert "campus.people has one raw topic: table PERSON/PEOPLE's feed asks for 4 partitions" in problem
+    assert "this one for 8" in problem
+
+
+def test_raw_partitions_out_of_range_are_refused(tmp_path: Path) -> None:
+    old = "        watch: [first_name, last_name, birth_date, id_number]\n"
+    path, _ = _broken(tmp_path, old, f"{old}        raw_partitions: 0\n")
+    assert "raw_partitions" in _one_problem(path)
