@@ -12,7 +12,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from mcq.capture.apply import apply_capture
@@ -42,25 +41,11 @@ def _raw(w: Accounts) -> str:
 
 def _partitions_of_keys(settings: Settings, topic: str) -> dict[bytes, set[int]]:
     """Every raw record key of ``topic``, with the partitions it was written to."""
-    consumer = Consumer({**settings.kafka.client_config(), "group.id": f"probe-{topic}", "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        seen: dict[bytes, set[int]] = defaultdict(set)
-        read = dict.fromkeys(ends, 0)
-        deadline = time.monotonic() + 120
-        while any(read[p] < ends[p] for p in ends) and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None or msg.error():
-                continue
-            read[msg.partition()] = msg.offset() + 1
-            if msg.key() is not None:
-                seen[msg.key()].add(msg.partition())
-        assert all(read[p] >= ends[p] for p in ends), f"{topic}: read {read} of {ends} in 120 s"
-        return seen
-    finally:
-        consumer.close()
+    seen: dict[bytes, set[int]] = defaultdict(set)
+    for key, _, partition, _ in read_topic_to_end(settings, topic):
+        if key is not None:
+            seen[key].add(partition)
+    return seen
 
 
 def _story(w: Accounts, ids: list[int]) -> str:
