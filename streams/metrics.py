@@ -6,20 +6,28 @@ batch lines say), served with ``/livez`` and ``/readyz`` by ``mcq/health.py``:
 * ``mcq_normalize_batches_total{query}`` and
   ``mcq_normalize_last_batch_timestamp_seconds{query}``: a query that stopped making
   progress shows as a timestamp that no longer moves;
-* ``mcq_normalize_behind_records{query}``: raw records not yet read at the batch's end;
+* ``mcq_normalize_behind_records{query}``: raw records not yet read: at a micro-batch
+  query's batch end, from its progress; for a real-time query, at the scrape, from its
+  Kafka consumers when they run in the driver (``streams/lag.py``: its progress comes once
+  per checkpoint interval and cannot say);
 * ``mcq_normalize_batch_seconds{query}``: the last batch's duration.
 
-Pure bookkeeping over the progress JSON: no Spark here."""
+Pure bookkeeping over the progress JSON and what ``watch`` is given: no Spark here."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from streams.lag import Sample, furthest
 
 
 def behind(progress: dict[str, Any]) -> int:
@@ -38,6 +46,44 @@ def behind(progress: dict[str, Any]) -> int:
     return out
 
 
+class Behind(Collector):
+    """``mcq_normalize_behind_records``: the last progress's figure per query, replaced at
+    each read by the consumers' own where ``watch`` gave them."""
+
+    def __init__(self) -> None:
+        self.from_progress: dict[str, int] = {}
+        self._samples: Callable[[], list[Sample] | None] | None = None
+        self._prefix = ""
+        self._names: Callable[[], set[str]] = set
+
+    def watch(self, samples: Callable[[], list[Sample] | None], prefix: str, names: Callable[[], set[str]]) -> None:
+        """Read the queries named ``prefix`` + raw topic (of ``names``) from ``samples``."""
+        self._samples, self._prefix, self._names = samples, prefix, names
+
+    def now(self) -> dict[str, int]:
+        values = dict(self.from_progress)
+        if self._samples is None:
+            return values
+        try:
+            samples = self._samples()
+        except Exception:  # a JVM going away under a scrape: the progress's figures stand
+            return values
+        topics = [n.removeprefix(self._prefix) for n in self._names() if n.startswith(self._prefix)]
+        values.update({self._prefix + t: n for t, n in furthest(samples or [], topics).items()})
+        return values
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "mcq_normalize_behind_records",
+            "Raw records not yet read: a micro-batch query's at its last batch's end, a real-time query's now "
+            "(its Kafka consumers' lag, with a local master)",
+            labels=["query"],
+        )
+        for query, value in sorted(self.now().items()):
+            family.add_metric([query], value)
+        yield family
+
+
 class NormalizeMetrics:
     def __init__(self) -> None:
         self._noted: dict[int, Any] = {}
@@ -54,10 +100,8 @@ class NormalizeMetrics:
             "mcq_normalize_last_batch_timestamp_seconds", "When a batch last finished", ["query"],
             registry=self.registry,
         )  # fmt: skip
-        self.behind = Gauge(
-            "mcq_normalize_behind_records", "Raw records not yet read at the last batch's end", ["query"],
-            registry=self.registry,
-        )  # fmt: skip
+        self.behind = Behind()
+        self.registry.register(self.behind)
         self.batch_seconds = Gauge(
             "mcq_normalize_batch_seconds", "Duration of the last batch", ["query"], registry=self.registry
         )
@@ -90,6 +134,15 @@ class NormalizeMetrics:
         self.rows.labels(query=query, direction="out").inc(max(rows_out, 0))
         self.batches.labels(query=query).inc()
         self.last_batch.labels(query=query).set(now if now is not None else time.time())
-        self.behind.labels(query=query).set(behind(progress))
+        self.behind.from_progress[query] = behind(progress)
         duration = (progress.get("durationMs") or {}).get("triggerExecution", 0)
         self.batch_seconds.labels(query=query).set(duration / 1000)
+
+    def watch_consumers(self, samples: Callable[[], list[Sample] | None], prefix: str) -> None:
+        """Real-time queries (named ``prefix`` + raw topic) say how far behind they are from
+        their consumers (``streams/lag.py``), at each scrape and batch line."""
+        self.behind.watch(samples, prefix, lambda: {r["name"] for r in list(self.runs.values())})
+
+    def behind_now(self, query: str, progress: dict[str, Any]) -> int:
+        """How far ``query`` is behind: from its consumers when watched, else its progress."""
+        return self.behind.now().get(query, behind(progress))

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from streams.normalize import NormalizeJob
 
 
-def lag_line(progress: dict[str, Any]) -> str | None:
-    """How far the query is behind the raw topics, from a StreamingQueryProgress as JSON."""
+def lag_line(progress: dict[str, Any], behind_by: int | None = None) -> str | None:
+    """How far the query is behind the raw topics: ``behind_by`` when known otherwise (a
+    real-time query's consumers), else from a StreamingQueryProgress as JSON."""
     rows = progress.get("numInputRows", 0)
-    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {behind(progress)}"
+    by = behind(progress) if behind_by is None else behind_by
+    return f"progress: batch {progress.get('batchId')}: {rows} rows, behind the raw topics by {by}"
 
 
 def query_message(exc: Exception) -> str:

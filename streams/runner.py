@@ -278,6 +278,7 @@ def _run_queries(
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from streams import realtime as rt
+    from streams.lag import consumer_samples
     from streams.session import silence_jvm_log, spark_session, wait_for_slots
 
     realtime_part, ordered_part = rt.split_plan(job.plan) if interval else (job.plan, None)
@@ -310,6 +311,7 @@ def _run_queries(
         )
     if interval:
         log.info(f"normalize: {slots} real-time task slots needed, {offered} offered by {spark.sparkContext.master}")
+        metrics.watch_consumers(lambda: consumer_samples(spark), rt.QUERY_PREFIX)
     jobs: dict[str, NormalizeJob] = {}
     seen_output = threading.Event()
 
@@ -324,7 +326,7 @@ def _run_queries(
                 log.info(rt.batch_line(progress, interval or ""))
                 if (progress.get("sink") or {}).get("numOutputRows"):
                     seen_output.set()
-            line = lag_line(progress)
+            line = lag_line(progress, metrics.behind_now(str(progress.get("name") or progress.get("id")), progress))
             if line:
                 log.info(line)
 

@@ -41,7 +41,7 @@ REQUIRED_JARS = (
     "spark-token-provider-kafka-0-10_",
     "kafka-clients-",
     LOCAL_FS_JAR,
-    "mcq-spark-gate",  # jvm/spark-gate: streams/handover.py
+    "mcq-spark-gate",  # jvm/spark-gate: streams/handover.py, streams/lag.py
 )
 
 

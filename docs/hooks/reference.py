@@ -203,16 +203,18 @@ def metrics_md() -> str:
     for module, process in _PROCESS.items():
         tree = ast.parse((ROOT / module).read_text())
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in {"Counter", "Gauge", "Histogram"}):
+            kinds = {"Counter": "Counter", "Gauge": "Gauge", "Histogram": "Histogram", "GaugeMetricFamily": "Gauge"}
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) in kinds):
                 continue
             args = node.args
             if len(args) < 2 or not all(isinstance(a, ast.Constant) for a in args[:2]):
                 continue
-            kind = node.func.id  # type: ignore[attr-defined]
+            kind = kinds[node.func.id]  # type: ignore[attr-defined]
             name = args[0].value + ("_total" if kind == "Counter" else "")  # type: ignore[attr-defined,operator]
             labels = ""
-            if len(args) > 2 and isinstance(args[2], ast.List | ast.Tuple):
-                labels = ", ".join(f"`{e.value}`" for e in args[2].elts if isinstance(e, ast.Constant))
+            given = args[2] if len(args) > 2 else next((k.value for k in node.keywords if k.arg == "labels"), None)
+            if isinstance(given, ast.List | ast.Tuple):
+                labels = ", ".join(f"`{e.value}`" for e in given.elts if isinstance(e, ast.Constant))
             lines.append(f"| `{name}` | {kind.lower()} | {labels} | {cell(args[1].value)} | {process} |")  # type: ignore[attr-defined]
     return "\n".join(lines) + "\n"
 

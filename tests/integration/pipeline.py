@@ -206,6 +206,17 @@ class Proc:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(60)
 
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """SIGSTOP to the process group (the normaliser's JVM with it) for the block's
+        duration, as a node under pressure would stall it; SIGCONT after."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)

@@ -2,15 +2,20 @@
 spreads its rows by primary key, the real-time normaliser reads each partition in a task of
 its own, and a listener's target still ends as the source's last state. What would reorder
 one key's changes is refused before capture changes anything: a feed whose key fields miss
-a primary key column, and more partitions for a raw topic that exists already."""
+a primary key column, and more partitions for a raw topic that exists already. While a
+burst is read, the normaliser's ``/metrics`` says how far behind its real-time query is
+now, not at its last checkpoint."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -22,11 +27,14 @@ from mcq.connect_rest import ConnectClient
 from mcq.registry import parse_registry
 from mcq.stack import Stack
 from mcq.testing.listeners import target_state
-from mcq.testing.worlds import read_topic_to_end
+from mcq.testing.worlds import read_topic_to_end, wait_raw_records
+from mcq.topics.read import records_held
+from streams.realtime import QUERY_PREFIX
 from tests.integration.pipeline import Accounts, Proc, Workload, accounts, start_pipeline
 
 ROWS = 400
 PARTITIONS = 3
+BURST = 20_000  # rows inserted in one transaction, read from the raw topic while /metrics is looked at
 
 # the test's own deadlines on two cores, and pytest's timeout made from their sum
 START_S = 300  # capture, the normaliser's Spark start (4 real-time tasks) and the snapshot through
@@ -37,6 +45,31 @@ TEARDOWN_S = 180
 
 def _raw(w: Accounts) -> str:
     return raw_topic(w.registry.sources[0], f"{w.schema}.accounts")
+
+
+def _converge(w: Accounts, procs: list[Proc]) -> None:
+    """Wait until the listener's target holds the source's rows (read with SQL)."""
+    expected = w.source_view()  # read with SQL, after the last commit
+    deadline = time.monotonic() + CONVERGE_S
+    while (got := target_state(w.settings, w.target)) != expected:
+        for p in procs:
+            p.running()
+        if time.monotonic() > deadline:
+            different = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
+            raise AssertionError(
+                f"{len(different)} keys differ from the source after {CONVERGE_S} s, e.g. "
+                + "; ".join(f"{k}: source {expected.get(k)}, target {got.get(k)}" for k in different[:3])
+                + "\n"
+                + _story(w, [json.loads(k)["pkey_number"] for k in different[:3]])
+            )
+        time.sleep(3)
+
+
+def _behind(health: str, query: str) -> float | None:
+    """``mcq_normalize_behind_records`` of ``query``, as Prometheus reads it now."""
+    text = urllib.request.urlopen(f"{health}/metrics", timeout=10).read().decode()
+    found = re.search(rf'^mcq_normalize_behind_records{{query="{re.escape(query)}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else None
 
 
 def _partitions_of_keys(settings: Settings, topic: str) -> dict[bytes, set[int]]:
@@ -70,7 +103,7 @@ def _story(w: Accounts, ids: list[int]) -> str:
 
 
 @pytest.mark.long
-@pytest.mark.timeout(START_S + LOAD_S + CONVERGE_S + TEARDOWN_S + 120)
+@pytest.mark.timeout(START_S + LOAD_S + 3 * CONVERGE_S + TEARDOWN_S + 120)  # three waits of CONVERGE_S
 def test_a_big_tables_raw_partitions_keep_each_key_in_one_and_the_target_ends_as_the_source(
     stack: Stack, settings: Settings, tmp_path: Path
 ) -> None:
@@ -87,20 +120,32 @@ def test_a_big_tables_raw_partitions_keep_each_key_in_one_and_the_target_ends_as
             with workload.running():
                 time.sleep(LOAD_S)
             assert workload.committed > 50, (workload.committed, workload.failures)
-            expected = w.source_view()  # read with SQL, after the last commit
-            deadline = time.monotonic() + CONVERGE_S
-            while (got := target_state(w.settings, w.target)) != expected:
-                for p in procs:
-                    p.running()
-                if time.monotonic() > deadline:
-                    different = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
-                    raise AssertionError(
-                        f"{len(different)} keys differ from the source after {CONVERGE_S} s, e.g. "
-                        + "; ".join(f"{k}: source {expected.get(k)}, target {got.get(k)}" for k in different[:3])
-                        + "\n"
-                        + _story(w, [json.loads(k)["pkey_number"] for k in different[:3]])
+            _converge(w, procs)
+            # a burst written while the normaliser is stalled (SIGSTOP): /metrics says its
+            # real-time query is behind while it reads it (its last progress, at a checkpoint
+            # minutes away, could not say), then 0
+            found = re.search(r"normalize: health (http://[0-9.]+:\d+)", procs[0].log.read_text())
+            assert found, procs[0].log.read_text()[-2000:]
+            query = QUERY_PREFIX + _raw(w)
+            held = records_held(w.settings, [_raw(w)])
+            with procs[0].frozen():
+                with psycopg.connect(w.settings.source.dsn(), autocommit=True) as conn:
+                    conn.execute(
+                        f"INSERT INTO {w.schema}.accounts SELECT g, 'burst' || g, 'active', g % 1000 "
+                        f"FROM generate_series(1000000, {1_000_000 + BURST - 1}) g"
                     )
-                time.sleep(3)
+                wait_raw_records(w.settings, _raw(w), held + BURST)
+            seen: list[float | None] = []
+            deadline = time.monotonic() + CONVERGE_S
+            while not (seen and max(v or 0 for v in seen) > 0 and seen[-1] == 0) and time.monotonic() < deadline:
+                procs[0].running()
+                seen.append(_behind(found.group(1), query))
+                time.sleep(0.2)
+            most = max(v or 0 for v in seen)
+            assert most >= BURST / 10, f"behind by at most {most} reading {BURST} rows: {seen[:20]}...{seen[-5:]}"
+            assert most <= BURST, f"behind by {most}: more than the {BURST} rows written"
+            assert seen[-1] == 0, f"still behind after {CONVERGE_S} s: {seen[-5:]}"
+            _converge(w, procs)
             keys = _partitions_of_keys(w.settings, _raw(w))
         finally:
             for p in procs:

@@ -58,3 +58,48 @@ def test_a_count_spark_does_not_know_is_not_counted() -> None:
     metrics.observe({**PROGRESS, "sink": {"numOutputRows": -1}})
     assert _value(metrics, 'mcq_normalize_rows_total{direction="out"') == 0
     assert _value(metrics, 'mcq_normalize_rows_total{direction="in"') == 120
+
+
+RT = "mcq-normalize-realtime "
+
+
+def test_a_partition_is_as_far_behind_as_the_consumer_furthest_along_it() -> None:
+    """Kafka tags a topic with its dots as underscores; an idle pooled consumer of an
+    earlier batch (lower lead) does not speak for the partition."""
+    samples = [
+        ("mcq_raw_campus_people", 0, 1_000.0, 0.0),  # idle, caught up when it last fetched
+        ("mcq_raw_campus_people", 0, 1_400.0, 600.0),  # the running task's
+        ("mcq_raw_campus_people", 1, 50.0, 7.0),
+        ("mcq_raw_other", 0, 10.0, 3.0),  # not a topic asked about
+        ("mcq_raw_campus_rooms", 0, float("nan"), float("nan")),  # assigned, nothing fetched yet
+    ]
+    from streams.lag import furthest
+
+    assert furthest(samples, ["mcq.raw.campus.people", "mcq.raw.campus.rooms"]) == {"mcq.raw.campus.people": 607}
+
+
+def test_a_real_time_query_says_how_far_behind_its_consumers_are_now_not_at_its_last_batch() -> None:
+    metrics = NormalizeMetrics()
+    name = RT + "mcq.raw.campus.campus.people"
+    metrics.observe({**PROGRESS, "name": name, "sources": []}, now=1.0)  # a real-time batch's end: 0
+    metrics.note_runs([type("Q", (), {"name": name, "id": "i", "runId": "r"})()])
+    lags = [("mcq_raw_campus_campus_people", 0, 900.0, 1_250.0)]
+    metrics.watch_consumers(lambda: lags, RT)
+    assert _value(metrics, f'mcq_normalize_behind_records{{query="{name}"}}') == 1_250
+    assert metrics.behind_now(name, PROGRESS) == 1_250
+    lags[0] = ("mcq_raw_campus_campus_people", 0, 2_150.0, 0.0)
+    assert _value(metrics, f'mcq_normalize_behind_records{{query="{name}"}}') == 0
+
+
+def test_without_its_consumers_a_query_keeps_its_progress_figure() -> None:
+    """On a cluster (None: the executors' consumers are out of reach), or a JVM going away."""
+    metrics = NormalizeMetrics()
+    metrics.observe(PROGRESS)
+    metrics.watch_consumers(lambda: None, RT)
+    assert _value(metrics, "mcq_normalize_behind_records{") == 30
+
+    def gone() -> None:
+        raise ConnectionError("py4j: the gateway closed")
+
+    metrics.watch_consumers(gone, RT)  # type: ignore[arg-type]
+    assert _value(metrics, "mcq_normalize_behind_records{") == 30
