@@ -127,6 +127,7 @@ def refuse_missing_columns(conn: psycopg.Connection[Any], registry: Registry) ->
 def apply_capture(registry: Registry, settings: Settings, *, connectors: bool = True) -> list[str]:
     """Install the outbox, set replica identity, put every source connector; wait until each is
     RUNNING. ``connectors=False`` prepares the source only (another manager owns the connectors)."""
+    refuse_raised_partitions(settings, registry)  # whoever puts the connectors: the topics are Kafka's
     try:
         with psycopg.connect(settings.source.dsn(), autocommit=True) as conn:
             refuse_missing_columns(conn, registry)
@@ -140,7 +141,6 @@ def apply_capture(registry: Registry, settings: Settings, *, connectors: bool = 
     if not connectors:
         log.info("connectors left to their manager (--prepare-only)")
         return names
-    refuse_raised_partitions(settings, registry)
     with ConnectClient(settings.connect) as client:
         refuse_other_owners(client, registry.sources, settings.topic_prefix, "connect apply")
         for source in registry.sources:

@@ -180,7 +180,13 @@ def test_more_raw_partitions_for_a_raw_topic_that_exists_are_refused_before_capt
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
         with pytest.raises(CaptureError) as refused:
             apply_capture(w.registry, w.settings)
+        # also when another manager puts the connectors (--prepare-only): the topic is Kafka's
+        with pytest.raises(CaptureError) as prepared:
+            apply_capture(w.registry, w.settings, connectors=False)
         with ConnectClient(w.settings.connect) as client:
             assert client.config(connector_name(w.registry.sources[0])) is None, "a connector was put anyway"
-    said = str(refused.value)
-    assert f"{topic} has 1, the registry asks for {PARTITIONS}" in said, said
+        with psycopg.connect(w.settings.source.dsn()) as conn:
+            identity = conn.execute(f"SELECT relreplident FROM pg_class WHERE oid = '{w.schema}.accounts'::regclass")
+            assert identity.fetchone() == ("d",), "the source was changed before the refusal"
+    for said in (str(refused.value), str(prepared.value)):
+        assert f"{topic} has 1, the registry asks for {PARTITIONS}" in said, said
