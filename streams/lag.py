@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-CONSUMER_METRICS = "kafka.consumer:type=consumer-fetch-manager-metrics,client-id=*,topic=*,partition=*"
-
 Sample = tuple[str, int, float, float]
 """One consumer's (topic as its metric tag names it, partition, records-lead, records-lag)."""
 

@@ -60,17 +60,22 @@ class Behind(Collector):
         """Read the queries named ``prefix`` + raw topic (of ``names``) from ``samples``."""
         self._samples, self._prefix, self._names = samples, prefix, names
 
-    def now(self) -> dict[str, int]:
-        values = dict(self.from_progress)
+    def live(self, names: set[str] | None = None) -> dict[str, int]:
+        """The watched queries' figures from their consumers (those of ``names``, else all)."""
         if self._samples is None:
-            return values
+            return {}
+        names = self._names() if names is None else names
+        topics = [n.removeprefix(self._prefix) for n in names if n.startswith(self._prefix)]
+        if not topics:
+            return {}
         try:
             samples = self._samples()
         except Exception:  # a JVM going away under a scrape: the progress's figures stand
-            return values
-        topics = [n.removeprefix(self._prefix) for n in self._names() if n.startswith(self._prefix)]
-        values.update({self._prefix + t: n for t, n in furthest(samples or [], topics).items()})
-        return values
+            return {}
+        return {self._prefix + t: n for t, n in furthest(samples or [], topics).items()}
+
+    def now(self) -> dict[str, int]:
+        return {**self.from_progress, **self.live()}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -145,4 +150,4 @@ class NormalizeMetrics:
 
     def behind_now(self, query: str, progress: dict[str, Any]) -> int:
         """How far ``query`` is behind: from its consumers when watched, else its progress."""
-        return self.behind.now().get(query, behind(progress))
+        return self.behind.live({query}).get(query, behind(progress))

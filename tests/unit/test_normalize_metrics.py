@@ -103,3 +103,12 @@ def test_without_its_consumers_a_query_keeps_its_progress_figure() -> None:
 
     metrics.watch_consumers(gone, RT)  # type: ignore[arg-type]
     assert _value(metrics, "mcq_normalize_behind_records{") == 30
+
+
+def test_the_jvms_lines_are_read_as_samples_a_consumer_that_has_not_fetched_as_nan() -> None:
+    from streams.lag import furthest, parse_samples
+
+    samples = parse_samples("mcq_raw_a\t0\t12.0\t3.0\nmcq_raw_a\t1\tNaN\tNaN\n")
+    assert samples[0] == ("mcq_raw_a", 0, 12.0, 3.0) and samples[1][:2] == ("mcq_raw_a", 1)
+    assert furthest(samples, ["mcq.raw.a"]) == {"mcq.raw.a": 3}
+    assert parse_samples("") == []
