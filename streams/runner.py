@@ -3,8 +3,9 @@
 or in micro-batches (``streams/normalize.py``'s job), with the catch-up before a first
 real-time start (``streams/catchup.py``), the topics and schemas it writes prepared, its
 health endpoint and metrics, SIGINT/SIGTERM as a request to stop safely
-(``streams/stopping.py``), and one line for each failure it knows (raw records lost to
-retention, a fresh start over full topics: ``streams/notices.py``).
+(``streams/stopping.py``), one line for each failure it knows (raw records lost to
+retention, a fresh start over full topics: ``streams/notices.py``), and capture's keeper
+(source tasks failed on a lost connection started again: ``mcq/capture/keeper.py``).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcq.capture.connector import connector_name
 from mcq.config import Settings
 from mcq.health import HealthServer
 from mcq.history.follower import CaptureFollower
 from mcq.registry.model import Registry
+from streams.beside import following, keeping
 from streams.catchup import CATCH_UP_ABOVE, catch_up
 from streams.checkpoint import clear_torn_writes, lost_raw_reason, planned, realtime_dir, started
 from streams.exceptions import NormalizeError
@@ -117,16 +119,18 @@ def run_normalize(
     )
     stopping = StopRequest()
     follower = CaptureFollower(settings, logical_topics(registry, settings.topic_prefix))
+    sources = [connector_name(s) for s in registry.sources]
     if registry_changed is not None:
         watched = registry_changed
 
-        def registry_changed() -> PlanChange | None:  # the follower follows the new plan's topics too
+        def registry_changed() -> PlanChange | None:  # the follower and the keeper follow the new plan
             change = watched()
             if change is not None:
                 follower.follow(logical_topics(change.registry, settings.topic_prefix))
+                sources[:] = [connector_name(s) for s in change.registry.sources]
             return change
 
-    with stopping.on_signals(), _following(follower, once):
+    with stopping.on_signals(), following(follower, once), keeping(settings, lambda: list(sources), once):
         job.prepare()
         handover = (
             None
@@ -170,17 +174,6 @@ def _clear_torn(checkpoint: Path) -> None:
 
 def logical_topics(registry: Registry, prefix: str) -> list[str]:
     return sorted({t.topic(prefix) for t in registry.tables})
-
-
-@contextmanager
-def _following(follower: CaptureFollower, once: bool) -> Iterator[None]:
-    """The history's follower of the logical topics, beside the queries (``mcq trace``);
-    a run until caught up ends once the follower has caught up too."""
-    follower.start()
-    try:
-        yield
-    finally:
-        follower.stop(catch_up_s=120 if once else 0)
 
 
 def _stream(

@@ -10,7 +10,9 @@ duplicates capture wrote again after the restarts are counted from the raw topic
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +168,65 @@ def _restarts(stack: Stack, w: Accounts, tmp_path: Path, amid_copy: bool) -> Non
         )
     finally:
         stack.up()  # whatever a failed restart left down, for the tests after this one
+
+
+@pytest.mark.timeout(420)
+def test_a_source_task_failed_on_its_lost_database_is_started_again_once_it_is_back(
+    stack: Stack, settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stop 70's red CI: Connect started the task again while PostgreSQL was still down, and
+    Debezium failed it for good (a race inside its start, not reproducible on demand).
+    Here Debezium is told to retry nothing (errors.max.retries 0), so that the database's
+    SIGKILL under a streaming task fails it just as for good. The keeper the normaliser runs
+    (streams/beside.py) starts it again once the database is back, and a row committed
+    then is captured."""
+    from mcq.capture.connector import connector_name
+    from mcq.capture.keeper import lost_connection
+    from mcq.connect_rest import ConnectClient
+    from streams.beside import keeping
+
+    with accounts(settings, tmp_path, "keeper", 20, seed=3) as w:
+        s, name = w.settings, connector_name(w.registry.sources[0])
+        topic = raw_topic(w.registry.sources[0], f"{w.schema}.accounts")
+        apply_capture(w.registry, s)
+        wait_slot_active(s, w.slot)
+        wait_raw_records(s, topic, 20)
+        with ConnectClient(s.connect) as client:
+            before = _slot_pid(s, w.slot)
+            client.put(name, {**(client.config(name) or {}), "errors.max.retries": "0"})
+            wait_for("the task made again streaming", lambda: _slot_pid(s, w.slot) not in (None, before), timeout=90)
+            _insert_and_wait(s, w.schema, topic, 5000)
+
+            def task_state() -> tuple[str, str]:
+                tasks = (client.status(name) or {}).get("tasks") or [{}]
+                return str(tasks[0].get("state")), str(tasks[0].get("trace") or "")
+
+            try:
+                stack.service("postgres").handle.stop(signal.SIGKILL)
+                wait_for("the task FAILED", lambda: task_state()[0] == "FAILED", timeout=90)
+                trace = task_state()[1]
+                assert lost_connection(trace), trace
+                with caplog.at_level(logging.WARNING, logger="mcq.capture.keeper"), keeping(s, lambda: [name], False):
+                    wait_for("the keeper's restart", lambda: "restarted its failed tasks" in caplog.text, timeout=60)
+                    stack.up()
+                    wait_for("the task RUNNING again", lambda: task_state()[0] == "RUNNING", timeout=180, every=2)
+            finally:
+                stack.up()
+        _insert_and_wait(s, w.schema, topic, 9999)
+
+
+def _slot_pid(s: Settings, slot: str) -> int | None:
+    """The server process streaming the slot to its task, None while none does."""
+    with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
+        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    return row[0] if row else None
+
+
+def _insert_and_wait(s: Settings, schema: str, topic: str, pk: int) -> None:
+    with psycopg.connect(s.source.dsn(), autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {schema}.accounts VALUES ({pk}, 'after', 'active', 1)")
+
+    def captured() -> bool:
+        return any(k and json.loads(k).get("id") == pk for k, _, _, _ in read_topic_to_end(s, topic))
+
+    wait_for(f"row {pk} captured", captured, timeout=120, every=2)
