@@ -7,7 +7,7 @@ again after a rebalance (a broker or worker restart), and its first query throws
 "Connection refused"), not the retriable kind Debezium itself retries. Capture then stops
 until an operator runs ``mcq connect restart``, although the database came back seconds
 later. Strimzi restarts such tasks (``autoRestart``); mcq's own deployments have the
-normaliser do it (``streams/runner.py``), through Connect's REST API.
+normaliser do it (``streams/beside.py``), through Connect's REST API.
 
 Only a failure whose trace says a connection was refused, reset, closed or timed out is
 restarted, after a backoff per connector (``FIRST_WAIT_S``, doubling up to ``MAX_WAIT_S``).
@@ -93,7 +93,6 @@ class CaptureKeeper:
     every_s: float = LOOK_EVERY_S
     clock: Callable[[], float] = time.monotonic
     backoff: dict[str, Backoff] = field(default_factory=dict)
-    restarts: int = 0
     _away: bool = False
     _held: set[str] = field(default_factory=set)
 
@@ -135,11 +134,10 @@ class CaptureKeeper:
         if not backoff.due(now):
             return []
         try:
-            self.client.restart_failed(name)
+            self.client.restart(name, only_failed=True)
         except ConnectError as exc:
             return [f"capture keeper: {name} FAILED on a lost connection; its restart was refused: {exc}"]
         backoff.restarted(now)
-        self.restarts += 1
         return [f"capture keeper: {name} FAILED on a lost connection ({first}); restarted its failed tasks "
                 f"(restart {backoff.restarts}; the next no sooner than {backoff.wait_s:.0f} s from now)"]  # fmt: skip
 

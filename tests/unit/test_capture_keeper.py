@@ -42,7 +42,8 @@ class Connect:
             raise answer
         return answer
 
-    def restart_failed(self, name: str) -> None:
+    def restart(self, name: str, *, only_failed: bool = False) -> None:
+        assert only_failed, "a running task must never be restarted"
         self.restarted.append(name)
 
 
