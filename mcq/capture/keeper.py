@@ -1,10 +1,11 @@
 """Capture's keeper: start again a source connector whose task failed on a lost connection.
 
 Kafka Connect never restarts a FAILED task by itself, and Debezium's PostgreSQL task fails
-for good when it starts while its database is down or still recovering: Connect starts it
-again after a rebalance (a broker or worker restart), and its first query throws a plain
+for good when its database goes away at one moment of its start: Connect starts it again
+after a rebalance (a broker or worker restart); Debezium retries a refused first query
+("Couldn't obtain encoding"), but a refusal a few queries later throws a plain
 ``DebeziumException`` ("Couldn't get timestamp utils from underlying connection", caused by
-"Connection refused"), not the retriable kind Debezium itself retries. Capture then stops
+"Connection refused"), not the retriable kind it retries. Capture then stops
 until an operator runs ``mcq connect restart``, although the database came back seconds
 later. Strimzi restarts such tasks (``autoRestart``); mcq's own deployments have the
 normaliser do it (``streams/beside.py``), through Connect's REST API.
