@@ -44,6 +44,7 @@ from bench.stats import percentile
 from mcq.change import POSITION_HEADER, ChangeCodec
 from mcq.config import Settings, load_settings
 from mcq.contract import registry_client
+from mcq.logs import quiet_libraries
 from mcq.registry import parse_registry
 from mcq.testing.listeners import change, make_world
 from streams.jobs.rebuild import Rebuild
@@ -171,6 +172,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the jobs' own lines
+    quiet_libraries()
     settings = load_settings()
     w = make_world(settings, uuid.uuid4().hex[:10], Path(tempfile.mkdtemp()))
     _produce(w, args.keys)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 from mcq.config import load_settings
+from mcq.logs import quiet_libraries
 from mcq.stack import Stack
 from mcq.stack.services import GROUPS, SPARK, master_url
 
@@ -45,6 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the stack's lines as it starts
+    quiet_libraries()
     Stack(settings, only=GROUPS[SPARK], with_=[SPARK]).up()
     cluster = master_url(settings)
     rows = []

@@ -37,7 +37,8 @@ sink needs; mcq's default connector writes the smaller schemaless form instead.
    ``Mirror`` listener stopped, ``--drain-bursts`` transactions of the same kind; once the
    raw topic and the logical topic (the normaliser keeps running, as Debezium does) hold
    every change, the peer is resumed and timed until its target holds every last value,
-   then the listener is started and timed the same way, each alone on the cores.
+   then the listener is started and timed the same way, each alone on the cores
+   (``--listeners N``: N instances in its group; two drained no faster than one here).
 
     .venv/bin/python -m bench.peer_jdbc_sink --people 5000 --rate 100 --seconds 30
 
@@ -172,6 +173,8 @@ def main() -> int:
         default=1,
         help="partitions of the raw telephone topic (its feed's raw_partitions); the peer gets as many tasks",
     )
+    ap.add_argument("--listeners", type=int, default=1,
+                    help="Mirror instances draining the backlog (one group, as the chart's replicas)")  # fmt: skip
     ap.add_argument("--dump", type=Path, help="write every sample's time at each hop to this JSON file")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -324,15 +327,16 @@ def main() -> int:
             print(rows[-1], flush=True)
             # 4. draining a backlog, each consumer alone
             if args.drain_bursts:
+                mirrors = [mirror]
 
                 def restart_mirror() -> None:
-                    nonlocal mirror
-                    mirror = listen("Mirror")
+                    mirrors[:] = [listen("Mirror") for _ in range(args.listeners)]
 
                 rows.append(
                     drain(
                         settings, connect, connector, s, (peer_table, mirror_table), expected, args.drain_bursts,
-                        hop_topics, stop_mirror=lambda: stop_procs([mirror]), start_mirror=restart_mirror,
+                        hop_topics, stop_mirror=lambda: stop_procs(mirrors), start_mirror=restart_mirror,
+                        instances=args.listeners,
                     )
                 )  # fmt: skip
                 print(rows[-1], flush=True)
@@ -444,6 +448,7 @@ def drain(
     hops: dict[str, str],
     stop_mirror: Callable[[], None],
     start_mirror: Callable[[], None],
+    instances: int = 1,
 ) -> str:
     """The consumers' own throughput: with the peer paused and mcq's listener stopped, commit
     ``bursts`` transactions that each update all ``rows`` telephone rows; once each topic of
@@ -482,7 +487,8 @@ def drain(
         started = time.monotonic()
         start()
         took[who] = wait_loaded(settings, f"{who} draining", query, rows, started, 900)
-    cells = [f"{who} {took[who]:.1f} s, {n / took[who]:,.0f} changes/s" for who in ("peer", "mcq")]
+    names = {"peer": "peer", "mcq": "mcq" if instances == 1 else f"mcq ({instances} listener instances)"}
+    cells = [f"{names[who]} {took[who]:.1f} s, {n / took[who]:,.0f} changes/s" for who in ("peer", "mcq")]
     return (
         f"| draining a backlog, each alone: {bursts} transactions each updating every row, in the raw and the "
         f"logical topic before the peer is resumed / the listener started (start-up included) | "

@@ -39,6 +39,10 @@ SUITE: dict[str, tuple[list[str], list[str] | None]] = {
     "normalize_replan": (["--rate", "50", "--seconds", "30"], None),
     "normalize_handover": (["--rate", "50", "--seconds", "30"], None),
     "listener_apply": (["--people", "10000", "--pending", "100"], ["--people", "1000", "--pending", "100"]),
+    "listener_drain": (
+        ["--keys", "10000", "--updates", "10", "--runs", "2"],
+        ["--keys", "2000", "--updates", "5", "--runs", "1"],
+    ),
     "peer_jdbc_sink": (
         # a minute of warm-up: a normaliser's JIT compiles for its first minutes (BENCHMARKS.md)
         ["--people", "5000", "--rate", "1000", "--seconds", "60", "--warmup", "60"],

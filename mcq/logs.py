@@ -110,3 +110,11 @@ def configure(log: LogSettings, terminal: logging.Handler | None = None) -> Path
             logger.addHandler(handler)
     _HANDLERS.extend(ours)
     return path
+
+
+def quiet_libraries() -> None:
+    """The libraries' loggers (:data:`NOISY`) kept to their warnings, for a script that sets up
+    plain :func:`logging.basicConfig` at INFO (a benchmark) rather than :func:`configure`:
+    without it each schema registry request of httpx is a line on the terminal."""
+    for name in NOISY:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -7,7 +7,6 @@ savepoint per change, so only the bad change fails."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from consumers.adapter import Adapter, ReadBack, rows_in_view
 from consumers.exceptions import AdapterError, TargetUnavailable
 from consumers.postgres import Connection, PgTarget, first_line
 from consumers.table.settings import TableSettings
+from mcq import jsontext
 from mcq.change import Change, ChangeKey
 from mcq.config import Settings
 from mcq.pgcatalog import table_columns
@@ -191,7 +191,7 @@ class TableAdapter(Adapter, ReadBack):
         k = change.key
         return (
             k.text(), k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string,
-            json.dumps(change.after) if change.after is not None else None,
+            jsontext.dumps(change.after).decode() if change.after is not None else None,
             change.position.last_commit_lsn, change.position.lsn,
         )  # fmt: skip
 

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
+from mcq import jsontext
 from mcq.errors import McqError
 
 Step = Literal["captured", "applied", "filtered", "delayed", "parked", "dead-lettered", "superseded", "skipped"]
@@ -47,7 +48,7 @@ class Event:
     def to_json(self) -> bytes:
         """The event as a JSON object, its unset fields left out (one per change and listener:
         on the listener's hot path, so no ``asdict`` copy)."""
-        return json.dumps({f: v for f in _FIELDS if (v := getattr(self, f)) is not None}).encode()
+        return jsontext.dumps({f: v for f in _FIELDS if (v := getattr(self, f)) is not None})
 
     @classmethod
     def from_json(cls, data: bytes | None, where: str) -> Event:

@@ -1,0 +1,53 @@
+"""mcq/jsontext.py: JSON text on a listener's path (orjson, the standard library as fallback)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from consumers.runtime.applied import state_digest
+from mcq import jsontext
+from mcq.history import Event
+
+
+def test_text_reads_back_as_the_same_value_with_non_ascii_text_kept_as_utf8() -> None:
+    value = {"cn": "Jörg Ødegård", "n": 12, "x": 1.5, "none": None, "ok": True, "list": [1, "二"]}
+    text = jsontext.dumps(value)
+    assert json.loads(text) == value
+    assert "Jörg".encode() in text
+
+
+def test_sorted_keys_sort_every_object_so_equal_states_have_equal_text() -> None:
+    a = {"b": 1, "a": {"y": 2, "x": 1}}
+    b = {"a": {"x": 1, "y": 2}, "b": 1}
+    assert jsontext.dumps(a, sort_keys=True) == jsontext.dumps(b, sort_keys=True) == b'{"a":{"x":1,"y":2},"b":1}'
+
+
+def test_an_integer_beyond_64_bits_falls_back_to_the_standard_library() -> None:
+    big = {"n": 2**70, "name": "é"}
+    assert json.loads(jsontext.dumps(big)) == big
+
+
+def test_default_turns_what_json_has_no_type_for_into_text() -> None:
+    assert json.loads(jsontext.dumps({"d": Decimal("1.10")}, default=str)) == {"d": "1.10"}
+
+
+def test_what_neither_encoder_can_write_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        jsontext.dumps({"s": {1, 2}})
+
+
+def test_a_state_digest_ignores_key_order_and_tells_states_apart() -> None:
+    when = datetime(2026, 12, 4, tzinfo=UTC)
+    one = state_digest({"a": 1, "b": "x", "t": when, "n": Decimal("2.5")})
+    assert one == state_digest({"n": Decimal("2.5"), "t": when, "b": "x", "a": 1})
+    assert one != state_digest({"a": 1, "b": "y", "t": when, "n": Decimal("2.5")})
+    assert state_digest(None) == 0 and one != 0
+
+
+def test_a_history_event_round_trips_through_its_json() -> None:
+    event = Event(tname="PERSON", key="PERSON:12", step="applied", at=1.5, position="1/2", answer="é", txid=7)
+    assert Event.from_json(event.to_json(), "here") == event
