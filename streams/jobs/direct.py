@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from mcq import jsontext
 from mcq.change import Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable
@@ -230,9 +231,8 @@ def write_applied(settings: Settings, topic: str, writes: dict[str, str]) -> Non
 
 def csv_rows(states: Iterable[Change]) -> Iterator[bytes]:
     """The ``table`` target's COPY rows (``TableAdapter.COPY_COLUMNS``) of ``states``, as CSV
-    chunks: a NULL is an empty field, every text quoted (an empty text is ``""``)."""
-    import json
-
+    chunks: a NULL is an empty field, every text quoted (an empty text is ``""``); the state
+    as JSON through :mod:`mcq.jsontext` (a fifth of the time of the standard library's)."""
     def field(value: object) -> str:
         if value is None:
             return ""
@@ -245,7 +245,7 @@ def csv_rows(states: Iterable[Change]) -> Iterator[bytes]:
         k = c.key
         row = (
             k.text(), k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string,
-            json.dumps(c.after), c.position.last_commit_lsn, c.position.lsn,
+            jsontext.dumps(c.after).decode(), c.position.last_commit_lsn, c.position.lsn,
         )  # fmt: skip
         lines.append(",".join(map(field, row)))
         if len(lines) >= 5000:
