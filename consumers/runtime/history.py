@@ -26,20 +26,20 @@ class Steps:
         change = item.change
         if self.writer is None or change is None:
             return
-        self.writer.record(
-            Event(
-                tname=change.key.tname,
-                key=change.key.text(),
-                step=step,
-                at=time.time(),
-                position=str(change.position),
-                change_type=change.change_type,
-                commit_time=change.entry_time.isoformat(),
-                txid=change.txid,
-                raw=headers_of(item.msg).get(RAW_HEADER),
-                logical=item.origin.where,
-                listener=self.listener,
-                answer=answer,
-                cause=change.cause,
-            )
-        )
+        key = change.key.text()
+        event = {  # Event's fields, written without building one (Event.json_of: one per change)
+            "tname": change.key.tname,
+            "key": key,
+            "step": step,
+            "at": time.time(),
+            "position": str(change.position),
+            "change_type": change.change_type,
+            "commit_time": change.entry_time.isoformat(),
+            "txid": change.txid,
+            "raw": headers_of(item.msg).get(RAW_HEADER),
+            "logical": item.origin.where,
+            "listener": self.listener,
+            "answer": answer,
+            "cause": change.cause,
+        }
+        self.writer.write(change.key.tname, key, Event.json_of(event))

@@ -20,9 +20,10 @@ class HistoryWriter:
         self.partitions = partitions
 
     def record(self, event: Event) -> None:
+        self.write(event.tname, event.key, event.to_json())
+
+    def write(self, tname: str, key: str, event: bytes) -> None:
+        """An event's JSON (:meth:`Event.to_json`, :meth:`Event.json_of`) for key ``key`` of ``tname``."""
         self._producer.produce(
-            self.topic,
-            value=event.to_json(),
-            key=f"{event.tname}:{event.key}".encode(),
-            partition=partition_of(event.tname, event.key, self.partitions),
+            self.topic, value=event, key=f"{tname}:{key}".encode(), partition=partition_of(tname, key, self.partitions)
         )

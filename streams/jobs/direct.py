@@ -233,6 +233,7 @@ def csv_rows(states: Iterable[Change]) -> Iterator[bytes]:
     """The ``table`` target's COPY rows (``TableAdapter.COPY_COLUMNS``) of ``states``, as CSV
     chunks: a NULL is an empty field, every text quoted (an empty text is ``""``); the state
     as JSON through :mod:`mcq.jsontext` (a fifth of the time of the standard library's)."""
+
     def field(value: object) -> str:
         if value is None:
             return ""

@@ -51,3 +51,40 @@ def test_a_state_digest_ignores_key_order_and_tells_states_apart() -> None:
 def test_a_history_event_round_trips_through_its_json() -> None:
     event = Event(tname="PERSON", key="PERSON:12", step="applied", at=1.5, position="1/2", answer="é", txid=7)
     assert Event.from_json(event.to_json(), "here") == event
+
+
+class _Msg:
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("mcq.raw", b"raw.t[0]@9")]
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes, int]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes, partition: int) -> None:
+        self.sent.append((topic, value, key, partition))
+
+
+def test_a_listeners_step_is_an_event_with_every_field_read_back_where_the_keys_history_is() -> None:
+    from consumers.runtime.delivery import Item
+    from consumers.runtime.history import Steps
+    from consumers.runtime.parking import Origin
+    from mcq.change import RAW_HEADER
+    from mcq.history import HistoryWriter, partition_of
+    from mcq.testing.listeners import change
+
+    assert RAW_HEADER == "mcq.raw"
+    producer = _Producer()
+    c = change("PHONE", 7, "ø")
+    item = Item(_Msg(), Origin("logical.t", 2, 41), c)  # type: ignore[arg-type]
+    Steps("Mirror", HistoryWriter(producer, "h", 12))(item, "parked", "the target said no")
+    ((topic, value, key, partition),) = producer.sent
+    event = Event.from_json(value, "h")
+    assert (topic, key, partition) == ("h", f"PHONE:{c.key.text()}".encode(), partition_of("PHONE", c.key.text(), 12))
+    assert event == Event(
+        tname="PHONE", key=c.key.text(), step="parked", at=event.at, position=str(c.position),
+        change_type="UPDATE", commit_time=c.entry_time.isoformat(), txid=c.txid, raw="raw.t[0]@9",
+        logical="logical.t[2]@41", listener="Mirror", answer="the target said no", cause=c.cause,
+    )  # fmt: skip
+    assert Event.json_of({"tname": "T", "key": "k", "txid": None}) == b'{"tname":"T","key":"k"}'
