@@ -102,9 +102,9 @@ def configure(log: LogSettings, terminal: logging.Handler | None = None) -> Path
         logger.propagate = False  # never twice through a root handler someone else set
         for handler in ours:
             logger.addHandler(handler)
+    quiet_libraries()
     for name in NOISY:
         logger = logging.getLogger(name)
-        logger.setLevel(logging.WARNING)
         logger.propagate = False
         for handler in handlers[:1]:  # the file only
             logger.addHandler(handler)

@@ -31,6 +31,10 @@ def test_an_integer_beyond_64_bits_falls_back_to_the_standard_library() -> None:
     assert json.loads(jsontext.dumps(big)) == big
 
 
+def test_a_lone_surrogate_falls_back_to_the_standard_librarys_ascii_escapes() -> None:
+    assert jsontext.dumps({"s": "a\ud800"}) == b'{"s":"a\\ud800"}'
+
+
 def test_default_turns_what_json_has_no_type_for_into_text() -> None:
     assert json.loads(jsontext.dumps({"d": Decimal("1.10")}, default=str)) == {"d": "1.10"}
 
