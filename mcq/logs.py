@@ -12,7 +12,7 @@ Every module logs through ``logging.getLogger(__name__)``; nothing below the she
   each INFO line of ours on stdout, each warning and error on stderr, the message alone.
   Library code never prints and takes no callback to say something: it logs.
 
-The libraries' own loggers (py4j, urllib3, httpx, the Kafka clients) are kept to their
+The libraries' own loggers (py4j, urllib3, httpx and httpx2, the Kafka clients) are kept to their
 warnings, in the file only: no library noise on a user's terminal.
 """
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mcq.config import LogSettings
 
 OURS = ("mcq", "streams", "consumers", "bench")
-NOISY = ("py4j", "urllib3", "httpx", "httpcore", "confluent_kafka", "uvicorn", "asyncio")
+NOISY = ("py4j", "urllib3", "httpx", "httpx2", "httpcore", "httpcore2", "confluent_kafka", "uvicorn", "asyncio")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"
 _HANDLERS: list[logging.Handler] = []
 
