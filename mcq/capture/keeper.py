@@ -38,7 +38,7 @@ LOOK_EVERY_S = 10.0
 LOST_CONNECTION = re.compile(
     r"java\.net\.ConnectException|Connection refused|Connection reset|SocketTimeoutException|Broken pipe"
     r"|Database connection failed"
-    r"|The connection attempt failed|This connection has been closed"
+    r"|The connection attempt failed|This connection has been closed|This replication stream has been closed"
     r"|An I/O error occurred while sending to the backend"
     r"|the database system is (?:starting up|shutting down|in recovery mode|not yet accepting connections)"
     r"|terminating connection due to administrator command|Connection to \S+ refused"
@@ -46,7 +46,9 @@ LOST_CONNECTION = re.compile(
 )
 """What a trace says when its task failed only because a server was away (PostgreSQL's
 JDBC driver, Java's sockets and Kafka's clients; SQL states 57P01 and 57P03 by their
-messages)."""
+messages). A streaming task whose database was killed fails with the replication stream
+closed (its connection gone: seen in CI on 2026-12-04); a lost slot fails its restart with
+a message of its own, which is left for an operator."""
 
 
 def lost_connection(trace: str) -> bool:

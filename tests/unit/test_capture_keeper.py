@@ -65,6 +65,17 @@ def test_a_task_refused_its_database_at_start_counts_as_a_lost_connection() -> N
     assert lost_connection("PSQLException: FATAL: terminating connection due to administrator command")
 
 
+def test_a_streaming_task_whose_database_was_killed_counts_as_a_lost_connection() -> None:
+    # the trace of 2026-12-04's CI: PostgreSQL SIGKILLed under a streaming task
+    assert lost_connection(
+        "org.apache.kafka.connect.errors.ConnectException: An exception occurred in the change event producer. "
+        "This connector will be stopped.\n"
+        "\tat io.debezium.pipeline.ErrorHandler.setProducerThrowable(ErrorHandler.java:67)\n"
+        "Caused by: org.postgresql.util.PSQLException: This replication stream has been closed.\n"
+        "\tat org.postgresql.core.v3.replication.V3PGReplicationStream.checkClose(V3PGReplicationStream.java:288)\n"
+    )
+
+
 def test_a_lost_slot_or_a_bad_config_is_not_a_lost_connection() -> None:
     assert not lost_connection(SLOT_GONE)
     assert not lost_connection("org.apache.kafka.connect.errors.ConnectException: Invalid value for slot.name")
