@@ -22,11 +22,10 @@ from typing import Any, Literal
 import cavro
 import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from confluent_kafka.serialization import MessageField, SerializationError
 
-from mcq.contract import SchemaRegistryUnavailable, schema_text
+from mcq.contract import SchemaRegistryUnavailable
 from mcq.errors import McqError
 from mcq.refs import KEY_FIELDS, table_ref
 
@@ -303,6 +302,24 @@ def avro_reader(schema: Any) -> Callable[[bytes], Any]:
         return lambda body: fastavro.schemaless_reader(io.BytesIO(body), parsed, None)
 
 
+def avro_writer(schema: Any) -> Callable[[Any], bytes]:
+    """An encoder of Avro bodies in ``schema``, the twin of :func:`avro_reader`: cavro's
+    (compiled: 11 µs a change record here, against fastavro's 22 and Confluent's serializer's
+    ~70, which copies and walks the schema again for every record), else fastavro's. Both
+    refuse a value the schema does not take with a ValueError or a TypeError."""
+    try:
+        return cavro.Schema(schema, options=_CAVRO_OPTIONS).binary_encode  # type: ignore[no-any-return]
+    except (cavro.CavroException, ValueError, TypeError, KeyError):
+        parsed = fastavro.parse_schema(schema)
+
+        def write(value: Any) -> bytes:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, value)
+            return out.getvalue()
+
+        return write
+
+
 UNREADABLE = (SchemaRegistryError, SerializationError, KeyError, TypeError, ValueError, OSError)
 """What decoding a record raises when it cannot be read (requests' connection errors are OSErrors)."""
 
@@ -322,12 +339,26 @@ def _unreadable(where: str, what: str, exc: Exception) -> McqError:
 class ChangeCodec:
     """Change <-> Kafka bytes in Confluent's wire format, through the schema registry."""
 
-    def __init__(self, client: SchemaRegistryClient, auto_register: bool = False) -> None:
-        conf = {"auto.register.schemas": auto_register, "use.latest.version": not auto_register}
-        self._key_ser = AvroSerializer(client, schema_text("change_key"), conf=conf)
-        self._value_ser = AvroSerializer(client, schema_text("change_record"), conf=conf)
+    def __init__(self, client: SchemaRegistryClient) -> None:
         self._client = client
         self._readers: dict[int, Callable[[bytes], Any]] = {}  # schema id -> a decoder of the writer's schema
+        self._writers: dict[str, tuple[bytes, Callable[[Any], bytes]]] = {}  # subject -> (wire header, encoder)
+
+    def _writer(self, topic: str, field: str) -> tuple[bytes, Callable[[Any], bytes]]:
+        """The wire header (magic 0, schema id) and the encoder of the latest schema of
+        ``topic``'s key or value subject (Confluent's TopicNameStrategy), looked up once. This
+        is what Confluent's AvroSerializer does with ``use.latest.version`` (its registry
+        client keeps the latest version for the process too), without its copy and walk of
+        the schema for every record: 77 µs a change with it here, 15 without."""
+        subject = f"{topic}-{field}"
+        found = self._writers.get(subject)
+        if found is None:
+            latest = self._client.get_latest_version(subject)
+            if latest.schema_id is None:
+                raise ValueError(f"the registry gave subject {subject}'s latest schema without its id")
+            header = b"\x00" + latest.schema_id.to_bytes(4, "big")
+            found = self._writers[subject] = (header, avro_writer(json.loads(latest.schema.schema_str or "null")))
+        return found
 
     def _des(self, data: bytes, field: str) -> Any:
         """Confluent's wire format (magic 0, schema id, Avro body) read with the writer's
@@ -381,11 +412,10 @@ class ChangeCodec:
     def encode(self, topic: str, change: Change) -> tuple[bytes, bytes]:
         """Key and value bytes of a change for ``topic`` (its subjects must exist)."""
         try:
-            key = self._key_ser(change.key.as_dict(), SerializationContext(topic, MessageField.KEY))
-            value = self._value_ser(change.record(), SerializationContext(topic, MessageField.VALUE))
+            key_header, write_key = self._writer(topic, MessageField.KEY)
+            value_header, write_value = self._writer(topic, MessageField.VALUE)
+            return key_header + write_key(change.key.as_dict()), value_header + write_value(change.record())
         except SchemaRegistryError as exc:
             raise BadChange(topic, f"cannot encode {change.key}: schema registry: {exc.error_message}") from None
-        except (SerializationError, ValueError, TypeError) as exc:
+        except (ValueError, TypeError) as exc:
             raise BadChange(topic, f"cannot encode {change.key}: {exc}") from None
-        assert key is not None and value is not None
-        return key, value

@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime
 
 import fastavro
-from confluent_kafka.schema_registry import Schema
+from confluent_kafka.schema_registry import RegisteredSchema, Schema
 
 from mcq.change import Change, ChangeKey, Position
 from mcq.contract import schema_text
@@ -19,10 +19,17 @@ KEY_ID, VALUE_ID = 7, 8
 class SchemasById:
     def __init__(self) -> None:
         self.asked: list[int] = []
+        self.asked_latest: list[str] = []
 
     def get_schema(self, schema_id: int) -> Schema:
         self.asked.append(schema_id)
         return Schema(schema_text({KEY_ID: "change_key", VALUE_ID: "change_record"}[schema_id]), "AVRO")
+
+    def get_latest_version(self, subject: str) -> RegisteredSchema:
+        """A topic's subject as ``mcq.contract.register_topic`` leaves it: our schema, one version."""
+        self.asked_latest.append(subject)
+        schema_id = KEY_ID if subject.endswith("-key") else VALUE_ID
+        return RegisteredSchema(subject, 1, schema_id, None, self.get_schema(schema_id))
 
 
 def wire(schema_id: int, name: str, record: dict[str, object]) -> bytes:

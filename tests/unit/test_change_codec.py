@@ -1,6 +1,7 @@
-"""Reading a change record in Confluent's wire format: what the listener and the projection
-stores decode every record with. The schemas come from a plain object standing in for the
-registry's lookup by id (the integration tests read real records through Apicurio)."""
+"""Reading and writing a change record in Confluent's wire format: what the listener and the
+projection stores decode every record with, and what the entities job encodes its changes
+with. The schemas come from a plain object standing in for the registry's lookups (the
+integration tests read and write real records through Apicurio)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import cavro
 import fastavro
 import pytest
 
-from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position, avro_reader
+from mcq.change import BadChange, Change, ChangeCodec, ChangeKey, Position, avro_reader, avro_writer
 from mcq.contract import schema_text
 from tests.support.wire import CHANGE, KEY_ID, VALUE_ID, SchemasById, wire
 
@@ -161,3 +162,31 @@ def test_a_writer_schema_the_compiled_reader_refuses_is_read_by_fastavro(schema:
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(schema), {"a": 5})
     assert avro_reader(schema)(body.getvalue()) == {"a": 5}
+
+
+def test_every_change_is_encoded_to_the_bytes_confluents_serializer_frames() -> None:
+    """Changes are encoded by cavro with the subject's latest schema id, looked up once; the
+    bytes must be what fastavro writes, framed as Confluent's serializer frames them."""
+    rnd = random.Random(12)
+    c, client = codec()
+    for _ in range(3000):
+        change = _random_change(rnd)
+        key, value = c.encode("t", change)
+        assert key == wire(KEY_ID, "change_key", change.key.as_dict())
+        assert value == wire(VALUE_ID, "change_record", change.record())
+        assert c.decode("t", 0, 0, key, value) == change
+    assert sorted(client.asked_latest) == ["t-key", "t-value"]
+
+
+def test_a_change_its_schema_cannot_take_is_refused_naming_the_topic_and_key() -> None:
+    c, _ = codec()
+    bad = Change(**{**CHANGE.__dict__, "after": {"phone_number": 5}})  # type: ignore[arg-type]
+    with pytest.raises(BadChange, match=r"people-topic.*cannot encode .*PERSON"):
+        c.encode("people-topic", bad)
+
+
+def test_a_schema_the_compiled_writer_refuses_is_written_by_fastavro() -> None:
+    schema = {"type": "record", "name": "R-1", "fields": [{"name": "a", "type": "long"}]}
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), {"a": 5})
+    assert avro_writer(schema)({"a": 5}) == body.getvalue()
