@@ -214,7 +214,7 @@ def main() -> int:
     print("| measure | keys | seconds | keys/s | note |")
     print("|---|---|---|---|---|")
     print(f"| rebuild `--truncate` (Spark read, CSV, COPY, applied positions, group moved) | {n:,} | {rebuild_s:.1f} "
-          f"| {n / rebuild_s:,.0f} | target ≥ 100,000/s |")  # fmt: skip
+          f"| {n / rebuild_s:,.0f} | {rebuild_s / (n / copy_rate):.1f}x COPY's (the Spark job alone) |")  # fmt: skip
     print(f"| PostgreSQL COPY alone, same rows, same run | {n:,} | {n / copy_rate:.1f} | {copy_rate:,.0f} | ceiling |")
     ratio = process_s / (n / copy_rate)
     verdict = ("met" if ratio <= 2 else "not met") if n >= 1_000_000 else "judged at 1,000,000 keys"
