@@ -349,7 +349,7 @@ class ChangeCodec:
         ``topic``'s key or value subject (Confluent's TopicNameStrategy), looked up once. This
         is what Confluent's AvroSerializer does with ``use.latest.version`` (its registry
         client keeps the latest version for the process too), without its copy and walk of
-        the schema for every record: 77 µs a change with it here, 15 without."""
+        the schema for every record: 77 µs a change with it here, 11 without."""
         subject = f"{topic}-{field}"
         found = self._writers.get(subject)
         if found is None:
