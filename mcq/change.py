@@ -101,6 +101,12 @@ class ChangeKey:
     pkey_number: int | None = None
     aux_string: str | None = None
 
+    @classmethod
+    def from_record(cls, key: dict[str, Any]) -> ChangeKey:
+        """The key of a decoded key record."""
+        return cls(key["tname"], key.get("subtype"), key.get("person_id"), key.get("pkey_string"),
+                   key.get("pkey_number"), key.get("aux_string"))  # fmt: skip
+
     @property
     def ref(self) -> str:
         return table_ref(self.tname, self.subtype)
@@ -259,19 +265,24 @@ class Change:
         partition: int | None = None,
         offset: int | None = None,
     ) -> Change:
+        return cls.from_value(ChangeKey.from_record(key), value, topic, partition, offset)
+
+    @classmethod
+    def from_value(
+        cls,
+        key: ChangeKey,
+        value: dict[str, Any],
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> Change:
+        """The change a record's value carries, for a key read already."""
         source = value["source"]
         entry = value["entry_time"]
         if isinstance(entry, int):  # fastavro returns datetimes; a raw long is micros
             entry = datetime.fromtimestamp(entry / 1e6, UTC)
         return cls(
-            key=ChangeKey(
-                key["tname"],
-                key.get("subtype"),
-                key.get("person_id"),
-                key.get("pkey_string"),
-                key.get("pkey_number"),
-                key.get("aux_string"),
-            ),
+            key=key,
             change_type=value["change_type"],
             position=Position(int(source["last_commit_lsn"]), int(source["lsn"])),
             entry_time=entry,
@@ -320,6 +331,10 @@ def avro_writer(schema: Any) -> Callable[[Any], bytes]:
         return write
 
 
+KEYS_KEPT = 32_768
+"""Keys a codec remembers by their bytes (``ChangeCodec._key``): about 16 MB of keys like
+the campus's (a person id or a short text each), measured with tracemalloc."""
+
 UNREADABLE = (SchemaRegistryError, SerializationError, KeyError, TypeError, ValueError, OSError)
 """What decoding a record raises when it cannot be read (requests' connection errors are OSErrors)."""
 
@@ -343,6 +358,7 @@ class ChangeCodec:
         self._client = client
         self._readers: dict[int, Callable[[bytes], Any]] = {}  # schema id -> a decoder of the writer's schema
         self._writers: dict[str, tuple[bytes, Callable[[Any], bytes]]] = {}  # subject -> (wire header, encoder)
+        self._keys: dict[bytes, ChangeKey] = {}  # key bytes read lately -> their key (see _key)
 
     def _writer(self, topic: str, field: str) -> tuple[bytes, Callable[[Any], bytes]]:
         """The wire header (magic 0, schema id) and the encoder of the latest schema of
@@ -375,14 +391,25 @@ class ChangeCodec:
         except (EOFError, IndexError, struct.error, ValueError, OverflowError, cavro.CavroException) as exc:
             raise SerializationError(f"{field} does not match its schema {schema_id}: {exc!r}") from None
 
+    def _key(self, data: bytes) -> ChangeKey:
+        """The key of a record's key bytes. The same bytes are the same key (the schema id is
+        in them), and a backlog or a burst holds each key many times: the last
+        :data:`KEYS_KEPT` keys read are kept, one frozen key each (its text computed once),
+        and forgotten all at once when full (no bookkeeping per read)."""
+        found = self._keys.get(data)
+        if found is None:
+            found = ChangeKey.from_record(self._des(data, MessageField.KEY))
+            if len(self._keys) >= KEYS_KEPT:
+                self._keys.clear()
+            self._keys[data] = found
+        return found
+
     def decode_key(self, topic: str, partition: int, offset: int, key: bytes | None) -> ChangeKey:
         """The logical key of a record (a tombstone's, say). Raises BadChange naming the record."""
         if key is None:
             raise BadChange(f"{topic}[{partition}]@{offset}", "a record without a key")
         try:  # where it is read is said only when it fails: a batch job decodes a million keys
-            k = self._des(key, MessageField.KEY)
-            return ChangeKey(k["tname"], k.get("subtype"), k.get("person_id"), k.get("pkey_string"),
-                             k.get("pkey_number"), k.get("aux_string"))  # fmt: skip
+            return self._key(key)
         except UNREADABLE as exc:
             raise _unreadable(f"{topic}[{partition}]@{offset}", "key", exc) from None
 
@@ -394,9 +421,7 @@ class ChangeCodec:
         if key is None:
             raise BadChange(where, "a change record without a key")
         try:
-            k = self._des(key, MessageField.KEY)
-            v = self._des(value, MessageField.VALUE)
-            return Change.from_record(k, v, topic, partition, offset)
+            return Change.from_value(self._key(key), self._des(value, MessageField.VALUE), topic, partition, offset)
         except UNREADABLE as exc:
             raise _unreadable(where, "record", exc) from None
 

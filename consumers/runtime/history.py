@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from consumers.runtime.parking import headers_of
+from consumers.runtime.parking import header_of
+from mcq import jsontext
 from mcq.change import RAW_HEADER
-from mcq.history import Event, HistoryWriter, Step
+from mcq.history import HistoryWriter, Step
 
 if TYPE_CHECKING:
     from consumers.runtime.delivery import Item
@@ -27,19 +28,25 @@ class Steps:
         if self.writer is None or change is None:
             return
         key = change.key.text()
-        event = {  # Event's fields, written without building one (Event.json_of: one per change)
+        position = change.position
+        event: dict[str, object] = {  # Event's fields, in its order, its unset ones left out
             "tname": change.key.tname,
             "key": key,
             "step": step,
             "at": time.time(),
-            "position": str(change.position),
+            "position": f"{position.last_commit_lsn}/{position.lsn}",
             "change_type": change.change_type,
             "commit_time": change.entry_time.isoformat(),
-            "txid": change.txid,
-            "raw": headers_of(item.msg).get(RAW_HEADER),
-            "logical": item.origin.where,
-            "listener": self.listener,
-            "answer": answer,
-            "cause": change.cause,
         }
-        self.writer.write(change.key.tname, key, Event.json_of(event))
+        # one per change: the dict is written as it is (Event.json_of would copy it to drop Nones)
+        if change.txid is not None:
+            event["txid"] = change.txid
+        if (raw := header_of(item.msg, RAW_HEADER)) is not None:
+            event["raw"] = raw
+        event["logical"] = item.origin.where
+        event["listener"] = self.listener
+        if answer is not None:
+            event["answer"] = answer
+        if change.cause is not None:
+            event["cause"] = change.cause
+        self.writer.write(change.key.tname, key, jsontext.dumps(event))

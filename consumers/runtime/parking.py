@@ -40,6 +40,17 @@ change of the key supersedes."""
 Headers = list[tuple[str, str | bytes | None]]
 
 
+def header_of(msg: Message, name: str) -> str | None:
+    """One header's text (the last of that name, as :func:`headers_of` keeps it), without
+    decoding the others: the history reads one header of every change."""
+    found: str | None = None
+    raw = msg.headers() or []
+    for key, value in raw.items() if isinstance(raw, dict) else raw:
+        if key == name:
+            found = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+    return found
+
+
 def headers_of(msg: Message) -> dict[str, str]:
     out: dict[str, str] = {}
     raw = msg.headers() or []

@@ -118,7 +118,11 @@ class _ToExpr(_ToTree):
         return Case(tuple(zip(items[0::2], items[1::2], strict=True)), otherwise)  # type: ignore[arg-type]
 
 
-_PARSER = Lark(GRAMMAR + TERMINALS, parser="lalr", maybe_placeholders=True)
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    """The grammar's LALR parser, built on the first parse (about 40 ms: a command that
+    parses none, ``mcq listen`` of a registry without any, does not wait for it)."""
+    return Lark(GRAMMAR + TERMINALS, parser="lalr", maybe_placeholders=True)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ class Expression:
 @lru_cache(maxsize=1024)
 def parse_expression(text: str) -> Expression:
     """Parse an expression; a syntax error names the column and what was expected."""
-    return Expression(text, _ToExpr().transform(parse_tree(_PARSER, text)))
+    return Expression(text, _ToExpr().transform(parse_tree(_parser(), text)))
 
 
 def _walk(node: Expr, kind: type) -> list[Any]:

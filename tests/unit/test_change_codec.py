@@ -48,6 +48,27 @@ def test_a_tombstone_has_no_change_but_its_key_is_read() -> None:
     assert c.decode_key("t", 0, 1, key) == CHANGE.key
 
 
+def test_keys_read_again_are_the_same_key_and_a_full_memory_of_keys_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("mcq.change.KEYS_KEPT", 4)
+    c, _ = codec()
+    keys = [ChangeKey("PHONE", None, n, f"p{n}", None, None) for n in range(11)]
+    value = wire(VALUE_ID, "change_record", CHANGE.record())
+    for round_ in range(3):
+        for n, k in enumerate(keys):
+            read = c.decode("t", 0, round_ * 100 + n, wire(KEY_ID, "change_key", k.as_dict()), value)
+            assert read is not None and read.key == k and read.key.text() == k.text()
+            assert c.decode_key("t", 0, n, wire(KEY_ID, "change_key", k.as_dict())) == k
+    assert len(c._keys) <= 4
+    again = wire(KEY_ID, "change_key", keys[0].as_dict())
+    assert c.decode_key("t", 0, 1, again) is c.decode_key("t", 0, 2, again)  # read once, its text computed once
+    with pytest.raises(BadChange, match=r"t\[0\]@5"):  # an unreadable key is refused each time, never kept
+        c.decode_key("t", 0, 5, b"\x00\x00\x00\x00\x07")
+    with pytest.raises(BadChange, match=r"t\[0\]@6"):
+        c.decode_key("t", 0, 6, b"\x00\x00\x00\x00\x07")
+
+
 @pytest.mark.parametrize(
     "value",
     [

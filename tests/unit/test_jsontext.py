@@ -92,3 +92,28 @@ def test_a_listeners_step_is_an_event_with_every_field_read_back_where_the_keys_
         logical="logical.t[2]@41", listener="Mirror", answer="the target said no", cause=c.cause,
     )  # fmt: skip
     assert Event.json_of({"tname": "T", "key": "k", "txid": None}) == b'{"tname":"T","key":"k"}'
+
+
+class _BareMsg:
+    def headers(self) -> None:
+        return None
+
+
+def test_a_listeners_step_leaves_out_what_it_does_not_know_as_the_event_does() -> None:
+    from dataclasses import replace
+
+    from consumers.runtime.delivery import Item
+    from consumers.runtime.history import Steps
+    from consumers.runtime.parking import Origin
+    from mcq.history import HistoryWriter
+    from mcq.testing.listeners import change
+
+    producer = _Producer()
+    c = replace(change("PHONE", 8, "x"), txid=None, cause=None)
+    Steps("Mirror", HistoryWriter(producer, "h", 12))(Item(_BareMsg(), Origin("l", 0, 3), c), "applied")  # type: ignore[arg-type]
+    ((_, value, _, _),) = producer.sent
+    event = Event.from_json(value, "h")
+    assert value == Event(
+        tname="PHONE", key=c.key.text(), step="applied", at=event.at, position=str(c.position),
+        change_type=c.change_type, commit_time=c.entry_time.isoformat(), logical="l[0]@3", listener="Mirror",
+    ).to_json()  # fmt: skip
