@@ -77,7 +77,7 @@ def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails,
     its raw topic, partition and offset), and each topic's partitions."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from mcq.topics.read import offsets_since
+    from mcq.topics.read import assign_now, offsets_since
 
     spans = offsets_since(settings, topics, since_ms)
     wanted = [
@@ -96,7 +96,7 @@ def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails,
             }
         )
         try:
-            consumer.assign(wanted)
+            assign_now(consumer, wanted)  # not 500 ms later: a standby reads the tails on a crash
             todo = {(tp.topic, tp.partition) for tp in wanted}
             deadline = time.monotonic() + 120
             while todo and time.monotonic() < deadline:

@@ -42,7 +42,7 @@ from consumers.runtime.waiting import HeldMessage
 from mcq.change import BadChange, ChangeCodec
 from mcq.contract import registry_client
 from mcq.topics.exceptions import TopicReadError
-from mcq.topics.read import read_to_end
+from mcq.topics.read import assign_now, read_to_end
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class Flush(ListenerGroups):
                              "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
         out = []
         try:
-            consumer.assign([TopicPartition(topic, partition, fr)])
+            assign_now(consumer, [TopicPartition(topic, partition, fr)])
             while True:
                 msg = consumer.poll(15)
                 if msg is None:

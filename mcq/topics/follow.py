@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from mcq.config import Settings
 from mcq.topics.exceptions import TopicReadError
-from mcq.topics.named import metadata_admin, named_topics
-from mcq.topics.read import RenewingAdmin, all_watermarks, take_fetched
+from mcq.topics.named import named_topics
+from mcq.topics.read import RenewingAdmin, all_watermarks, assign_now, take_fetched
 
 TP = tuple[str, int]
 
@@ -49,14 +49,16 @@ class TopicFollower:
                 "group.id": f"_mcq-{name}-{uuid.uuid4().hex}",  # never commits: reads the topics whole
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "allow.auto.create.topics": False,  # a consumer's default, said: metadata by name never creates
             }
         )
-        lookup = metadata_admin(settings)
-        meta, _ = named_topics(lookup, topics)  # by name, never creating them
+        # asked through the consumer itself: it knows the leaders when start() assigns the
+        # partitions (a consumer that does not waits 500 ms before reading: assign_now)
+        meta, _ = named_topics(self._consumer, topics)  # by name, never creating them
         missing = [t for t in topics if t not in meta]
         if missing and required:
+            answer = self._consumer.list_topics(topic=missing[0], timeout=15).topics.get(missing[0])  # why missing
             self._consumer.close()
-            answer = lookup.list_topics(topic=missing[0], timeout=15).topics.get(missing[0])  # why it is missing
             why = answer.error if answer is not None and answer.error is not None else "no such topic"
             raise TopicReadError(f"{name}: topic {missing[0]} is missing: {why}")
         self.partitions = [TopicPartition(t, p) for t in topics if t not in missing for p in sorted(meta[t].partitions)]
@@ -70,7 +72,7 @@ class TopicFollower:
         """Assign every partition, from ``at`` (where a snapshot ended) or the beginning."""
         if at:
             self.next.update(at)
-        self._consumer.assign([TopicPartition(t, p, self.next.get((t, p), -2)) for t, p in self._keys()])
+        assign_now(self._consumer, [TopicPartition(t, p, self.next.get((t, p), -2)) for t, p in self._keys()])
 
     def _keys(self) -> list[TP]:
         return [(tp.topic, tp.partition) for tp in self.partitions]

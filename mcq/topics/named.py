@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata, TopicMetadata  # .admin re-exports them without __all__
 
@@ -23,10 +24,12 @@ def metadata_admin(settings: Settings, **extra: Any) -> AdminClient:
 
 
 def named_topics(
-    admin: AdminClient, names: list[str], timeout_s: float = 15.0
+    admin: AdminClient | Consumer, names: list[str], timeout_s: float = 15.0
 ) -> tuple[dict[str, TopicMetadata], ClusterMetadata | None]:
     """The metadata of those of ``names`` that exist (without an error), each asked for by
-    name, and the last cluster metadata answered (its brokers; None when ``names`` is empty)."""
+    name, and the last cluster metadata answered (its brokers; None when ``names`` is empty).
+    ``admin`` may be a consumer about to read them: its leaders are then known when it is
+    assigned their partitions (``mcq.topics.read.assign_now``)."""
     found: dict[str, TopicMetadata] = {}
     cluster: ClusterMetadata | None = None
     for name in dict.fromkeys(names):

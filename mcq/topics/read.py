@@ -156,6 +156,18 @@ def records_after(settings: Settings, topics: list[str], offsets: dict[str, dict
     )
 
 
+def assign_now(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 15.0) -> None:
+    """Assign ``partitions``, their leaders known first. A consumer assigned a partition it
+    has no metadata for defers the partition's offset query by librdkafka's 500 ms timer
+    ("no current leader for partition: (re)starting offset query timer"): a new consumer's
+    first record came 0.45-0.50 s after its assignment here, and 2-4 ms after it once the
+    topic's metadata was asked for first (one request per topic; a consumer's metadata
+    request never creates a topic)."""
+    for topic in dict.fromkeys(tp.topic for tp in partitions):
+        consumer.list_topics(topic, timeout=timeout_s)
+    consumer.assign(partitions)
+
+
 def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list[Message] | None:
     """What the consumer has fetched, up to ``most`` records in one call (a call per record
     cost more than the record: most of a scheduled run's start-up), waiting up to

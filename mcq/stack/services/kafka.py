@@ -273,6 +273,8 @@ class Kafka(JvmService):
             raise NotReady(f"produce to {HEALTH_TOPIC}: {errors[0] if errors else 'no delivery report'}")
         consumer = Consumer({**conf, "group.id": f"_mcq-health-{uuid.uuid4().hex}", "enable.auto.commit": False})
         try:
+            for topic in {tp.topic for tp in delivered}:  # its leader known first: an assignment without
+                consumer.list_topics(topic, timeout=8)  # defers the offset query 500 ms (mcq.topics.read.assign_now)
             consumer.assign(delivered)
             deadline = time.monotonic() + 8
             while time.monotonic() < deadline:
