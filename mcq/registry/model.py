@@ -9,8 +9,6 @@ are checked by :meth:`Registry.problems` so that the loader can point at file:li
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from croniter import croniter
@@ -21,6 +19,7 @@ from mcq.registry.entities import Entity, entity_columns, entity_problems, unwat
 from mcq.registry.exceptions import RuleSyntaxError
 from mcq.registry.mapping_checks import mapping_problems
 from mcq.registry.rules import Rule, parse_rule
+from mcq.registry.schedules import schedule_gap_s
 from mcq.registry.templates import template_problems
 from mcq.secrets import literal_secrets
 
@@ -208,30 +207,13 @@ class Listener(_Model):
         return self.schedule == "realtime"
 
     def longest_gap_s(self) -> float:
-        """The longest time between two runs of its schedule (0 in real time): over a year
-        of runs, or its first 2,000 (a schedule that runs more often repeats itself)."""
+        """The longest time between two runs of its schedule (0 in real time): see
+        :func:`schedule_gap_s`."""
         return schedule_gap_s(self.schedule)
 
 
 MIN_DELETE_RETENTION_S = 24 * 3600.0
 """The least a logical topic keeps its deletes: a real-time listener down for a day."""
-
-
-@lru_cache(maxsize=256)
-def schedule_gap_s(schedule: str) -> float:
-    """The longest gap between two runs of a cron ``schedule`` (0 for ``realtime``)."""
-    if schedule == "realtime":
-        return 0.0
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    runs = croniter(schedule, start)
-    last, longest = runs.get_next(float), 0.0
-    for _ in range(2000):
-        at = runs.get_next(float)
-        longest = max(longest, at - last)
-        last = at
-        if at - start.timestamp() > 366 * 86400:
-            break
-    return longest
 
 
 class Interest(_Model):
