@@ -38,7 +38,7 @@ class Steps:
             "change_type": change.change_type,
             "commit_time": change.entry_time.isoformat(),
         }
-        # one per change: the dict is written as it is (Event.json_of would copy it to drop Nones)
+        # one per change: written as it is, no Event built and no copy to drop unset fields
         if change.txid is not None:
             event["txid"] = change.txid
         if (raw := header_of(item.msg, RAW_HEADER)) is not None:

@@ -23,7 +23,8 @@ class HistoryWriter:
         self.write(event.tname, event.key, event.to_json())
 
     def write(self, tname: str, key: str, event: bytes) -> None:
-        """An event's JSON (:meth:`Event.to_json`, :meth:`Event.json_of`) for key ``key`` of ``tname``."""
+        """An event's JSON (:meth:`Event.to_json`, or a listener's step written from its
+        fields) for key ``key`` of ``tname``."""
         self._producer.produce(
             self.topic, value=event, key=f"{tname}:{key}".encode(), partition=partition_of(tname, key, self.partitions)
         )
