@@ -43,7 +43,7 @@ def read_topics(
         ending = json.dumps(by_topic)
     return (
         spark.read.format("kafka")
-        .options(**settings.kafka.spark_options())
+        .options(**settings.kafka.spark_read_options())
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
         .option("endingOffsets", ending)

@@ -310,7 +310,7 @@ class NormalizeJob:
         source's ``startingOffsets`` when it has no checkpoint yet."""
         reader = (
             spark.readStream.format("kafka")
-            .options(**self.settings.kafka.spark_options())
+            .options(**self.settings.kafka.spark_read_options())
             # a pattern, not a list: a raw topic appears only once Debezium has a change
             # for its table (an empty table, the outbox before its first entry), and Spark
             # reads a topic that appears later from its beginning

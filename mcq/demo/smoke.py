@@ -305,7 +305,7 @@ def spark_read(settings: Settings, cdc_topic: str, avro_topic: str) -> SparkRead
         def read(topic: str) -> Any:
             return (
                 spark.read.format("kafka")
-                .options(**settings.kafka.spark_options())
+                .options(**settings.kafka.spark_read_options())
                 .option("subscribe", topic)
                 .option("startingOffsets", "earliest")
                 .option("endingOffsets", "latest")

@@ -80,3 +80,14 @@ def test_oauthbearer_with_oidc_client_credentials_reaches_spark_as_jaas_and_the_
     assert opts["kafka.sasl.oauthbearer.token.endpoint.url"] == "https://idp.example/token"
     assert opts["kafka.sasl.login.callback.handler.class"].endswith("oauthbearer.OAuthBearerLoginCallbackHandler")
     assert not [k for k in opts if k.startswith("kafka.sasl.oauthbearer.client")]  # librdkafka's names stay out
+
+
+def test_a_bounded_read_has_its_fetches_answered_within_10_ms_and_extra_can_say_otherwise() -> None:
+    # Spark asks for a partition's offsets after each poll, behind the fetch the poll sent;
+    # at a partition's end the broker would hold that fetch for its default 500 ms
+    read = KafkaSettings(bootstrap_servers="b:9092").spark_read_options()
+    assert read["kafka.fetch.max.wait.ms"] == "10"
+    assert read["kafka.bootstrap.servers"] == "b:9092"
+    assert "kafka.fetch.max.wait.ms" not in KafkaSettings(bootstrap_servers="b:9092").spark_options()
+    chosen = KafkaSettings(bootstrap_servers="b:9092", extra={"fetch.max.wait.ms": "100"}).spark_read_options()
+    assert chosen["kafka.fetch.max.wait.ms"] == "100"
