@@ -154,7 +154,6 @@ def jaas_line(module: str, **options: str) -> str:
     return f"{module} required {' '.join(f'{k}={quote(v)}' for k, v in options.items())};"
 
 
-# librdkafka properties the Java client (Spark's Kafka source and sink) knows by another name
 SPARK_BOUNDED_READ = {"kafka.fetch.max.wait.ms": "10"}
 """A bounded read's fetches are answered after 10 ms at most, not the broker's 500 ms
 default. Spark's Kafka reader asks for the partition's earliest and latest offsets after
@@ -167,6 +166,7 @@ debug log: 502 ms between "Seeking to earliest offset" and its answer); 15.6 s w
 this. A bounded read never waits for records that are not there yet, so nothing is lost.
 Real-time queries keep the default: their tasks poll for new records all the time."""
 
+# librdkafka properties the Java client (Spark's Kafka source and sink) knows by another name
 JAVA_NAMES = {
     "topic.metadata.refresh.interval.ms": "metadata.max.age.ms",
     "queue.buffering.max.ms": "linger.ms",
