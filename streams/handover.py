@@ -25,10 +25,16 @@ a crash: the new instance resumes from the checkpoint at once, fenced by what la
 the output topics (``read_landed``: what the crashed one's producer lost is written
 again, what landed is not).
 
+While held, the queries follow the running instance (``streams/handover_follow.py``): a
+reader of the output topics tells the gate what landed, and a held record it covers is
+dropped at once. A new instance asks once they are near the running one, so its take-over
+has little left to do and its code is warm.
+
 A standby (``standby``) starts the same way but does not ask: it waits, its queries held
-at the gate, until the running instance's lease goes (a crash, a stop), then takes over
-as from a crash. Every ``rehold_s`` it starts its held queries again on a fresh copy of
-the checkpoint, so what it reads again at a take-over stays a few minutes' worth."""
+at the gate and following, until the running instance's lease goes (a crash, a stop), then
+takes over as from a crash, fenced by what its follower saw land. Should the follower fail,
+every ``rehold_s`` it starts its held queries again on a fresh copy of the checkpoint, so
+what it reads again at a take-over stays a few minutes' worth."""
 
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streams.handover_follow import LandedFollower, near
 from streams.handover_gate import close_for_good, fence_lines, flush_producers, gate_of, read_fences, read_landed
 from streams.handover_lease import (
     Lease,
@@ -102,6 +109,8 @@ class HandOver:
     rehold_s: float = REHOLD_S
     held_at: float = 0.0
     """When ``hold`` last copied the checkpoint (monotonic)."""
+    follower: LandedFollower | None = None
+    """What the running instance lands, told to the gate while the queries are held."""
 
     def __post_init__(self) -> None:
         self.lease = Lease(self.checkpoint, self.me)
@@ -110,15 +119,28 @@ class HandOver:
     def who(self, instance: dict[str, Any]) -> str:
         return f"{instance.get('id')} (pid {instance.get('pid')} on {instance.get('host')})"
 
-    def hold(self, spark: SparkSession) -> Path:
+    def hold(self, spark: SparkSession, settings: Settings | None = None, topics: list[str] | None = None) -> Path:
         """Before the take-over: close the gate and copy the checkpoint the queries then
-        start from, held at the gate (returns the copy's directory)."""
-        gate_of(spark).close()
+        start from, held at the gate (returns the copy's directory). With ``settings``,
+        follow what the running instance lands in ``topics`` (every topic the queries
+        write), so the held queries drop it as they reach it (``streams/handover_follow.py``)."""
+        gate = gate_of(spark)
+        gate.close()
+        self.unfollow()
         if self.copy is not None:  # a standby's earlier copy: its queries have stopped
             shutil.rmtree(self.copy, ignore_errors=True)
         self.copy, self.copy_since_ms = copy_checkpoint(self.checkpoint)
         self.held_at = time.monotonic()
+        if settings is not None and topics is not None:
+            since_ms = self.copy_since_ms - TAIL_MARGIN_MS
+            copied_ms = int(time.time() * 1000)
+            self.follower = LandedFollower(settings, topics, since_ms, gate.landed, copied_ms).start()
         return self.copy
+
+    def unfollow(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
 
     def stand_by_again(self) -> None:
         """After handing over (a standby asked by a restarted instance): stand by for it."""
@@ -158,7 +180,10 @@ class HandOver:
                 old = self.taking_over = now
                 log.info(f"normalize: standing by for {self.who(old)}")
             if rehold is not None and time.monotonic() - self.held_at >= self.rehold_s:
-                rehold()
+                if self.follower is not None and self.follower.alive:
+                    self.held_at = time.monotonic()  # the held queries follow: their copy is current
+                else:
+                    rehold()
             time.sleep(ASK_POLL_S)
         if stopped():
             return
@@ -177,7 +202,9 @@ class HandOver:
         with the fences of what the old instance wrote (``topics``: every topic they
         write). Without: nothing runs on the checkpoint yet. A ``standby`` does not ask:
         it waits for the lease to go (``stand_by``; ``rehold``: start the held queries
-        again on a fresh copy; ``waiting``: called as it waits)."""
+        again on a fresh copy, unless they follow; ``waiting``: called as it waits).
+        After a crash the fences are what the follower saw land (``hold``), or, when it
+        cannot say, what the output topics' tails hold."""
         old = self.taking_over
         if old is None:
             self.lease.hold()
@@ -189,11 +216,14 @@ class HandOver:
             began = time.monotonic()
             done = None
         else:
+            if spark is not None and self.follower is not None:  # then the take-over has little left to do
+                near(self.follower, gate_of(spark), stopped)
             log.info(f"normalize: started beside {self.who(old)}: asking it to hand over")
             ask(self.checkpoint, self.me)
             done = wait_answer(self.checkpoint, self.me, old, stopped)
         self.taking_over = None
         if stopped():
+            self.unfollow()
             if self.copy is not None:
                 shutil.rmtree(self.copy, ignore_errors=True)
             return
@@ -201,12 +231,15 @@ class HandOver:
         waited = time.monotonic() - began
         fences = ""
         if done is None and spark is not None and self.copy is not None:
-            fences = read_landed(settings, topics, self.copy_since_ms - TAIL_MARGIN_MS)
+            followed = self.follower.fences() if self.follower is not None else None
+            fences = followed if followed is not None else read_landed(
+                settings, topics, self.copy_since_ms - TAIL_MARGIN_MS
+            )  # fmt: skip
             log.warning(
                 f"normalize: {self.who(old)} {'is gone' if self.standby else 'stopped beating its lease'}: took "
                 f"over {time.monotonic() - began:.2f} s later from its checkpoint; what landed of what it wrote "
-                f"since is not written again ({fences.count(chr(10))} fences by raw and output partition, read "
-                "from the topics), what its producer lost is"
+                f"since is not written again ({fences.count(chr(10))} fences by raw and output partition, "
+                f"{'followed' if followed is not None else 'read'} from the topics), what its producer lost is"
             )
         elif done is None:
             log.warning(f"normalize: {self.who(old)} stopped beating its lease: resuming from the checkpoint")
@@ -229,6 +262,7 @@ class HandOver:
                 f"checkpoint is not written again ({fences.count(chr(10))} raw partition/topic fences, read from "
                 f"the topics in {time.monotonic() - began - waited:.1f} s)"
             )
+        self.unfollow()
         if spark is not None and self.copy is not None:
             make_current(self.checkpoint, self.copy)
             gate_of(spark).open(fences)

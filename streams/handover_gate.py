@@ -84,7 +84,7 @@ def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails,
         TopicPartition(t, p, first) for t, parts in spans.items() for p, (first, end) in parts.items() if first < end
     ]
     ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
-    seen: dict[tuple[str, int, str], dict[int, tuple[int, set[bytes]]]] = {}
+    seen: Seen = {}
     if wanted:
         consumer = Consumer(
             {
@@ -110,23 +110,37 @@ def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails,
                         raise RuntimeError(f"reading {where[0]}[{where[1]}]: {err}")
                     if (msg.offset() or 0) + 1 >= ends[where]:
                         todo.discard(where)
-                    raw = dict(msg.headers() or []).get(RAW_HEADER)
-                    if not isinstance(raw, bytes):
-                        continue
-                    raw_topic, _, rest = raw.decode().rpartition("[")
-                    partition, _, offset = rest.partition("]@")
-                    by_partition = seen.setdefault((raw_topic, int(partition), where[0]), {})
-                    highest, keys = by_partition.get(where[1], (-1, set()))
-                    if int(offset) > highest:
-                        by_partition[where[1]] = (int(offset), {msg.key() or b""})
-                    elif int(offset) == highest:
-                        keys.add(msg.key() or b"")
+                    note_landed(seen, msg)
             if todo:
                 raise RuntimeError(f"reading the output topics' tails: {sorted(todo)} not at their end after 120 s")
         finally:
             consumer.close()
     tails = {at: {p: (o, frozenset(keys)) for p, (o, keys) in parts.items()} for at, parts in seen.items()}
     return tails, {topic: len(parts) for topic, parts in spans.items()}
+
+
+Seen = dict[tuple[str, int, str], dict[int, tuple[int, set[bytes]]]]
+"""``Tails`` as a reader builds them."""
+
+
+def note_landed(seen: Seen, msg: Any) -> tuple[str, int, str] | None:
+    """Note an output record in ``seen`` by its ``mcq.raw`` header (its raw topic, partition
+    and offset); returns where it counts (raw topic, raw partition, output topic), None for
+    a record without the header (not a normaliser's)."""
+    raw = dict(msg.headers() or []).get(RAW_HEADER)
+    if not isinstance(raw, bytes):
+        return None
+    raw_topic, _, rest = raw.decode().rpartition("[")
+    partition, _, offset = rest.partition("]@")
+    at = (raw_topic, int(partition), msg.topic() or "")
+    by_partition = seen.setdefault(at, {})
+    out = msg.partition() or 0
+    highest, keys = by_partition.get(out, (-1, set()))
+    if int(offset) > highest:
+        by_partition[out] = (int(offset), {msg.key() or b""})
+    elif int(offset) == highest:
+        keys.add(msg.key() or b"")
+    return at
 
 
 def _at(offsets: list[tuple[int, frozenset[bytes]]], offset: int) -> tuple[int, frozenset[bytes]]:

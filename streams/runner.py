@@ -340,6 +340,7 @@ def _run_queries(
         gate = bool(interval) and can_gate(spark)  # the real-time queries' hand-over gate (local masters)
         held: list[Any] = []  # real-time queries started before a take-over, held at its gate
         rehold: Callable[[], None] | None = None
+        written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
         if handover is not None and handover.taking_over is not None and gate and interval:
             fresh = rt.realtime_session(spark, listener, job, realtime_part)
 
@@ -348,7 +349,7 @@ def _run_queries(
                 if held:  # a standby's, on an older copy
                     stopping.stop_all(held)
                     queries[:] = [q for q in queries if all(q is not h for h in held)]
-                now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark))
+                now = jobs["realtime"] = job.part(realtime_part, handover.hold(spark, job.settings, written))
                 held[:] = rt.start_realtime(now, fresh, interval, gate=True)
                 queries.extend(held)
                 tasks = rt.raw_partitions(job.settings, realtime_part.raw_topics, job.registry)
@@ -362,7 +363,6 @@ def _run_queries(
             rehold = hold
         if handover is not None:  # the lease, from another instance if one runs (it stops first)
             took = handover.taking_over is not None
-            written = [*job.plan.logical_topics, job.plan.refresh_topic, job.plan.withheld_topic]
             handover.take_over(
                 job.settings, written, lambda: stopping.requested, spark if held else None, rehold,
                 waiting=lambda: ticked.__setitem__(0, time.monotonic()),  # live while it stands by

@@ -93,8 +93,9 @@ def streams() -> None:
     "--standby-refresh",
     default="5 minutes",
     show_default=True,
-    help="With --standby: start the held queries again on a fresh copy of the checkpoint this often, so that "
-    "a take-over reads again at most about this much.",
+    help="With --standby, when its held queries cannot follow the running one (their reader of the logical "
+    "topics failed): start them again on a fresh copy of the checkpoint this often, so that a take-over reads "
+    "again at most about this much.",
 )
 @health_options(NORMALIZE_HTTP_PORT, "A --once run")
 def streams_normalize(

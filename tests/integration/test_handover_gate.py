@@ -1,20 +1,26 @@
 """The hand-over gate (jvm/spark-gate) in Spark's JVM: after a crash it fences each output
-partition on its own, and finds a record's partition as Spark's Kafka sink does."""
+partition on its own, finds a record's partition as Spark's Kafka sink does, and lets a
+held query drop what the running instance landed without waiting."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from mcq.change import RAW_HEADER
 from mcq.config import Settings
 from mcq.stack import Stack
 from mcq.topics.read import read_to_end
-from streams.handover_gate import gate_of, landed_lines
+from streams.handover_follow import LandedFollower
+from streams.handover_gate import gate_of, landed_lines, read_landed
 from streams.session import spark_session
 
 pytestmark = pytest.mark.integration
@@ -64,6 +70,58 @@ def test_after_a_crash_a_record_is_taken_as_written_only_by_its_own_partition_s_
     assert not written(1, r[0])  # partition 2 held nothing of raw.a[0] since: everything again
     assert not bool(gate.written("raw.a", 1, "t.x", 1, p[0].hex()))  # another raw partition: no fence
     _acknowledge(spark, int(gate.passing()) - passing)  # what passed here was never sent
+
+
+def test_a_held_record_the_running_instance_landed_is_dropped_at_once_and_one_it_did_not_waits(
+    spark: Any, settings: Settings
+) -> None:
+    """A follower of the output topic tells the gate what landed: raw offsets 0-39 of
+    raw.f[0], each under its own key, spread over 3 output partitions as Spark's sink
+    spreads them. Held records it covers come back "written" while the gate is closed;
+    raw offset 40 never landed and waits until the take-over's fences open the gate, then
+    passes. The follower's fences after the "crash" are what the tails say."""
+    gate = gate_of(spark)
+    topic = f"test-follow-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(settings.kafka.client_config())
+    next(iter(admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values())).result()
+    since_ms = int(time.time() * 1000) - 1000
+    keys = [f"follow-{i}-{uuid.uuid4().hex[:6]}".encode() for i in range(41)]
+    producer = Producer({**settings.kafka.client_config(), "partitioner": "murmur2_random"})  # as Java's
+    for offset, key in enumerate(keys[:40]):
+        producer.produce(topic, b"v", key, headers=[(RAW_HEADER, f"raw.f[0]@{offset}".encode())])
+    assert producer.flush(30) == 0
+    passing = int(gate.passing())
+    gate.close()
+    follower = LandedFollower(settings, [topic], since_ms, gate.landed, since_ms).start()
+    try:
+        answers: dict[int, bool] = {}
+
+        def ask(offset: int) -> None:
+            answers[offset] = bool(gate.written("raw.f", 0, topic, offset, keys[offset].hex().upper()))
+
+        assert follower.current.wait(30)
+        assert follower.behind(gate.seen) == 40  # all landed after the copy: the held query will reach 0-39
+        for offset, behind in ((3, 36), (39, 0)):  # landed: dropped while the gate is closed
+            asking = threading.Thread(target=ask, args=(offset,), daemon=True)
+            asking.start()
+            asking.join(60)
+            assert answers.get(offset) is True
+            assert follower.behind(gate.seen) == behind  # raw offsets landed up to 39
+        held = threading.Thread(target=ask, args=(40,), daemon=True)
+        held.start()
+        held.join(2.0)
+        assert held.is_alive()  # not landed: waits at the closed gate
+        assert follower.behind(gate.seen) == 0  # it is past everything that landed
+        fences = follower.fences()
+        assert fences is not None
+        assert sorted(fences.splitlines()) == sorted(read_landed(settings, [topic], since_ms).splitlines())
+        gate.open(fences)
+        held.join(30)
+        assert answers.get(40) is False  # written by the take-over
+    finally:
+        follower.stop()
+        gate.open("")
+        _acknowledge(spark, int(gate.passing()) - passing)
 
 
 def _acknowledge(spark: Any, records: int) -> None:

@@ -27,6 +27,12 @@ import org.apache.kafka.common.utils.Utils;
  * partitioner does), so a record the crashed instance lost is written again even when a
  * later one of another partition landed.
  *
+ * <p>While the gate is closed, a record the old instance is known to have written
+ * already ({@link #landed}: what a follower of the output topics saw land, per output
+ * partition as after a crash) is dropped at once instead of waiting: the held queries
+ * follow the old instance, their JIT warm and their checkpoint current, and what is
+ * left for them at the take-over is what the old instance had not written yet.
+ *
  * <p>The instance that hands over closes its gate for good ({@link #close}) and waits
  * until Kafka acknowledged every record that passed it ({@link #awaitSent}: {@link Sent},
  * the real-time writers' producer interceptor, counts them out): nothing it writes can
@@ -41,6 +47,12 @@ public final class HandOverGate {
     private static Map<String, Set<String>> keysAt = Map.of();
     /** Output topic -> its partitions, for a topic fenced per partition (after a crash). */
     private static Map<String, Integer> partitionsOf = Map.of();
+    /** "rawTopic\0partition\0topic\0outputPartition" -> what landed there (a follower's, {@link #landed}). */
+    private static final ConcurrentHashMap<String, Fence> LANDED = new ConcurrentHashMap<>();
+    /** Output topic -> its partitions, for {@link #LANDED}. */
+    private static final ConcurrentHashMap<String, Integer> LANDED_PARTITIONS = new ConcurrentHashMap<>();
+    /** "rawTopic\0partition" -> the highest raw offset a task asked about (held or not). */
+    private static final ConcurrentHashMap<String, Long> SEEN = new ConcurrentHashMap<>();
     /** Records that passed the gate and were not yet acknowledged by Kafka. */
     private static final AtomicLong PASSING = new AtomicLong();
     /** Records whose write failed (an acknowledgement with an error). */
@@ -64,6 +76,19 @@ public final class HandOverGate {
             more.add(key);
             return new Fence(offset, Set.copyOf(more));
         }
+
+        Fence higher(Fence other) {
+            if (other.offset != offset) {
+                return other.offset > offset ? other : this;
+            }
+            Set<String> more = new HashSet<>(keys);
+            more.addAll(other.keys);
+            return new Fence(offset, Set.copyOf(more));
+        }
+
+        boolean covers(long at, String key) {
+            return at < offset || (at == offset && keys.contains(key));
+        }
     }
 
     private HandOverGate() {}
@@ -76,6 +101,9 @@ public final class HandOverGate {
             keysAt = Map.of();
             partitionsOf = Map.of();
         }
+        LANDED.clear(); // a new hold: its follower tells what landed from its checkpoint on
+        LANDED_PARTITIONS.clear();
+        SEEN.clear();
     }
 
     /**
@@ -122,6 +150,53 @@ public final class HandOverGate {
             open = true;
             LOCK.notifyAll();
         }
+        LANDED.clear(); // the fences say it all from here
+        LANDED_PARTITIONS.clear();
+    }
+
+    /**
+     * What a follower of the output topics saw land since the held queries' checkpoint
+     * (lines in {@link #open}'s crash format: raw topic, partition, output topic, highest
+     * raw offset, keys at it, output partition, the topic's partitions). A held record it
+     * covers is dropped at once: the old instance wrote it, whatever happens next.
+     */
+    public static void landed(String lines) {
+        for (String line : lines.split("\n")) {
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] f = line.split("\t", -1);
+            if (f.length != 7) {
+                throw new IllegalArgumentException("a landed line has 7 fields: " + line);
+            }
+            Set<String> keys = new HashSet<>();
+            for (String key : f[4].split(",")) {
+                if (!key.isEmpty()) {
+                    keys.add(key.toLowerCase());
+                }
+            }
+            LANDED_PARTITIONS.put(f[2], Integer.parseInt(f[6]));
+            Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
+            LANDED.merge(f[0] + '\0' + f[1] + '\0' + f[2] + '\0' + f[5], fence, Fence::higher);
+        }
+        synchronized (LOCK) {
+            LOCK.notifyAll();
+        }
+    }
+
+    /** The highest raw offset of this raw partition a task asked about since the gate closed; -1: none. */
+    public static long seen(String rawTopic, int partition) {
+        return SEEN.getOrDefault(rawTopic + '\0' + partition, -1L);
+    }
+
+    /** Whether a follower saw this record land (see {@link #landed}). */
+    private static boolean sawLanded(String at, String topic, long offset, String key) {
+        Integer partitions = LANDED_PARTITIONS.get(topic);
+        if (partitions == null) {
+            return false;
+        }
+        Fence fence = LANDED.get(at + '\0' + partitionOf(key, partitions));
+        return fence != null && fence.covers(offset, key);
     }
 
     public static boolean isOpen() {
@@ -133,6 +208,9 @@ public final class HandOverGate {
      * closed (a stop of the query interrupts the wait).
      */
     public static boolean written(String rawTopic, int partition, String topic, long offset, String hexKey) {
+        String at = rawTopic + '\0' + partition + '\0' + topic;
+        String key = hexKey == null ? "" : hexKey.toLowerCase();
+        SEEN.merge(rawTopic + '\0' + partition, offset, Math::max);
         while (true) {
             PASSING.incrementAndGet(); // before the look at open: a close then waits for this record
             if (open) {
@@ -141,6 +219,10 @@ public final class HandOverGate {
             PASSING.decrementAndGet();
             synchronized (LOCK) {
                 while (!open) {
+                    if (sawLanded(at, topic, offset, key)) { // the old instance wrote it: on to the next
+                        PASSED.compute(at, (k, f) -> f == null ? new Fence(offset, Set.of(key)) : f.raise(offset, key));
+                        return true;
+                    }
                     try {
                         LOCK.wait();
                     } catch (InterruptedException e) {
@@ -150,7 +232,6 @@ public final class HandOverGate {
                 }
             }
         }
-        String at = rawTopic + '\0' + partition + '\0' + topic;
         String fencedAt = at;
         Integer partitions = partitionsOf.get(topic);
         if (partitions != null) {
@@ -166,7 +247,6 @@ public final class HandOverGate {
             PASSING.decrementAndGet(); // not sent: dropped here
         }
         // in raw order: what passed or was dropped as written is in Kafka up to here
-        String key = hexKey == null ? "" : hexKey.toLowerCase();
         PASSED.compute(at, (k, f) -> f == null ? new Fence(offset, Set.of(key)) : f.raise(offset, key));
         return written;
     }
