@@ -218,6 +218,7 @@ class HandOver:
         else:
             if spark is not None and self.follower is not None:  # then the take-over has little left to do
                 near(self.follower, gate_of(spark), stopped)
+                began = time.monotonic()
             log.info(f"normalize: started beside {self.who(old)}: asking it to hand over")
             ask(self.checkpoint, self.me)
             done = wait_answer(self.checkpoint, self.me, old, stopped)
