@@ -188,7 +188,7 @@ def near(
     while not follower.current.is_set() and follower.alive and not stopped() and time.monotonic() - began < wait_s:
         time.sleep(POLL_S)  # what the topics held at the copy: the tasks' first records are in it
     behind = follower.behind(gate.seen)
-    while behind > records and not stopped() and time.monotonic() - began < wait_s:
+    while behind > records and follower.alive and not stopped() and time.monotonic() - began < wait_s:
         time.sleep(POLL_S)
         behind = follower.behind(gate.seen)
     log.info(
