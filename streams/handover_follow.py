@@ -14,11 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from streams.handover_gate import Seen, landed_lines, note_landed
+from streams.handover_gate import Seen, landed_lines, note_landed, tail_reader
 
 if TYPE_CHECKING:
     from mcq.config import Settings
@@ -54,7 +53,6 @@ class LandedFollower:
         """Set once it read what the topics held when it started."""
         self._stop = threading.Event()
         self._ends: dict[tuple[str, int], int] | None = None
-        self._final = threading.Event()
         self._result: str | None = None
         self._thread = threading.Thread(target=self._run, name="mcq-normalize-follow", daemon=True)
 
@@ -82,12 +80,11 @@ class LandedFollower:
         if {topic: len(parts) for topic, parts in spans.items()} != self.partitions:
             return None
         self._ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
-        self._final.set()
         self._thread.join(timeout=timeout_s)
         return self._result
 
     def _run(self) -> None:
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import KafkaError, TopicPartition
 
         from mcq.topics.read import assign_now, offsets_since
 
@@ -97,14 +94,7 @@ class LandedFollower:
             wanted = [TopicPartition(t, p, first) for t, parts in spans.items() for p, (first, _) in parts.items()]
             positions = {(tp.topic, tp.partition): tp.offset for tp in wanted}
             held = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
-            consumer = Consumer(
-                {
-                    **self.settings.kafka.client_config(),
-                    "group.id": f"_mcq-handover-{uuid.uuid4().hex}",  # never commits
-                    "enable.auto.commit": False,
-                    "fetch.wait.max.ms": int(POLL_S * 1000),
-                }
-            )
+            consumer = tail_reader(self.settings, fetch_wait_ms=int(POLL_S * 1000))
         except Exception as exc:  # the take-over reads the tails itself
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning(f"normalize: cannot follow what the running instance writes ({self.failed})")

@@ -72,10 +72,26 @@ def landed_lines(tails: Tails, partitions: dict[str, int]) -> str:
     )
 
 
+def tail_reader(settings: Settings, fetch_wait_ms: int, partition_eof: bool = False) -> Any:
+    """A consumer of the output topics for the fences: a group of its own that never
+    commits; a fetch at a partition's end waits ``fetch_wait_ms``."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"_mcq-handover-{uuid.uuid4().hex}",  # never commits
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "enable.partition.eof": partition_eof,
+        }
+    )
+
+
 def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails, dict[str, int]]:
     """What was written to ``topics`` since ``since_ms`` (every record carries ``mcq.raw``:
     its raw topic, partition and offset), and each topic's partitions."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     from mcq.topics.read import assign_now, offsets_since
 
@@ -86,15 +102,7 @@ def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails,
     ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
     seen: Seen = {}
     if wanted:
-        consumer = Consumer(
-            {
-                **settings.kafka.client_config(),
-                "group.id": f"_mcq-handover-{uuid.uuid4().hex}",  # never commits
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,  # the tails are there: no waiting for more
-                "enable.partition.eof": True,
-            }
-        )
+        consumer = tail_reader(settings, fetch_wait_ms=10, partition_eof=True)  # the tails are there: no waiting
         try:
             assign_now(consumer, wanted)  # not 500 ms later: a standby reads the tails on a crash
             todo = {(tp.topic, tp.partition) for tp in wanted}

@@ -131,12 +131,7 @@ public final class HandOverGate {
                 at = at + '\0' + f[5];
             }
             newOffsets.put(at, Long.parseLong(f[3]));
-            Set<String> keys = new HashSet<>();
-            for (String key : f[4].split(",")) {
-                if (!key.isEmpty()) {
-                    keys.add(key.toLowerCase());
-                }
-            }
+            Set<String> keys = keysOf(f[4]);
             newKeys.put(at, keys);
             if (f.length == 5) { // all up to it is written: the next hand-over's fences start there
                 Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
@@ -169,19 +164,24 @@ public final class HandOverGate {
             if (f.length != 7) {
                 throw new IllegalArgumentException("a landed line has 7 fields: " + line);
             }
-            Set<String> keys = new HashSet<>();
-            for (String key : f[4].split(",")) {
-                if (!key.isEmpty()) {
-                    keys.add(key.toLowerCase());
-                }
-            }
             LANDED_PARTITIONS.put(f[2], Integer.parseInt(f[6]));
-            Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keys));
+            Fence fence = new Fence(Long.parseLong(f[3]), Set.copyOf(keysOf(f[4])));
             LANDED.merge(f[0] + '\0' + f[1] + '\0' + f[2] + '\0' + f[5], fence, Fence::higher);
         }
         synchronized (LOCK) {
             LOCK.notifyAll();
         }
+    }
+
+    /** A fence line's keys: hex, comma-separated, any case. */
+    private static Set<String> keysOf(String field) {
+        Set<String> keys = new HashSet<>();
+        for (String key : field.split(",")) {
+            if (!key.isEmpty()) {
+                keys.add(key.toLowerCase());
+            }
+        }
+        return keys;
     }
 
     /** The highest raw offset of this raw partition a task asked about since the gate closed; -1: none. */
