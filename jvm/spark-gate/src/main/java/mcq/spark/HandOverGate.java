@@ -51,7 +51,7 @@ public final class HandOverGate {
     private static final ConcurrentHashMap<String, Fence> LANDED = new ConcurrentHashMap<>();
     /** Output topic -> its partitions, for {@link #LANDED}. */
     private static final ConcurrentHashMap<String, Integer> LANDED_PARTITIONS = new ConcurrentHashMap<>();
-    /** "rawTopic\0partition" -> the highest raw offset a task asked about (held or not). */
+    /** "rawTopic\0partition" -> the highest raw offset a task asked about while the gate was closed. */
     private static final ConcurrentHashMap<String, Long> SEEN = new ConcurrentHashMap<>();
     /** Records that passed the gate and were not yet acknowledged by Kafka. */
     private static final AtomicLong PASSING = new AtomicLong();
@@ -210,13 +210,13 @@ public final class HandOverGate {
     public static boolean written(String rawTopic, int partition, String topic, long offset, String hexKey) {
         String at = rawTopic + '\0' + partition + '\0' + topic;
         String key = hexKey == null ? "" : hexKey.toLowerCase();
-        SEEN.merge(rawTopic + '\0' + partition, offset, Math::max);
         while (true) {
             PASSING.incrementAndGet(); // before the look at open: a close then waits for this record
             if (open) {
                 break;
             }
             PASSING.decrementAndGet();
+            SEEN.merge(rawTopic + '\0' + partition, offset, Math::max); // held: how far it follows
             synchronized (LOCK) {
                 while (!open) {
                     if (sawLanded(at, topic, offset, key)) { // the old instance wrote it: on to the next
