@@ -111,10 +111,10 @@ class LandedFollower:
                             continue
                         raise RuntimeError(f"reading {msg.topic()}[{msg.partition()}]: {err}")
                     positions[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
-                    at = note_landed(self.seen, msg)
-                    if at is not None:
-                        moved.add((at, msg.partition() or 0))
-                        self._note_raw(at, msg)
+                    noted = note_landed(self.seen, msg)
+                    if noted is not None:
+                        moved.add((noted[0], msg.partition() or 0))
+                        self._note_raw(noted, msg.timestamp()[1])
                 if moved:
                     self.tell(self._lines(moved))
                 if not self.current.is_set() and all(positions.get(tp, 0) >= end for tp, end in held.items()):
@@ -131,11 +131,11 @@ class LandedFollower:
         finally:
             consumer.close()
 
-    def _note_raw(self, at: tuple[str, int, str], msg: Any) -> None:
-        raw = (at[0], at[1])
-        offset = self.seen[at][msg.partition() or 0][0]
+    def _note_raw(self, noted: tuple[tuple[str, int, str], int], stamp: int) -> None:
+        """Note a landed record's raw offset (``note_landed``'s answer) and when it landed."""
+        (raw_topic, partition, _), offset = noted
+        raw = (raw_topic, partition)
         self.highest[raw] = max(self.highest.get(raw, -1), offset)
-        _, stamp = msg.timestamp()
         if stamp >= self.copied_ms and offset < self.reach.get(raw, offset + 1):
             self.reach[raw] = offset
 

@@ -131,10 +131,10 @@ Seen = dict[tuple[str, int, str], dict[int, tuple[int, set[bytes]]]]
 """``Tails`` as a reader builds them."""
 
 
-def note_landed(seen: Seen, msg: Any) -> tuple[str, int, str] | None:
+def note_landed(seen: Seen, msg: Any) -> tuple[tuple[str, int, str], int] | None:
     """Note an output record in ``seen`` by its ``mcq.raw`` header (its raw topic, partition
-    and offset); returns where it counts (raw topic, raw partition, output topic), None for
-    a record without the header (not a normaliser's)."""
+    and offset); returns where it counts (raw topic, raw partition, output topic) and its
+    raw offset, None for a record without the header (not a normaliser's)."""
     raw = dict(msg.headers() or []).get(RAW_HEADER)
     if not isinstance(raw, bytes):
         return None
@@ -148,7 +148,7 @@ def note_landed(seen: Seen, msg: Any) -> tuple[str, int, str] | None:
         by_partition[out] = (int(offset), {msg.key() or b""})
     elif int(offset) == highest:
         keys.add(msg.key() or b"")
-    return at
+    return at, int(offset)
 
 
 def _at(offsets: list[tuple[int, frozenset[bytes]]], offset: int) -> tuple[int, frozenset[bytes]]:

@@ -40,9 +40,9 @@ class Message:
 def _follower(*messages: Message) -> LandedFollower:
     follower = LandedFollower(Settings(), ["logical.t"], 0, lambda lines: None, COPIED_MS)
     for msg in messages:
-        at = note_landed(follower.seen, msg)
-        assert at is not None
-        follower._note_raw(at, msg)
+        noted = note_landed(follower.seen, msg)
+        assert noted is not None
+        follower._note_raw(noted, msg.timestamp()[1])
     return follower
 
 
