@@ -72,14 +72,14 @@ class LandedFollower:
         """After a crash: read on to the ends the topics have now, stop, and return what
         landed (``landed_lines``); None when the follower failed or the topics' partitions
         changed (then read the tails again: ``read_landed``)."""
-        from mcq.topics.read import offsets_since
+        from mcq.topics.read import end_offsets
 
         if not self.alive:
             return None
-        spans = offsets_since(self.settings, self.topics, int(time.time() * 1000))
-        if {topic: len(parts) for topic, parts in spans.items()} != self.partitions:
+        ends = end_offsets(self.settings, self.topics)
+        if {topic: len(parts) for topic, parts in ends.items()} != self.partitions:
             return None
-        self._ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
+        self._ends = {(t, p): end for t, parts in ends.items() for p, end in parts.items()}
         self._thread.join(timeout=timeout_s)
         return self._result
 
@@ -151,12 +151,12 @@ class LandedFollower:
         return total
 
     def _lines(self, moved: set[tuple[tuple[str, int, str], int]] | None) -> str:
-        tails = {
-            at: {out: (offset, frozenset(keys)) for out, (offset, keys) in parts.items()
-                 if moved is None or (at, out) in moved}
-            for at, parts in self.seen.items()
-        }  # fmt: skip
-        return landed_lines({at: parts for at, parts in tails.items() if parts}, self.partitions)
+        """The landed lines of the output partitions that moved (all of them for None)."""
+        tails: dict[tuple[str, int, str], dict[int, tuple[int, frozenset[bytes]]]] = {}
+        for at, out in ((at, out) for at, parts in self.seen.items() for out in parts) if moved is None else moved:
+            offset, keys = self.seen[at][out]
+            tails.setdefault(at, {})[out] = (offset, frozenset(keys))
+        return landed_lines(tails, self.partitions)
 
 
 NEAR_RECORDS = 1000

@@ -120,12 +120,30 @@ def all_watermarks(
     return {key: (lows[key], highs[key]) for key in highs}
 
 
+def _partitions(admin: AdminClient | RenewingAdmin, topics: list[str]) -> list[TopicPartition]:
+    """Every partition of the existing ones of ``topics``. Topics are listed whole: asking
+    a missing one by name would create it."""
+    client = admin.client if isinstance(admin, RenewingAdmin) else admin
+    meta = client.list_topics(timeout=30).topics
+    return [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+
+
+def end_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[int, int]]:
+    """topic -> partition -> its end offset now, for the existing ones of ``topics``."""
+    admin = RenewingAdmin(settings.kafka.client_config())
+    tps = _partitions(admin, topics)
+    ends = list_offsets(admin, tps, OffsetSpec.latest()) if tps else {}  # type: ignore[no-untyped-call]
+    out: dict[str, dict[int, int]] = {}
+    for (topic, partition), end in ends.items():
+        out.setdefault(topic, {})[partition] = end
+    return out
+
+
 def offsets_since(settings: Settings, topics: list[str], since_ms: int) -> dict[str, dict[int, tuple[int, int]]]:
     """topic -> partition -> (the first offset written at or after ``since_ms``, the end)
     for the existing ones of ``topics``; a partition with nothing since has both at its end."""
     admin = RenewingAdmin(settings.kafka.client_config())
-    meta = admin.client.list_topics(timeout=30).topics
-    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    tps = _partitions(admin, topics)
     if not tps:
         return {}
     ends = list_offsets(admin, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
@@ -148,8 +166,7 @@ def records_after(settings: Settings, topics: list[str], offsets: dict[str, dict
     partition as text -> offset, Spark's form: a reader's next offset); a partition it does
     not name counts from its low watermark."""
     admin = AdminClient(settings.kafka.client_config())
-    meta = admin.list_topics(timeout=30).topics
-    tps = [TopicPartition(t, p) for t in topics if t in meta for p in meta[t].partitions]
+    tps = _partitions(admin, topics)
     return sum(
         high - min(high, max(low, offsets.get(topic, {}).get(str(partition), low)))
         for (topic, partition), (low, high) in all_watermarks(admin, tps).items()

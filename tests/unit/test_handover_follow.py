@@ -83,3 +83,19 @@ def test_near_asks_at_once_when_the_follower_failed() -> None:
         near(follower, Gate(), lambda: False, records=0, wait_s=30) == 1
     )  # raw offset 500, which it will reach, and nothing more to learn
     assert time.monotonic() - began < 5
+
+
+def test_the_gate_is_told_only_the_output_partitions_that_moved_and_the_fences_name_all_of_them() -> None:
+    follower = _follower(
+        Message("raw.a[0]@10", b"k1", 0, COPIED_MS), Message("raw.a[0]@12", b"k2", 1, COPIED_MS),
+        Message("raw.b[1]@7", b"k3", 0, COPIED_MS),
+    )  # fmt: skip
+    follower.partitions = {"logical.t": 2}
+    told = follower._lines({(("raw.a", 0, "logical.t"), 1)})
+    assert told == f"raw.a\t0\tlogical.t\t12\t{b'k2'.hex()}\t1\t2\n"
+    fences = follower._lines(None).splitlines()
+    assert fences == [
+        f"raw.a\t0\tlogical.t\t10\t{b'k1'.hex()}\t0\t2",
+        f"raw.a\t0\tlogical.t\t12\t{b'k2'.hex()}\t1\t2",
+        f"raw.b\t1\tlogical.t\t7\t{b'k3'.hex()}\t0\t2",
+    ]
