@@ -38,6 +38,7 @@ from streams.stopping import StopRequest
 
 if TYPE_CHECKING:
     from streams.registry_watch import PlanChange
+    from streams.session import JitProfile
 
 from streams.normalize import NormalizeJob
 
@@ -96,8 +97,9 @@ def run_normalize(
     queries run (``streams/registry_watch.py``); a new registry restarts them on its plan.
     ``defined_at``: when each table's definition was stored (``NormalizeJob.defined_at``).
     ``jit_by_backlog``: a ``--once`` run with few raw records waiting (``SHORT_RUN_RECORDS``)
-    starts its JVM with C1 only. Only for a process of its own (the CLI): a caller that
-    goes on using the JVM (a test session) would keep C1 for all it runs later.
+    starts its JVM with C1 only, one with more with C2 for its hottest code alone. Only
+    for a process of its own (the CLI): a caller that goes on using the JVM (a test
+    session) would keep that JIT for all it runs later.
     A run until stopped started beside another of the same checkpoint takes over from it
     (``streams/handover.py``); one asked to hand over ends then (``after_handover``
     ``exit``), or stays up, not ready, until stopped (``idle``: a pod of a rolling update).
@@ -238,7 +240,8 @@ def _stream(
 SHORT_RUN_RECORDS = 200_000
 """Raw records waiting up to which a ``--once`` run is short: its driver's JIT is C1 only
 (``streams.session.SHORT_RUN_JIT``, measured there). Above, C2's code pays for its
-compiling; 178,416 rows took as long either way."""
+compiling; 178,416 rows took as long either way. A larger backlog's C2 compiles its
+hottest code alone (``streams.session.BACKLOG_RUN_JIT``)."""
 
 
 def _waiting(job: NormalizeJob) -> int | None:
@@ -284,14 +287,12 @@ def _run_queries(
         # topics a registry change adds while they run (streams/reshape.py)
         if not (master or os.environ.get("MCQ_SPARK_MASTER") or os.environ.get("PYSPARK_GATEWAY_PORT")):
             master = f"local[{max(slots + SPARE_SLOTS, os.cpu_count() or 1)}]"
-    short = False
-    if once and jit_by_backlog:
-        waiting = _waiting(job)
-        short = waiting is not None and waiting <= SHORT_RUN_RECORDS
-        if waiting is not None:
-            log.info(f"normalize: {waiting:,} raw records to read")
+    jit: JitProfile | None = None
+    if once and jit_by_backlog and (waiting := _waiting(job)) is not None:
+        jit = "short" if waiting <= SHORT_RUN_RECORDS else "backlog"
+        log.info(f"normalize: {waiting:,} raw records to read")
     with stopping.deferred():
-        spark = spark_session(job.settings, "mcq-normalize", master, short_run=short)
+        spark = spark_session(job.settings, "mcq-normalize", master, jit=jit)
         stopping.install()
     offered = wait_for_slots(spark, slots, SLOTS_WAIT_S) if interval else 0
     if interval and offered < slots:
