@@ -124,7 +124,8 @@ C2 compiles a method once it ran 8x as often as its defaults ask (loops 7.5x). A
 (JFR), much of it C2 on code that runs only while the batch is planned (janino, ANTLR,
 Java serialisation); a per-record method still passes 40,000 calls in its first 40,000
 records. Measured, alternating, one campus world of 267,725 raw rows, start to exit:
-52.2 / 53.0 / 52.9 s against 58.5 / 57.8 / 55.3 s with the defaults."""
+52.2 / 53.0 / 52.9 s against 58.5 / 57.8 / 55.3 s with the defaults; on 998,653 rows even
+(97.1-106.6 s against 98.4-115.9 s, eight runs)."""
 
 JitProfile = Literal["short", "backlog"]
 """How a bounded run's driver JIT-compiles: ``SHORT_RUN_JIT`` or ``BACKLOG_RUN_JIT``."""
