@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from streams.handover_gate import Seen, landed_lines, note_landed, tail_reader
+from streams.handover_gate import Seen, Tails, landed_lines, note_landed, tail_reader
 
 if TYPE_CHECKING:
     from mcq.config import Settings
@@ -152,7 +152,7 @@ class LandedFollower:
 
     def _lines(self, moved: set[tuple[tuple[str, int, str], int]] | None) -> str:
         """The landed lines of the output partitions that moved (all of them for None)."""
-        tails: dict[tuple[str, int, str], dict[int, tuple[int, frozenset[bytes]]]] = {}
+        tails: Tails = {}
         for at, out in ((at, out) for at, parts in self.seen.items() for out in parts) if moved is None else moved:
             offset, keys = self.seen[at][out]
             tails.setdefault(at, {})[out] = (offset, frozenset(keys))
