@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +26,10 @@ from mcq.config import KAFKA_ADMIN, KAFKA_CONNECT, Settings, load_settings
 from mcq.stack import Stack
 from mcq.testing.logs import log_lines
 
-pytest_plugins = ["tests.hang_guard"]  # a test stuck past its timeout ends the session, with tracebacks
+pytest_plugins = [
+    "tests.hang_guard",  # a test stuck past its timeout ends the session, with tracebacks
+    "tests.time_budget",  # under CI's deadline, a scenario of the suites starts only while it can end
+]
 
 # The property tests explore the same inputs on every run (a submission's CI never fails on
 # an input no earlier run tried); `HYPOTHESIS_PROFILE=explore pytest ...` searches afresh.
@@ -41,23 +43,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         where = str(item.path).replace("\\", "/")
         if "tests/integration/" in where or "tests/package/" in where or "tests/cluster/" in where:
             item.add_marker(pytest.mark.integration)
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under a time budget (``MCQ_TEST_DEADLINE``, epoch seconds: what .ci/run sets), an
-    ``extended`` scenario starts only while it can end before the deadline: its marker says
-    how many minutes it may take on two cores (``extended(minutes=N)``, 10 when unsaid);
-    otherwise it is skipped, saying so. Every other test always runs."""
-    deadline = os.environ.get("MCQ_TEST_DEADLINE")
-    marker = item.get_closest_marker("extended")
-    if deadline and marker is not None:
-        need = float(marker.kwargs.get("minutes", 10))
-        left = (float(deadline) - time.time()) / 60
-        if left < need:
-            pytest.skip(
-                f"CI's time budget: {max(left, 0):.0f} min left before its deadline, this extended scenario may "
-                f"take {need:.0f} (make extended runs them all)"
-            )
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,15 @@ writes every thread's traceback to the terminal and ends the session (exit statu
 Half a minute before, ``tests/hang_watchdog.py`` (a process of its own) writes the
 session's native stacks, with which thread holds the GIL (py-spy).
 A stack the session started is left running, to be looked at.
+
+The watchdog is a helper, never a reason to end a session: if it is gone (a signal to the
+session's process group ended it, as once in CI), that is said once, with how it ended, and
+the session goes on with faulthandler's guard alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import subprocess
@@ -40,17 +45,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     watchdog = config.stash[_WATCHDOG]
-    assert watchdog.stdin is not None
-    watchdog.stdin.close()
+    if watchdog.stdin is not None:
+        with contextlib.suppress(OSError):
+            watchdog.stdin.close()
     watchdog.wait(10)
     os.close(config.stash[_TERMINAL_FD])
 
 
 def _tell(config: pytest.Config, line: str) -> None:
     watchdog = config.stash[_WATCHDOG]
-    assert watchdog.stdin is not None
-    watchdog.stdin.write(f"{line}\n".encode())
-    watchdog.stdin.flush()
+    if watchdog.stdin is None or watchdog.stdin.closed:
+        return  # gone, and said so
+    try:
+        watchdog.stdin.write(f"{line}\n".encode())
+        watchdog.stdin.flush()
+    except OSError:  # BrokenPipeError: the watchdog process has ended
+        ended = watchdog.wait(10)
+        how = f"signal {-ended}" if ended < 0 else f"exit status {ended}"
+        os.write(
+            config.stash[_TERMINAL_FD],
+            f"\nhang guard: the watchdog process {watchdog.pid} ended ({how}); a hung test's native stacks "
+            f"will not be written, faulthandler's tracebacks still will\n".encode(),
+        )
+        with contextlib.suppress(OSError):
+            watchdog.stdin.close()
 
 
 def timeout_of(item: pytest.Item) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -62,4 +63,8 @@ def watch(pid: int) -> None:
 
 
 if __name__ == "__main__":
+    # the end of its input ends it: a signal meant for the session's process group (Ctrl-C, a
+    # stray SIGTERM to the group) is the session's to handle
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     watch(int(sys.argv[1]))

@@ -57,3 +57,43 @@ def test_a_test_that_ends_in_time_disarms_the_guard(tmp_path: Path) -> None:
     run = _pytest(tmp_path, "test_quick.py", "1", "-o", "timeout=0")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout
+
+
+def test_a_watchdog_that_ended_is_said_once_and_the_session_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "test_watchdog_gone.py").write_text(
+        "import os, signal\nfrom tests.hang_guard import _WATCHDOG\n\n"
+        "def test_ends_the_watchdog(request):\n"
+        "    watchdog = request.config.stash[_WATCHDOG]\n"
+        "    os.kill(watchdog.pid, signal.SIGKILL)\n    watchdog.wait(10)\n\n"
+        "def test_after_it():\n    pass\n\ndef test_and_after_that():\n    pass\n"
+    )
+    run = _pytest(tmp_path, "test_watchdog_gone.py", "5", "-o", "timeout=30")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 passed" in run.stdout and "INTERNALERROR" not in run.stdout + run.stderr
+    assert run.stderr.count("hang guard: the watchdog process") == 1, run.stderr
+    assert "ended (signal 9)" in run.stderr, run.stderr
+
+
+def test_the_watchdog_outlives_a_sigterm_to_the_sessions_process_group(tmp_path: Path) -> None:
+    (tmp_path / "test_group_term.py").write_text(
+        "import os, signal, time\nfrom tests.hang_guard import _WATCHDOG\n\n"
+        "def test_a_sigterm_to_the_group(request):\n"
+        "    pid = request.config.stash[_WATCHDOG].pid\n"
+        "    for _ in range(100):  # until its own start is done: its SIGTERM disposition is set\n"
+        "        ignored = next(line for line in open(f'/proc/{pid}/status') if line.startswith('SigIgn:'))\n"
+        "        if int(ignored.split()[1], 16) & (1 << (signal.SIGTERM - 1)):\n            break\n"
+        "        time.sleep(0.1)\n"
+        "    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the session itself outlives it\n"
+        "    try:\n        os.killpg(0, signal.SIGTERM)\n    finally:\n"
+        "        signal.signal(signal.SIGTERM, previous)\n"
+        "    assert request.config.stash[_WATCHDOG].poll() is None\n\n"
+        "def test_after_it():\n    pass\n"
+    )
+    run = subprocess.run(  # a process group of its own, so the SIGTERM reaches no one else
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.hang_guard",
+         "--rootdir", str(tmp_path), "-c", os.devnull, "-o", "timeout=30", str(tmp_path / "test_group_term.py")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+        start_new_session=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout and "hang guard: the watchdog process" not in run.stderr, run.stderr
