@@ -21,9 +21,10 @@ import pytest
 
 SUITES = ("package", "cluster", "long", "faults", "scale", "extended")
 """The markers of the tiers CI runs after ``make test``."""
-SUITE_SCENARIO_MINUTES = 5.0
+SUITE_SCENARIO_MINUTES = 8.0
 """What a scenario of the suites may take when its marker does not say: most take one to
-three minutes on two cores, and up to three times that on a machine slowed by others."""
+three minutes on two cores; on the slowed machine of 2026-12-05 one took 11 (pytest-timeout's
+600 s and the hang guard's grace end any one within 12)."""
 EXTENDED_MINUTES = 10.0
 
 

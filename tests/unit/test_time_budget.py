@@ -70,7 +70,7 @@ def test_three_minutes_before_the_deadline_only_what_can_end_starts_and_the_rest
         "test_an_extended_one_of_two_minutes": "PASSED",
         "test_an_extended_one_that_does_not_say": "SKIPPED",
     }, run.stdout
-    assert "3 min left before its deadline, this scenario may take 5 (make faults runs it)" in run.stdout
+    assert "3 min left before its deadline, this scenario may take 8 (make faults runs it)" in run.stdout
     assert "this scenario may take 10 (make extended runs it)" in run.stdout
 
 
