@@ -51,9 +51,54 @@ def test_the_time_spent_in_turns_is_kept_apart_from_the_bulk_batchs_own_work() -
     turns.start()
     clock.now += 0.01
     turns.offer()
-    clock.now += 0.01
+    clock.now += 0.2  # past the third of the last turn's time the bulk batch owes
     turns.offer()
     assert turns.spent_s == pytest.approx(1.0)
+
+
+def test_after_a_turn_the_bulk_batch_works_a_third_of_its_time_before_the_next_look() -> None:
+    clock, taken = Clock(), []
+
+    def take() -> bool:
+        taken.append(clock.now)
+        clock.now += 0.09  # a real-time batch's flush and commit on a slow machine
+        return True
+
+    turns = RealtimeTurns(take, every_s=0.0005, clock=clock)
+    turns.start()
+    clock.now += 0.001
+    assert turns.offer() is True
+    clock.now += 0.029
+    assert turns.offer() is False  # 29 ms of bulk work after a 90 ms turn
+    clock.now += 0.0011
+    assert turns.offer() is True and len(taken) == 2
+
+
+def test_under_a_stream_that_always_has_a_change_the_bulk_batch_keeps_a_quarter_of_the_time() -> None:
+    clock = Clock()
+
+    def take() -> bool:
+        clock.now += 0.012
+        return True
+
+    turns = RealtimeTurns(take, clock=clock)
+    turns.start()
+    began, bulk = clock.now, 0.0
+    while clock.now - began < 10:
+        turns.offer()
+        clock.now += 0.0005  # the bulk batch's work between two looks: a record, a chunk
+        bulk += 0.0005
+    assert bulk / (clock.now - began) == pytest.approx(0.25, abs=0.02)
+
+
+def test_a_turn_that_found_nothing_leaves_the_next_look_every_s_away() -> None:
+    clock = Clock()
+    turns = RealtimeTurns(lambda: False, every_s=0.002, clock=clock)
+    turns.start()
+    clock.now += 0.002
+    assert turns.offer() is False
+    clock.now += 0.002
+    assert turns.offer() is False  # looked again after every_s: the empty turn cost nothing
 
 
 def test_a_turn_is_never_offered_inside_a_turn() -> None:
