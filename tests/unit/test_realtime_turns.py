@@ -91,14 +91,14 @@ def test_under_a_stream_that_always_has_a_change_the_bulk_batch_keeps_a_quarter_
     assert bulk / (clock.now - began) == pytest.approx(0.25, abs=0.02)
 
 
-def test_a_turn_that_found_nothing_leaves_the_next_look_every_s_away() -> None:
-    clock = Clock()
-    turns = RealtimeTurns(lambda: False, every_s=0.002, clock=clock)
+def test_looks_that_find_nothing_come_every_s_whatever_the_share() -> None:
+    clock, looks = Clock(), []
+    turns = RealtimeTurns(lambda: looks.append(clock.now) or False, every_s=0.002, clock=clock, share=10.0)
     turns.start()
-    clock.now += 0.002
-    assert turns.offer() is False
-    clock.now += 0.002
-    assert turns.offer() is False  # looked again after every_s: the empty turn cost nothing
+    for _ in range(3):
+        clock.now += 0.0025
+        turns.offer()
+    assert looks == pytest.approx([100.0025, 100.005, 100.0075])  # an empty look costs no share
 
 
 def test_a_turn_is_never_offered_inside_a_turn() -> None:
