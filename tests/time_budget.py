@@ -28,29 +28,28 @@ three minutes on two cores; on the slowed machine of 2026-12-05 one took 11 (pyt
 EXTENDED_MINUTES = 10.0
 
 
-def minutes_needed(item: pytest.Item) -> float | None:
-    """How many minutes ITEM may take, if it is a scenario of the suites; else None."""
+def budget(item: pytest.Item) -> tuple[float, str] | None:
+    """How many minutes ITEM may take and the ``make`` target that runs it, if it is a
+    scenario of the suites; else None."""
     tiers = [marker for marker in item.iter_markers() if marker.name in SUITES]
     if not tiers:
         return None
+    extended = item.get_closest_marker("extended") is not None
+    tier = "extended" if extended else tiers[0].name
     said = next((marker.kwargs["minutes"] for marker in tiers if "minutes" in marker.kwargs), None)
     if said is not None:
-        return float(said)
-    return EXTENDED_MINUTES if item.get_closest_marker("extended") is not None else SUITE_SCENARIO_MINUTES
+        return float(said), tier
+    return (EXTENDED_MINUTES if extended else SUITE_SCENARIO_MINUTES), tier
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     deadline = os.environ.get("MCQ_TEST_DEADLINE")
-    need = minutes_needed(item)
-    if not deadline or need is None:
+    scenario = budget(item)
+    if not deadline or scenario is None:
         return
+    need, tier = scenario
     left = (float(deadline) - time.time()) / 60
     if left < need:
-        tier = (
-            "extended"
-            if item.get_closest_marker("extended") is not None
-            else next(marker.name for marker in item.iter_markers() if marker.name in SUITES)
-        )
         pytest.skip(
             f"CI's time budget: {max(left, 0):.0f} min left before its deadline, this scenario may take "
             f"{need:.0f} (make {tier} runs it)"

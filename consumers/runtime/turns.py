@@ -73,8 +73,9 @@ class RealtimeTurns:
         self._since = self._clock()
 
     def offer(self) -> bool:
-        """Give the real-time lane its turn if the bulk batch has worked ``every_s`` since the
-        last one; whether a turn handled anything. Never inside a turn."""
+        """Give the real-time lane its turn if the bulk batch has worked what it owes since the
+        last one (``every_s``, or ``share`` of that turn's time when more); whether a turn
+        handled anything. Never inside a turn."""
         if self._inside or self._clock() - self._since < self._owed:
             return False
         self._inside = True
