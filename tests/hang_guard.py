@@ -10,8 +10,8 @@ Half a minute before, ``tests/hang_watchdog.py`` (a process of its own) writes t
 session's native stacks, with which thread holds the GIL (py-spy).
 A stack the session started is left running, to be looked at.
 
-The watchdog is a helper, never a reason to end a session: if it is gone (a signal to the
-session's process group ended it, as once in CI), that is said once, with how it ended, and
+The watchdog is a helper, never a reason to end a session: if it is gone (as once in CI, for
+a reason that run's output did not show), that is said once, with how it ended, and
 the session goes on with faulthandler's guard alone.
 """
 
