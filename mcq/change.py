@@ -141,6 +141,11 @@ class ChangeKey:
         """How :meth:`text` ends for every key of ``tname`` (a filter before parsing)."""
         return f',"tname":{_json(tname)}}}'
 
+    @staticmethod
+    def ref_tail(tname: str, subtype: str | None) -> str:
+        """How :meth:`text` ends for every key of ``tname``/``subtype``."""
+        return f',"subtype":{_json(subtype)},"tname":{_json(tname)}}}'
+
     @classmethod
     def from_text(cls, text: str) -> ChangeKey:
         d = json.loads(text)

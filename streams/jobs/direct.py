@@ -1,8 +1,9 @@
 """The batch jobs' direct engine: what ``streams/laststate.py`` computes in Spark, read by one
-consumer in this process, for topics small enough that a Spark start costs more than the read.
+consumer in this process, for topics whose records fit in its memory.
 
 A Spark session, its JVM and the first plan take 5-15 s here before a record is read;
-20,000 last states are read and decoded in about a second by a consumer. The semantics
+20,000 last states are read and decoded in about a second by a consumer, and on 2 cores a
+direct read of 1,000,000 beats a Spark job too (:data:`DIRECT_MAX_RECORDS`). The semantics
 are those of the Spark engine, record for record: a key's state is its record with the
 highest offset (compaction keeps one, a key lives in one partition) before the ends given,
 a DELETE record or a tombstone is no live state, the listener's applied positions are the
@@ -12,10 +13,11 @@ last value per key text. Which engine runs is chosen by the number of records to
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -27,11 +29,12 @@ from mcq.registry.model import LogicalTable
 from mcq.topics.exceptions import TopicError, TopicReadError
 
 ENGINES = ("auto", "spark", "direct")
-DIRECT_MAX_RECORDS = 250_000
-"""Records to read up to which ``auto`` reads them directly. Measured (``bench/batch_jobs.py``):
-a direct read and decode runs at 60,000-100,000 records/s in one Python thread, a Spark
-job's start alone is 5-15 s; at this size both take a few seconds, above it Spark's
-parallel read and COPY by file win."""
+DIRECT_MAX_RECORDS = 1_500_000
+"""Records to read up to which ``auto`` reads them directly. Measured (2026-12-05, this
+2-core machine, 1,000,000 keys of a ``table`` target, `mcq rebuild --truncate` start to exit):
+51-60 s read directly, 81 s in a Spark job (its CSV 38 s, COPY 12 s, applied positions 6 s,
+the start); COPY alone 12-13 s. A direct read holds the records it reads: 1.3 GB of memory at
+1,000,000, so above this a Spark job (bounded memory, executors on a cluster) reads them."""
 
 TP = tuple[str, int]
 
@@ -124,67 +127,91 @@ def _records(settings: Settings, ends: dict[TP, int], timeout_s: float = 120.0) 
         consumer.close()
 
 
-@dataclass(frozen=True)
-class LastState:
-    """A key's last record before the ends: whether it is a live state, and if so its change."""
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic collector paused while a job holds a whole topic's records: every
+    full collection walks all of them again, and with a million held it was half of a
+    read's time (1,000,000 last states: 51 s, 25 s paused). Nothing the read allocates
+    forms a cycle; what one left is collected when the collector runs again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
-    key: ChangeKey
-    change: Change | None
-    """Its state as an UPDATE carrying the after-state and position; None: not live."""
 
+class LiveStates:
+    """The live last state of every key of ``tables`` in the partitions of ``ends`` (their
+    records before those offsets), as ``streams.laststate.last_records`` gives it: an
+    iterable of UPDATEs carrying the after-state and position, decoded one at a time as
+    they are taken (a COPY sends each while the next is decoded). After the iteration,
+    :attr:`records` and :attr:`keys` say what was read.
 
-def last_states(
-    settings: Settings, codec: ChangeCodec, ends: dict[TP, int], tables: Iterable[LogicalTable]
-) -> list[LastState]:
-    """The last state of every key of ``tables`` in the partitions of ``ends`` (their records
-    before those offsets), as ``streams.laststate.last_records`` gives it."""
-    wanted = {(t.tname, t.subtype) for t in tables}
-    by_bytes: dict[bytes, tuple[int, Message]] = {}  # key bytes -> (offset, the message)
-    for batch in _records(settings, ends):
-        for msg in batch:
-            key = msg.key()
-            if key is not None:
-                by_bytes[key] = (msg.offset() or 0, msg)  # offsets rise within a partition
-    newest: dict[ChangeKey, tuple[int, Message]] = {}
-    for offset, msg in by_bytes.values():
-        k = codec.decode_key(msg.topic() or "", msg.partition() or 0, offset, msg.key())
-        if (k.tname, k.subtype) in wanted and (k not in newest or newest[k][0] < offset):
-            newest[k] = (offset, msg)
-    now = datetime.now(UTC)
-    out = []
-    for k, (offset, msg) in newest.items():
-        body = msg.value()
-        value = None if body is None else codec.decode_value(msg.topic() or "", msg.partition() or 0, offset, body)
-        if value is None or value["change_type"] == "DELETE":
-            out.append(LastState(k, None))
-            continue
-        source = value["source"]
-        position = Position(int(source["last_commit_lsn"]), int(source["lsn"]))
-        out.append(LastState(k, Change(k, "UPDATE", position, now, k.ref, after=dict(value.get("after") or {}))))
-    return out
+    A key's record is found by its key bytes; a value record carries its key's fields, so
+    the key is read from the value, and a key whose last record is a tombstone or a DELETE
+    is not decoded at all. Only where the keys were written in more than one key schema,
+    and the same key may have two spellings, are the keys decoded to find each one's last."""
+
+    def __init__(self, settings: Settings, codec: ChangeCodec, ends: dict[TP, int], tables: Iterable[LogicalTable]):
+        self.settings = settings
+        self.codec = codec
+        self.ends = ends
+        self.wanted = {(t.tname, t.subtype) for t in tables}
+        self.records = 0
+        self.keys = 0
+
+    def _newest(self) -> Iterable[Message]:
+        """Each key's record with the highest offset."""
+        by_bytes: dict[bytes, Message] = {}  # key bytes -> its last record (offsets rise within a partition)
+        for batch in _records(self.settings, self.ends):
+            self.records += len(batch)
+            for msg in batch:
+                key = msg.key()
+                if key is not None:
+                    by_bytes[key] = msg
+        if len({key[:5] for key in by_bytes}) <= 1:  # one key schema (magic byte, schema id): bytes are keys
+            self.keys = len(by_bytes)
+            return by_bytes.values()
+        newest: dict[ChangeKey, Message] = {}
+        for msg in by_bytes.values():
+            offset = msg.offset() or 0
+            k = self.codec.decode_key(msg.topic() or "", msg.partition() or 0, offset, msg.key())
+            if k not in newest or (newest[k].offset() or 0) < offset:
+                newest[k] = msg
+        self.keys = len(newest)
+        return newest.values()
+
+    def __iter__(self) -> Iterator[Change]:
+        wanted, decode = self.wanted, self.codec.decode_value
+        now = datetime.now(UTC)
+        for msg in self._newest():
+            body = msg.value()
+            if body is None:  # a tombstone
+                continue
+            value = decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, body)
+            if value["change_type"] == "DELETE" or (value["tname"], value.get("subtype")) not in wanted:
+                continue
+            k = ChangeKey.from_record(value)
+            source = value["source"]
+            position = Position(int(source["last_commit_lsn"]), int(source["lsn"]))
+            yield Change(k, "UPDATE", position, now, k.ref, after=value.get("after") or {})
 
 
 def applied_held(settings: Settings, topic: str, tables: Iterable[LogicalTable]) -> dict[str, str]:
     """A listener's applied positions of the keys of ``tables``: key text -> the last value
-    (``commit/lsn[/+digest]``, ``/-`` when not at the target); marks left out."""
+    (``commit/lsn[/+digest]``, ``/-`` when not at the target); marks left out. A key's
+    table is told by how its text ends (:meth:`ChangeKey.ref_tail`), without parsing it."""
     from mcq.topics.read import read_to_end
 
-    wanted = {(t.tname, t.subtype) for t in tables}
-    last: dict[str, str | None] = {}
+    tails = tuple(ChangeKey.ref_tail(t.tname, t.subtype).encode() for t in tables)
+    last: dict[bytes, bytes | None] = {}
     for msg in read_to_end(settings, topic):
         key = msg.key()
-        if key is None or not key.startswith(b"{"):  # park:/dead:/exposed: marks
-            continue
-        body = msg.value()
-        last[key.decode()] = body.decode() if body is not None else None
-    out = {}
-    for text, value in last.items():
-        if value is None:
-            continue
-        k = ChangeKey.from_text(text)
-        if (k.tname, k.subtype) in wanted:
-            out[text] = value
-    return out
+        if key is not None and key.startswith(b"{") and key.endswith(tails):  # not park:/dead:/exposed: marks
+            last[key] = msg.value()
+    return {key.decode(): value.decode() for key, value in last.items() if value is not None}
 
 
 def applied_diff(loaded: dict[str, Position], held: dict[str, str]) -> dict[str, str]:
@@ -229,26 +256,26 @@ def write_applied(settings: Settings, topic: str, writes: dict[str, str]) -> Non
         )
 
 
+def _quoted(text: str | None) -> str:
+    return "" if text is None else '"' + text.replace('"', '""') + '"'
+
+
+def _number(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
 def csv_rows(states: Iterable[Change]) -> Iterator[bytes]:
     """The ``table`` target's COPY rows (``TableAdapter.COPY_COLUMNS``) of ``states``, as CSV
     chunks: a NULL is an empty field, every text quoted (an empty text is ``""``); the state
     as JSON through :mod:`mcq.jsontext` (a fifth of the time of the standard library's)."""
-
-    def field(value: object) -> str:
-        if value is None:
-            return ""
-        if isinstance(value, int):
-            return str(value)
-        return '"' + str(value).replace('"', '""') + '"'
-
     lines: list[str] = []
     for c in states:
-        k = c.key
-        row = (
-            k.text(), k.tname, k.subtype, k.person_id, k.pkey_string, k.pkey_number, k.aux_string,
-            jsontext.dumps(c.after).decode(), c.position.last_commit_lsn, c.position.lsn,
-        )  # fmt: skip
-        lines.append(",".join(map(field, row)))
+        k, p = c.key, c.position
+        lines.append(
+            f"{_quoted(k.text())},{_quoted(k.tname)},{_quoted(k.subtype)},{_number(k.person_id)},"
+            f"{_quoted(k.pkey_string)},{_number(k.pkey_number)},{_quoted(k.aux_string)},"
+            f"{_quoted(jsontext.dumps(c.after).decode())},{p.last_commit_lsn},{p.lsn}"
+        )
         if len(lines) >= 5000:
             yield ("\n".join(lines) + "\n").encode()
             lines = []

@@ -30,7 +30,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -171,29 +171,30 @@ class Rebuild:
 
         begun = time.monotonic()
         codec = ChangeCodec(registry_client(self.settings))
-        states = direct.last_states(self.settings, codec, summary.ends, self.tables)
-        live = [s.change for s in states if s.change is not None]
-        log.info(f"rebuild {self.name}: {len(live):,} live state(s) of {len(states):,} key(s) read in "
-                    f"{time.monotonic() - begun:.1f} s")  # fmt: skip
-        if dry_run:
-            summary.loaded = len(live)
-            summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
-            return
-        if isinstance(self.adapter, TableAdapter):
-            seen = self._in_view(live)
-            begun = time.monotonic()
-            try:
-                summary.loaded = self.adapter.load_csv(direct.csv_rows(seen), self.truncate)
-            finally:
-                self.adapter.close()
-            log.info(f"rebuild {self.name}: {summary.loaded:,} rows loaded in {time.monotonic() - begun:.1f} s")
-        else:
-            seen, summary.removed = self._through_adapter(iter(live))
-            summary.loaded = len(seen)
-        loaded = {c.key.text(): c.position for c in seen}
-        held = direct.applied_held(self.settings, self.groups.topics.applied, self.tables)
-        writes = direct.applied_diff(loaded, held)
-        direct.write_applied(self.settings, self.groups.topics.applied, writes)
+        states = direct.LiveStates(self.settings, codec, summary.ends, self.tables)
+        with direct.paused_gc():
+            if dry_run:
+                summary.loaded = sum(1 for _ in states)
+                summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
+            elif isinstance(self.adapter, TableAdapter):
+                loaded: dict[str, Position] = {}
+                try:  # each row sent while the next is decoded: PostgreSQL loads on the other core
+                    summary.loaded = self.adapter.load_csv(direct.csv_rows(_noted(self._in_view(states), loaded)),
+                                                           self.truncate)  # fmt: skip
+                finally:
+                    self.adapter.close()
+            else:
+                seen, summary.removed = self._through_adapter(iter(states))
+                loaded = {c.key.text(): c.position for c in seen}
+                summary.loaded = len(seen)
+            took = time.monotonic() - begun
+            log.info(f"rebuild {self.name}: {states.records:,} record(s) of {states.keys:,} key(s) read"
+                     f"{'' if dry_run else f', {summary.loaded:,} loaded'} in {took:.1f} s")  # fmt: skip
+            if dry_run:
+                return
+            held = direct.applied_held(self.settings, self.groups.topics.applied, self.tables)
+            writes = direct.applied_diff(loaded, held)
+            direct.write_applied(self.settings, self.groups.topics.applied, writes)
         summary.absent = sum(1 for text in writes if text not in loaded)
 
     # ------------------------------------------------------------------ a table target: Spark and COPY
@@ -292,21 +293,19 @@ class Rebuild:
             writes.unpersist()
         return counts.get(True, 0)
 
-    def _in_view(self, live: list[Change]) -> list[Change]:
+    def _in_view(self, live: Iterable[Change]) -> Iterator[Change]:
         """The live states the listener's view admits, with the columns it sees, as its view
         gives them for a key not at the target (``ListenerView.see``); a table no content
         rule chooses rows of by its interests' columns alone (the Spark engine's ``in_view``)."""
-        out = []
         for c in live:
             verdict = self.view.unruled(c.key.tname, c.key.subtype)
             if verdict is None:
                 state = self.view.see(c, False)[0]
                 if state is not None:
-                    out.append(state)
+                    yield state
             elif verdict.admitted:
                 after = project(c.after, verdict.columns)
-                out.append(Change(c.key, "INSERT", c.position, c.entry_time, c.source_table, after=after))
-        return out
+                yield Change(c.key, "INSERT", c.position, c.entry_time, c.source_table, after=after)
 
     # ------------------------------------------------------------------ any other target: its batch path
 
@@ -397,6 +396,13 @@ class Rebuild:
         for i in range(0, len(deletes), BATCH):
             self._apply(deletes[i : i + BATCH])
         return len(extra)
+
+
+def _noted(changes: Iterable[Change], positions: dict[str, Position]) -> Iterator[Change]:
+    """``changes`` as they pass, each one's position noted by its key text."""
+    for c in changes:
+        positions[c.key.text()] = c.position
+        yield c
 
 
 def _chunks(directory: Path) -> Iterator[bytes]:
