@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -208,46 +209,95 @@ def take_fetched(consumer: Consumer, timeout_s: float, most: int = 1000) -> list
     return out
 
 
-def read_to_end(
-    settings: Settings, topic: str, timeout_s: float = 60.0, partitions: list[int] | None = None
-) -> list[Message]:
-    """Every record of ``topic`` (of ``partitions`` only, when given), partition by
-    partition in offset order; [] if it does not exist."""
-    consumer = Consumer(
+BULK_FETCH = {
+    "fetch.max.bytes": 100 * 1024 * 1024,
+    "max.partition.fetch.bytes": 10 * 1024 * 1024,
+    "queued.min.messages": 1_000_000,
+    "queued.max.messages.kbytes": 256 * 1024,
+}
+"""A whole topic read at once: big fetches, and librdkafka's queue kept full ahead of the
+Python loop. Measured (300,000 records, 3 partitions, the stack's broker): 1.0-1.1 s to read
+them all against 1.8-2.7 s with librdkafka's defaults, which fetch in 1 MiB steps and keep
+only 100,000 messages queued."""
+
+
+def _reader(settings: Settings) -> Consumer:
+    return Consumer(
         {
             **settings.kafka.client_config(),
             "group.id": f"_mcq-reader-{uuid.uuid4().hex}",  # never commits
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            **BULK_FETCH,
         }
     )
+
+
+def read_batches(
+    settings: Settings, ends: dict[tuple[str, int], int], timeout_s: float = 120.0, consumer: Consumer | None = None
+) -> Iterator[list[Message]]:
+    """Batches of the records of every partition in ``ends`` (topic, partition -> offset)
+    before its end offset, in offset order within a partition. TopicReadError when no
+    record comes for ``timeout_s`` before the ends. ``consumer``: one of :func:`_reader`'s
+    to read with (left open), else one of its own."""
+    todo = {tp for tp, end in ends.items() if end > 0}
+    if not todo:
+        return
+    own = consumer is None
+    consumer = _reader(settings) if consumer is None else consumer
+    try:
+        consumer.assign([TopicPartition(t, p, -2) for t, p in sorted(todo)])  # -2: the earliest offset
+        last_seen = time.monotonic()
+        while todo:
+            # the first record waited for, the rest taken as fetched (take_fetched: consume(1000,
+            # 0.5) alone waits the whole 0.5 s for a batch the tail never fills; this one keeps
+            # the partition-end events, which end a partition whose last records compaction removed)
+            first = consumer.poll(0.5)
+            messages = [first, *consumer.consume(999, 0)] if first is not None else []
+            if not messages:
+                if time.monotonic() - last_seen > timeout_s:
+                    raise TopicReadError(
+                        f"reading {', '.join(f'{t}[{p}]' for t, p in sorted(todo))}: no record for {timeout_s:.0f} s "
+                        "before the end offsets"
+                    )
+                continue
+            last_seen = time.monotonic()
+            batch = []
+            for msg in messages:
+                tp = (msg.topic() or "", msg.partition() or 0)
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        todo.discard(tp)
+                        continue
+                    raise TopicReadError(f"reading {tp[0]}[{tp[1]}]: {err}")
+                offset = msg.offset() or 0
+                if offset >= ends.get(tp, 0):  # written after the end taken
+                    todo.discard(tp)
+                    continue
+                batch.append(msg)
+                if offset + 1 >= ends[tp]:
+                    todo.discard(tp)
+            if batch:
+                yield batch
+    finally:
+        if own:
+            consumer.close()
+
+
+def read_to_end(
+    settings: Settings, topic: str, timeout_s: float = 60.0, partitions: list[int] | None = None
+) -> list[Message]:
+    """Every record of ``topic`` (of ``partitions`` only, when given) before its end as it
+    is now, in offset order within a partition; [] if it does not exist. TopicReadError
+    when no record comes for ``timeout_s`` before the ends."""
+    consumer = _reader(settings)
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
             return []
         wanted = meta.partitions if partitions is None else [p for p in partitions if p in meta.partitions]
-        ends = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in wanted}
-        deadline = time.monotonic() + timeout_s
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, -2) for p in todo])  # -2: from the beginning
-        out: list[Message] = []
-        while todo:
-            if time.monotonic() > deadline:
-                raise TopicReadError(f"reading {topic}: not at its end after {timeout_s:.0f} s")
-            first = consumer.poll(0.5)  # then what is fetched already: one call per record cost 7 µs each
-            for msg in [first, *consumer.consume(999, 0)] if first is not None else []:
-                p = msg.partition() or 0
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        todo.discard(p)
-                        continue
-                    raise TopicReadError(f"reading {topic}: {err}")
-                if p not in todo:  # written after the end taken, or a partition read to its end
-                    continue
-                out.append(msg)
-                if (msg.offset() or 0) + 1 >= ends[p]:
-                    todo.discard(p)
-        return out
+        ends = {(topic, p): watermarks(consumer, TopicPartition(topic, p), timeout_s)[1] for p in wanted}
+        return [msg for batch in read_batches(settings, ends, timeout_s, consumer) for msg in batch]
     finally:
         consumer.close()

@@ -14,19 +14,18 @@ last value per key text. Which engine runs is chosen by the number of records to
 from __future__ import annotations
 
 import gc
-import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
 from mcq import jsontext
 from mcq.change import Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
 from mcq.registry.model import LogicalTable
-from mcq.topics.exceptions import TopicError, TopicReadError
+from mcq.topics.exceptions import TopicError
+from mcq.topics.read import read_batches
 
 ENGINES = ("auto", "spark", "direct")
 DIRECT_MAX_RECORDS = 1_500_000
@@ -37,17 +36,6 @@ the start); COPY alone 12-13 s. A direct read holds the records it reads: 1.3 GB
 1,000,000, so above this a Spark job (bounded memory, executors on a cluster) reads them."""
 
 TP = tuple[str, int]
-
-BULK_FETCH = {
-    "fetch.max.bytes": 100 * 1024 * 1024,
-    "max.partition.fetch.bytes": 10 * 1024 * 1024,
-    "queued.min.messages": 1_000_000,
-    "queued.max.messages.kbytes": 256 * 1024,
-}
-"""A whole topic read at once: big fetches, and librdkafka's queue kept full ahead of the
-Python loop. Measured (300,000 records, 3 partitions, the stack's broker): 1.0-1.1 s to read
-them all against 1.8-2.7 s with librdkafka's defaults, which fetch in 1 MiB steps and keep
-only 100,000 messages queued."""
 
 
 def choose(engine: str, records: int) -> str:
@@ -71,60 +59,6 @@ def records_to_read(settings: Settings, ends: dict[TP, int]) -> int:
     admin = AdminClient(settings.kafka.client_config())
     marks = all_watermarks(admin, [TopicPartition(t, p) for t, p in ends])
     return sum(max(0, ends[tp] - low) for tp, (low, _) in marks.items() if tp in ends)
-
-
-def _records(settings: Settings, ends: dict[TP, int], timeout_s: float = 120.0) -> Iterator[list[Message]]:
-    """Batches of the records of every partition in ``ends`` before its end offset."""
-    todo = {tp for tp, end in ends.items() if end > 0}
-    if not todo:
-        return
-    consumer = Consumer(
-        {
-            **settings.kafka.client_config(),
-            "group.id": f"_mcq-direct-{uuid.uuid4().hex}",  # never commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            **BULK_FETCH,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(t, p, -2) for t, p in sorted(todo)])  # -2: the earliest offset
-        last_seen = time.monotonic()
-        while todo:
-            # the first record waited for, the rest taken as fetched (mcq.topics.read.take_fetched:
-            # consume(1000, 0.5) alone waits the whole 0.5 s for a batch the tail never fills;
-            # this one keeps the partition-end events, which end a partition whose last records
-            # compaction removed)
-            first = consumer.poll(0.5)
-            messages = [first, *consumer.consume(999, 0)] if first is not None else []
-            if not messages:
-                if time.monotonic() - last_seen > timeout_s:
-                    raise TopicReadError(
-                        f"reading {', '.join(f'{t}[{p}]' for t, p in sorted(todo))}: no record for {timeout_s:.0f} s "
-                        "before the end offsets"
-                    )
-                continue
-            last_seen = time.monotonic()
-            batch = []
-            for msg in messages:
-                tp = (msg.topic() or "", msg.partition() or 0)
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        todo.discard(tp)
-                        continue
-                    raise TopicReadError(f"reading {tp[0]}[{tp[1]}]: {err}")
-                offset = msg.offset() or 0
-                if offset >= ends.get(tp, 0):
-                    todo.discard(tp)
-                    continue
-                batch.append(msg)
-                if offset + 1 >= ends[tp]:
-                    todo.discard(tp)
-            if batch:
-                yield batch
-    finally:
-        consumer.close()
 
 
 @contextmanager
@@ -165,7 +99,7 @@ class LiveStates:
     def _newest(self) -> Iterable[Message]:
         """Each key's record with the highest offset."""
         by_bytes: dict[bytes, Message] = {}  # key bytes -> its last record (offsets rise within a partition)
-        for batch in _records(self.settings, self.ends):
+        for batch in read_batches(self.settings, self.ends):
             self.records += len(batch)
             for msg in batch:
                 key = msg.key()

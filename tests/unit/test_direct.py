@@ -85,7 +85,7 @@ def _record(person: int, change_type: str, lsn: int, phone: str, tname: str = "P
 
 
 def _live(monkeypatch: pytest.MonkeyPatch, records: list[_Msg]) -> tuple[LiveStates, dict[int | None, Change]]:
-    monkeypatch.setattr("streams.jobs.direct._records", lambda settings, ends: iter([records]))
+    monkeypatch.setattr("streams.jobs.direct.read_batches", lambda settings, ends: iter([records]))
     states = LiveStates(None, _Codec(), {}, [LogicalTable(tname="PHONE", comment="a test table")])  # type: ignore[arg-type]
     return states, {c.key.person_id: c for c in states}
 
