@@ -18,6 +18,8 @@ ARG BASE_IMAGE=debian:bookworm-20251117-slim
 
 # What both targets share: Python, tini, the non-root user and its writable directories.
 FROM ${BASE_IMAGE} AS runtime
+# every stage inherits it: scripts/build-image.sh prunes the stages' leftovers by it
+LABEL org.opencontainers.image.title=mcq
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv tini ca-certificates \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \

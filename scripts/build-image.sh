@@ -6,7 +6,11 @@
 #      (once; MCQ_IMAGE_FRESH_BASE=1 makes it again);
 #   3. the wheelhouse the Dockerfile installs from (make wheelhouse);
 #   4. buildah bud of the targets `listener` (slim: no JRE, no Spark) and `full`, tagged
-#      localhost/mcq-listener:<version> and localhost/mcq:<version>.
+#      localhost/mcq-listener:<version> and localhost/mcq:<version>; their virtualenv stages are
+#      tagged localhost/mcq-stage:<stage> so the next build reuses them as its cache;
+#   5. what earlier builds left (untagged images labelled org.opencontainers.image.title=mcq:
+#      the images a rebuild's tags moved away from, stages no tag holds) is removed, before the
+#      build and after it, so rebuilds do not fill the disk.
 # Usage: scripts/build-image.sh VERSION [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,14 +52,35 @@ if [ "${MCQ_IMAGE_FRESH_BASE:-0}" = 1 ] || ! podman image exists "$base"; then
   podman import -q "$tmp/rootfs.tar" "$base" >/dev/null
 fi
 
-for target in listener full; do
-  name=localhost/mcq-$target:$version
-  [ "$target" = full ] && name=localhost/mcq:$version
-  echo "make image: $name (target $target)"
+# the leftovers of earlier builds: untagged images of this Dockerfile's stages
+prune_leftovers() {
+  podman image prune -f --filter label=org.opencontainers.image.title=mcq >/dev/null
+}
+prune_leftovers
+
+# the two targets with their stages take about 4 GB while they are written
+store=$(podman info --format '{{.Store.GraphRoot}}')
+free_kb=$(df -Pk "$store" | awk 'NR == 2 {print $4}')
+if [ "$free_kb" -lt 5000000 ]; then
+  echo "make image: $((free_kb / 1000)) MB free under $store, the build needs about 5,000 MB:" \
+    "free some (podman image prune; podman system df shows what the images take), then rerun" >&2
+  exit 1
+fi
+
+for target in listener-venv listener full-venv full; do
+  case $target in
+    *-venv) name=localhost/mcq-stage:$target ;;
+    listener) name=localhost/mcq-listener:$version ;;
+    full) name=localhost/mcq:$version ;;
+  esac
+  [[ $target == *-venv ]] || echo "make image: $name (target $target)"
   started=$(date +%s)
-  # chroot isolation: RUN steps without an OCI runtime's cgroups; the host's network (apt)
-  buildah bud --quiet --layers --isolation chroot --network host \
+  # chroot isolation: RUN steps without an OCI runtime's cgroups; the host's network (apt);
+  # --force-rm: a failed step leaves no working container behind
+  buildah bud --quiet --layers --force-rm --isolation chroot --network host \
     --build-arg BASE_IMAGE="$base" --target "$target" -t "$name" -f Dockerfile . >/dev/null
+  [[ $target == *-venv ]] && continue
   size=$(podman image inspect --format '{{.Size}}' "$name")
   echo "make image: $name, $((size / 1000000)) MB, built in $(( $(date +%s) - started )) s"
 done
+prune_leftovers
