@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 
+from consumers.runtime.view import ListenerView, Verdict, project
 from mcq import jsontext
 from mcq.change import Change, ChangeCodec, ChangeKey, Position
 from mcq.config import Settings
@@ -118,20 +119,30 @@ class LiveStates:
         self.keys = len(newest)
         return newest.values()
 
-    def __iter__(self) -> Iterator[Change]:
+    def values(self) -> Iterator[dict[str, Any]]:
+        """The live last states as their decoded value records (what :meth:`__iter__` makes
+        changes of), one at a time as they are taken."""
         wanted, decode = self.wanted, self.codec.decode_value
-        now = datetime.now(UTC)
         for msg in self._newest():
             body = msg.value()
             if body is None:  # a tombstone
                 continue
             value = decode(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, body)
-            if value["change_type"] == "DELETE" or (value["tname"], value.get("subtype")) not in wanted:
-                continue
-            k = ChangeKey.from_record(value)
-            source = value["source"]
-            position = Position(int(source["last_commit_lsn"]), int(source["lsn"]))
-            yield Change(k, "UPDATE", position, now, k.ref, after=value.get("after") or {})
+            if value["change_type"] != "DELETE" and (value["tname"], value.get("subtype")) in wanted:
+                yield value
+
+    def __iter__(self) -> Iterator[Change]:
+        now = datetime.now(UTC)
+        for value in self.values():
+            yield state_of(value, now)
+
+
+def state_of(value: dict[str, Any], now: datetime) -> Change:
+    """The live state a value record carries, as an UPDATE (``streams.laststate.live_changes``)."""
+    k = ChangeKey.from_record(value)
+    source = value["source"]
+    position = Position(int(source["last_commit_lsn"]), int(source["lsn"]))
+    return Change(k, "UPDATE", position, now, k.ref, after=value.get("after") or {})
 
 
 def applied_held(settings: Settings, topic: str, tables: Iterable[LogicalTable]) -> dict[str, str]:
@@ -149,12 +160,12 @@ def applied_held(settings: Settings, topic: str, tables: Iterable[LogicalTable])
     return {key.decode(): value.decode() for key, value in last.items() if value is not None}
 
 
-def applied_diff(loaded: dict[str, Position], held: dict[str, str]) -> dict[str, str]:
+def applied_diff(loaded: dict[str, str], held: dict[str, str]) -> dict[str, str]:
     """What the applied positions must say where they do not already: every key ``loaded``
-    at its position, every other key ``held`` at the target, absent (``/-`` appended)."""
+    at its position (``commit/lsn``), every other key ``held`` at the target, absent (``/-``
+    appended)."""
     writes = {}
-    for text, position in loaded.items():
-        value = f"{position.last_commit_lsn}/{position.lsn}"
+    for text, value in loaded.items():
         if held.get(text) != value:
             writes[text] = value
     for text, value in held.items():
@@ -212,17 +223,41 @@ def _number(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def csv_rows(states: Iterable[Change]) -> Iterator[bytes]:
-    """The ``table`` target's COPY rows (``TableAdapter.COPY_COLUMNS``) of ``states``, as CSV
-    chunks: a NULL is an empty field, every text quoted (an empty text is ``""``); the state
-    as JSON through :mod:`mcq.jsontext` (a fifth of the time of the standard library's)."""
+def table_rows(values: Iterable[dict[str, Any]], view: ListenerView, loaded: dict[str, str]) -> Iterator[bytes]:
+    """The ``table`` target's COPY rows (``TableAdapter.COPY_COLUMNS``), as CSV chunks, of the
+    live states in ``values`` (:meth:`LiveStates.values`) the listener's view admits, with the
+    columns it sees (``ListenerView.see`` of a key not at the target); each row's position
+    noted in ``loaded`` by its key text (``commit/lsn``).
+
+    A NULL is an empty field, every text quoted (an empty text is ``""``); the state as JSON
+    through :mod:`mcq.jsontext`. A table no content rule chooses rows of is written from the
+    record itself, no change made of it: 1,000,000 rows in about half the time."""
+    now, dumps = datetime.now(UTC), jsontext.dumps
+    verdicts: dict[tuple[str, str | None], Verdict | None] = {}
     lines: list[str] = []
-    for c in states:
-        k, p = c.key, c.position
+    for value in values:
+        tname, subtype = value["tname"], value.get("subtype")
+        try:
+            verdict = verdicts[tname, subtype]
+        except KeyError:
+            verdict = verdicts[tname, subtype] = view.unruled(tname, subtype)
+        if verdict is None:  # a content rule chooses the rows: the view sees each
+            seen = view.see(state_of(value, now), False)[0]
+            if seen is None:
+                continue
+            after = seen.after
+        elif verdict.interests:
+            after = project(value.get("after") or {}, verdict.columns)
+        else:
+            continue
+        source = value["source"]
+        commit, lsn = int(source["last_commit_lsn"]), int(source["lsn"])
+        text = ChangeKey.record_text(value)
+        loaded[text] = f"{commit}/{lsn}"
         lines.append(
-            f"{_quoted(k.text())},{_quoted(k.tname)},{_quoted(k.subtype)},{_number(k.person_id)},"
-            f"{_quoted(k.pkey_string)},{_number(k.pkey_number)},{_quoted(k.aux_string)},"
-            f"{_quoted(jsontext.dumps(c.after).decode())},{p.last_commit_lsn},{p.lsn}"
+            f"{_quoted(text)},{_quoted(tname)},{_quoted(subtype)},{_number(value.get('person_id'))},"
+            f"{_quoted(value.get('pkey_string'))},{_number(value.get('pkey_number'))},"
+            f"{_quoted(value.get('aux_string'))},{_quoted(dumps(after).decode())},{commit},{lsn}"
         )
         if len(lines) >= 5000:
             yield ("\n".join(lines) + "\n").encode()

@@ -30,7 +30,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +42,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # .admin re-exports i
 from consumers.adapter import ReadBack, make_adapter
 from consumers.exceptions import ConsumerError, ListenerConfigError
 from consumers.runtime.groups import TP, ListenerGroups
-from consumers.runtime.view import ListenerView, project
+from consumers.runtime.view import ListenerView
 from consumers.table.adapter import TableAdapter
 from mcq.change import Change, Position
 from mcq.config import Settings
@@ -174,18 +174,18 @@ class Rebuild:
         states = direct.LiveStates(self.settings, codec, summary.ends, self.tables)
         with direct.paused_gc():
             if dry_run:
-                summary.loaded = sum(1 for _ in states)
+                summary.loaded = sum(1 for _ in states.values())
                 summary.path += f"; dry run: {summary.loaded:,} live state(s), nothing written"
             elif isinstance(self.adapter, TableAdapter):
-                loaded: dict[str, Position] = {}
+                loaded: dict[str, str] = {}
                 try:  # each row sent while the next is decoded: PostgreSQL loads on the other core
-                    summary.loaded = self.adapter.load_csv(direct.csv_rows(_noted(self._in_view(states), loaded)),
-                                                           self.truncate)  # fmt: skip
+                    rows = direct.table_rows(states.values(), self.view, loaded)
+                    summary.loaded = self.adapter.load_csv(rows, self.truncate)
                 finally:
                     self.adapter.close()
             else:
                 seen, summary.removed = self._through_adapter(iter(states))
-                loaded = {c.key.text(): c.position for c in seen}
+                loaded = {c.key.text(): str(c.position) for c in seen}
                 summary.loaded = len(seen)
             took = time.monotonic() - begun
             log.info(f"rebuild {self.name}: {states.records:,} record(s) of {states.keys:,} key(s) read"
@@ -293,20 +293,6 @@ class Rebuild:
             writes.unpersist()
         return counts.get(True, 0)
 
-    def _in_view(self, live: Iterable[Change]) -> Iterator[Change]:
-        """The live states the listener's view admits, with the columns it sees, as its view
-        gives them for a key not at the target (``ListenerView.see``); a table no content
-        rule chooses rows of by its interests' columns alone (the Spark engine's ``in_view``)."""
-        for c in live:
-            verdict = self.view.unruled(c.key.tname, c.key.subtype)
-            if verdict is None:
-                state = self.view.see(c, False)[0]
-                if state is not None:
-                    yield state
-            elif verdict.admitted:
-                after = project(c.after, verdict.columns)
-                yield Change(c.key, "INSERT", c.position, c.entry_time, c.source_table, after=after)
-
     # ------------------------------------------------------------------ any other target: its batch path
 
     def _rebuild_through_adapter(self, spark: SparkSession, live: DataFrame) -> tuple[int, int, int]:
@@ -396,13 +382,6 @@ class Rebuild:
         for i in range(0, len(deletes), BATCH):
             self._apply(deletes[i : i + BATCH])
         return len(extra)
-
-
-def _noted(changes: Iterable[Change], positions: dict[str, Position]) -> Iterator[Change]:
-    """``changes`` as they pass, each one's position noted by its key text."""
-    for c in changes:
-        positions[c.key.text()] = c.position
-        yield c
 
 
 def _chunks(directory: Path) -> Iterator[bytes]:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import UTC, datetime
+import random
+from typing import Any
 
 import pytest
 
+from consumers.runtime.view import ListenerView
 from mcq.change import Change, ChangeKey, Position
+from mcq.registry import parse_registry
 from mcq.registry.model import LogicalTable
-from streams.jobs.direct import DIRECT_MAX_RECORDS, LiveStates, applied_diff, choose, csv_rows
+from streams.jobs.direct import DIRECT_MAX_RECORDS, LiveStates, applied_diff, choose, table_rows
 
 
 def test_auto_reads_small_topics_directly_and_big_ones_in_spark() -> None:
@@ -23,24 +26,88 @@ def test_auto_reads_small_topics_directly_and_big_ones_in_spark() -> None:
         choose("fast", 1)
 
 
-def test_copy_rows_keep_nulls_apart_from_empty_texts_and_escape_quotes_and_newlines() -> None:
-    odd = 'q"uote,comma\nnewline'
-    states = [
-        Change(ChangeKey("PHONE", None, 7, odd, None, ""), "UPDATE", Position(5, 6), datetime.now(UTC), "PHONE",
-               after={"phone": "höme", "x": None}),
-        Change(ChangeKey("ROOM", "office", None, None, 12, None), "UPDATE", Position(1, 2), datetime.now(UTC), "ROOM",
-               after={}),
-    ]  # fmt: skip
-    text = b"".join(csv_rows(states)).decode()
+VIEW = """
+sources:
+  - {name: campus, schemas: [w]}
+tables:
+  - tname: PERSON
+    subtype: PEOPLE
+    feeds: [{source: campus, table: w.people, keys: {person_id: id}, columns: [id, first_name, last_name]}]
+  - tname: PERSON
+    subtype: Telephone
+    feeds: [{source: campus, table: w.phones, keys: {person_id: id, aux_string: kind}, columns: [id, kind, phone]}]
+  - tname: ROOM
+    feeds: [{source: campus, table: w.rooms, keys: {pkey_string: code, pkey_number: floor}, columns: [code, floor]}]
+  - tname: BADGE
+    feeds: [{source: campus, table: w.badges, keys: {pkey_number: id}, columns: [id]}]
+listeners:
+  - {name: T, owner: a@b, adapter: {type: file, settings: {directory: out}}}
+interests:
+  - {listener: T, tname: PERSON, subtype: PEOPLE, columns: [id, last_name]}
+  - {listener: T, tname: PERSON, subtype: Telephone, rule: "aux_string IN ('campus', '')"}
+  - {listener: T, tname: ROOM}
+"""
+
+ODD = ['q"uote,comma\nnewline', "höme", "", "plain", "\\back", None]
+
+
+def _random_state(rng: random.Random, i: int) -> dict[str, Any]:
+    """A live state's value record of one of VIEW's tables, key fields as that table keys."""
+    table = rng.choice(["PEOPLE", "Telephone", "ROOM", "BADGE"])
+    record: dict[str, Any] = dict.fromkeys(["subtype", "person_id", "pkey_string", "pkey_number", "aux_string"])
+    if table == "PEOPLE":
+        after = {"id": str(i), "first_name": rng.choice(ODD), "last_name": rng.choice(ODD)}
+        record.update(tname="PERSON", subtype="PEOPLE", person_id=i)
+    elif table == "Telephone":
+        kind = rng.choice(["campus", "home", "", 'sh"ared'])
+        after = {"id": str(i), "kind": kind, "phone": rng.choice(ODD)}
+        record.update(tname="PERSON", subtype="Telephone", person_id=i, aux_string=kind)
+    elif table == "ROOM":
+        after = {"code": f"R{i},{rng.choice(ODD)}", "floor": str(i % 7)}
+        record.update(tname="ROOM", pkey_string=after["code"], pkey_number=i % 7)
+    else:
+        after, record["tname"], record["pkey_number"] = {"id": str(i)}, "BADGE", i
+    lsn = rng.randrange(1, 10**12)
+    return {**record, "change_type": rng.choice(["INSERT", "UPDATE"]), "after": after,
+            "source": {"last_commit_lsn": lsn, "lsn": lsn + rng.randrange(0, 99)}}  # fmt: skip
+
+
+def _expected_row(state: dict[str, Any]) -> dict[str, Any] | None:
+    """What the target holds for ``state`` by VIEW's interests, spelled out here."""
+    sub, after = state["subtype"], state["after"]
+    if state["tname"] == "BADGE" or (sub == "Telephone" and state["aux_string"] not in ("campus", "")):
+        return None
+    if sub == "PEOPLE":
+        after = {c: after[c] for c in ("id", "last_name")}
+    key = {f: state[f] for f in ("tname", "subtype", "person_id", "pkey_string", "pkey_number", "aux_string")}
+    return {"key": json.dumps(key, separators=(",", ":"), sort_keys=True), **key, "after": after,
+            "position": f"{state['source']['last_commit_lsn']}/{state['source']['lsn']}"}  # fmt: skip
+
+
+def test_copy_rows_are_the_states_the_view_admits_with_the_columns_it_sees() -> None:
+    rng = random.Random(58)
+    states = [_random_state(rng, i) for i in range(600)]
+    loaded: dict[str, str] = {}
+    view = ListenerView(parse_registry(VIEW, "view.yaml"), "T")
+    text = b"".join(table_rows(states, view, loaded)).decode()
+
+    expected = [row for s in states if (row := _expected_row(s)) is not None]
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0][:7] == [states[0].key.text(), "PHONE", "", "7", odd, "", ""]
-    assert json.loads(rows[0][7]) == {"phone": "höme", "x": None} and rows[0][8:] == ["5", "6"]
-    assert ',"",' in text.splitlines()[-2]  # the empty aux_string is quoted: COPY reads it as '', not NULL
-    assert rows[1][:7] == [states[1].key.text(), "ROOM", "office", "", "", "12", ""]
+    assert len(rows) == len(expected) and 0 < len(expected) < len(states)
+    for row, want in zip(rows, expected, strict=True):
+        numbers = ["" if want[f] is None else str(want[f]) for f in ("person_id", "pkey_number")]
+        texts = [want[f] or "" for f in ("key", "tname", "subtype", "pkey_string", "aux_string")]
+        assert row[:7] == [*texts[:3], numbers[0], texts[3], numbers[1], texts[4]]
+        assert json.loads(row[7]) == want["after"] and "/".join(row[8:]) == want["position"]
+    assert loaded == {want["key"]: want["position"] for want in expected}
+    # a NULL is an empty field, an empty text is quoted: COPY reads "" as '', an empty field as NULL
+    rooms, empty_kinds = (sum(1 for w in expected if w["tname"] == t and w["aux_string"] == a) for t, a in
+                          (("ROOM", None), ("PERSON", "")))  # fmt: skip
+    assert text.count(',"ROOM",,') == rooms and text.count(',"Telephone",') > text.count(',,"",') == empty_kinds > 0
 
 
 def test_applied_positions_are_written_only_where_they_say_otherwise() -> None:
-    loaded = {"a": Position(1, 2), "b": Position(3, 4), "c": Position(5, 6)}
+    loaded = {"a": "1/2", "b": "3/4", "c": "5/6"}
     held = {"a": "1/2", "b": "3/3/+99", "d": "7/8/+1", "e": "9/9/-"}
     assert applied_diff(loaded, held) == {"b": "3/4", "c": "5/6", "d": "7/8/+1/-"}
 
