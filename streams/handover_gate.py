@@ -91,36 +91,18 @@ def tail_reader(settings: Settings, fetch_wait_ms: int, partition_eof: bool = Fa
 def _tails(settings: Settings, topics: list[str], since_ms: int) -> tuple[Tails, dict[str, int]]:
     """What was written to ``topics`` since ``since_ms`` (every record carries ``mcq.raw``:
     its raw topic, partition and offset), and each topic's partitions."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    from mcq.topics.read import assign_now, offsets_since
+    from mcq.topics.read import offsets_since, read_batches
 
     spans = offsets_since(settings, topics, since_ms)
-    wanted = [
-        TopicPartition(t, p, first) for t, parts in spans.items() for p, (first, end) in parts.items() if first < end
-    ]
-    ends = {(t, p): end for t, parts in spans.items() for p, (_, end) in parts.items()}
+    todo = [(t, p, first, end) for t, parts in spans.items() for p, (first, end) in parts.items() if first < end]
     seen: Seen = {}
-    if wanted:
+    if todo:
         consumer = tail_reader(settings, fetch_wait_ms=10, partition_eof=True)  # the tails are there: no waiting
-        try:
-            assign_now(consumer, wanted)  # not 500 ms later: a standby reads the tails on a crash
-            todo = {(tp.topic, tp.partition) for tp in wanted}
-            deadline = time.monotonic() + 120
-            while todo and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.5):
-                    where = (msg.topic() or "", msg.partition() or 0)
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            todo.discard(where)
-                            continue
-                        raise RuntimeError(f"reading {where[0]}[{where[1]}]: {err}")
-                    if (msg.offset() or 0) + 1 >= ends[where]:
-                        todo.discard(where)
+        try:  # a standby reads the tails on a crash: not a moment to wait for
+            starts, ends = {(t, p): first for t, p, first, _ in todo}, {(t, p): end for t, p, _, end in todo}
+            for batch in read_batches(settings, ends, timeout_s=120, consumer=consumer, starts=starts):
+                for msg in batch:
                     note_landed(seen, msg)
-            if todo:
-                raise RuntimeError(f"reading the output topics' tails: {sorted(todo)} not at their end after 120 s")
         finally:
             consumer.close()
     tails = {at: {p: (o, frozenset(keys)) for p, (o, keys) in parts.items()} for at, parts in seen.items()}

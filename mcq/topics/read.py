@@ -234,19 +234,25 @@ def _reader(settings: Settings) -> Consumer:
 
 
 def read_batches(
-    settings: Settings, ends: dict[tuple[str, int], int], timeout_s: float = 120.0, consumer: Consumer | None = None
+    settings: Settings,
+    ends: dict[tuple[str, int], int],
+    timeout_s: float = 120.0,
+    consumer: Consumer | None = None,
+    starts: dict[tuple[str, int], int] | None = None,
 ) -> Iterator[list[Message]]:
     """Batches of the records of every partition in ``ends`` (topic, partition -> offset)
-    before its end offset, in offset order within a partition. TopicReadError when no
-    record comes for ``timeout_s`` before the ends. ``consumer``: one of :func:`_reader`'s
-    to read with (left open), else one of its own."""
-    todo = {tp for tp, end in ends.items() if end > 0}
+    from its offset in ``starts`` (default: its earliest) to before its end offset, in
+    offset order within a partition. TopicReadError when no record comes for ``timeout_s``
+    before the ends. ``consumer``: one to read with (left open; partition-end events on),
+    else one of :func:`_reader`'s."""
+    starts = starts or {}
+    todo = {tp for tp, end in ends.items() if end > max(0, starts.get(tp, 0))}
     if not todo:
         return
     own = consumer is None
     consumer = _reader(settings) if consumer is None else consumer
-    try:
-        consumer.assign([TopicPartition(t, p, -2) for t, p in sorted(todo)])  # -2: the earliest offset
+    try:  # -2: the earliest offset
+        assign_now(consumer, [TopicPartition(t, p, starts.get((t, p), -2)) for t, p in sorted(todo)])
         last_seen = time.monotonic()
         while todo:
             # the first record waited for, the rest taken as fetched (take_fetched: consume(1000,

@@ -34,8 +34,10 @@ DIRECT_MAX_RECORDS = 1_500_000
 """Records to read up to which ``auto`` reads them directly. Measured (2026-12-05, this
 2-core machine, 1,000,000 keys of a ``table`` target, `mcq rebuild --truncate` start to exit):
 51-60 s read directly, 81 s in a Spark job (its CSV 38 s, COPY 12 s, applied positions 6 s,
-the start); COPY alone 12-13 s. A direct read holds the records it reads: 1.3 GB of memory at
-1,000,000, so above this a Spark job (bounded memory, executors on a cluster) reads them."""
+the start); COPY alone 12-13 s. Since each row is written from its record (:func:`table_rows`),
+17-18 s against COPY's 5.6-5.8 s and a warm Spark job's 35 s (`bench.batch_jobs`). A direct
+read holds the records it reads: 1.3 GB of memory at 1,000,000, so above this a Spark job
+(bounded memory, executors on a cluster) reads them."""
 
 TP = tuple[str, int]
 
